@@ -1,0 +1,36 @@
+# agentd — build, test, run. Needs only Go (and, for test-docker, a Docker Engine).
+GO        ?= go
+BIN       := bin/agentd
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+
+.PHONY: build test test-short run bench lint fuzz clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
+
+## test: every test, with the race detector off (crash tests spawn real processes).
+test:
+	$(GO) test -count=1 ./...
+
+test-short:
+	$(GO) test -count=1 -short ./...
+
+## run: the best thing that runs today (the dev demo once it exists).
+run: build
+	./$(BIN) bench journal --events 20000
+
+bench: build
+	./$(BIN) bench journal
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in `make test`).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime $(FUZZTIME) ./internal/journal
+
+clean:
+	rm -rf bin

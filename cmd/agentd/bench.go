@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentd/agentd/internal/benchmark"
+)
+
+type benchCmd struct {
+	Journal benchJournalCmd `cmd:"" help:"Qualify a disk for the journal: one commit per event vs DB.Batch vs group commit."`
+}
+
+type benchJournalCmd struct {
+	Events    int    `default:"20000" help:"Events appended by each contender."`
+	Producers int    `default:"64" help:"Concurrent appenders."`
+	Dir       string `help:"Directory on the disk to measure (a temporary subdirectory is used and removed)."`
+	JSON      bool   `name:"json" help:"Print one JSON object instead of a table."`
+}
+
+func (b *benchJournalCmd) Run(ctx context.Context) error {
+	if b.Dir == "" {
+		b.Dir = os.TempDir()
+	}
+	res, err := benchmark.Journal(ctx, benchmark.JournalOptions{Dir: b.Dir, Events: b.Events, Producers: b.Producers})
+	if err != nil {
+		return err
+	}
+	if b.JSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "contender (%d producers)\tevents/s\tp50\tp99\tbytes/event\n", res.Producers)
+	for _, c := range []benchmark.Contender{res.Naive, res.Batch, res.Journal} {
+		fmt.Fprintf(w, "%s\t%.0f\t%v\t%v\t%.0f\n", c.Name, c.EventsPerSec, c.P50.Round(time.Microsecond), c.P99.Round(time.Microsecond), c.BytesPerEvent)
+	}
+	w.Flush()
+	fmt.Printf("journal vs one commit per event: %.1fx (target ≥ 25x)\n", res.VsNaive)
+	fmt.Printf("journal vs DB.Batch:             %.1fx (target ≥ 15x)\n", res.VsBatch)
+	fmt.Printf("journal bytes per event:         %.0f (target ≤ 200)\n", res.BytesPerEvent)
+	return nil
+}

@@ -1,0 +1,43 @@
+// Command agentd is the host agent and its tools in one binary: the daemon (`run`), the
+// one-process demo (`dev`), the reference control plane (`controlplane`), journal forensics
+// (`journal …`) and benchmarks (`bench …`).
+//
+// Flags are parsed by kong: each flag of `run` is also an AGENTD_* environment variable, and a
+// bad value exits non-zero with a message naming the flag.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+type cli struct {
+	Version kong.VersionFlag `help:"Print the version and exit."`
+	Bench   benchCmd         `cmd:"" help:"Measure agentd against its baselines, side by side."`
+}
+
+func main() {
+	var c cli
+	kctx := kong.Parse(&c,
+		kong.Name("agentd"),
+		kong.Description("agentd — a host agent that never cleans up a task before the control plane has acknowledged that it stopped."),
+		kong.Vars{"version": version},
+		kong.UsageOnError(),
+	)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	err := kctx.Run()
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentd:", err)
+		os.Exit(1)
+	}
+}

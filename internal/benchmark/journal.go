@@ -1,0 +1,208 @@
+// Package benchmark measures agentd against its baselines, side by side in one run on one
+// disk, because the machines it runs on are shared and noisy: every figure it reports comes
+// with the baseline it is compared to.
+package benchmark
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/journal"
+	bolt "go.etcd.io/bbolt"
+)
+
+// JournalOptions configure the journal benchmark.
+type JournalOptions struct {
+	Dir       string // where the files go (the disk being qualified); a temp dir inside it is removed after
+	Events    int    // events per contender
+	Producers int    // concurrent appenders
+}
+
+// Contender is one way of appending, measured.
+type Contender struct {
+	Name          string        `json:"name"`
+	Events        int           `json:"events"`
+	Elapsed       time.Duration `json:"elapsed_ns"`
+	EventsPerSec  float64       `json:"events_per_sec"`
+	P50           time.Duration `json:"p50_ns"`
+	P99           time.Duration `json:"p99_ns"`
+	BytesPerEvent float64       `json:"bytes_per_event"`
+}
+
+// JournalResult holds the three contenders and the ratios the targets are stated in.
+type JournalResult struct {
+	Producers     int       `json:"producers"`
+	Naive         Contender `json:"naive"`
+	Batch         Contender `json:"batch"`
+	Journal       Contender `json:"journal"`
+	NaiveEPS      float64   `json:"naive_eps"`
+	BatchEPS      float64   `json:"batch_eps"`
+	JournalEPS    float64   `json:"journal_eps"`
+	JournalP99ms  float64   `json:"journal_p99_ms"`
+	BytesPerEvent float64   `json:"bytes_per_event"`
+	VsNaive       float64   `json:"ratio_vs_naive"`
+	VsBatch       float64   `json:"ratio_vs_batch"`
+}
+
+// recordsPerTask is about how many records one task's life leaves: added, four transitions per
+// container, seven of the task, its ack and its cleanup.
+const recordsPerTask = 15
+
+// typicalRecord is a container transition of a task with a realistic ARN: what the journal
+// mostly holds. Only the transition that learns a runtime id carries it; this one does not.
+func typicalRecord(p, i int) event.Record {
+	return event.Record{
+		Time:      time.Now(),
+		Task:      "arn:agentd:task/web-" + strconv.Itoa(10000+p) + "-" + strconv.Itoa(100000000+i/recordsPerTask),
+		Container: "app",
+		Event:     &event.ContainerTransitioned{From: event.StatusCreated, To: event.StatusRunning},
+	}
+}
+
+// Journal runs the three contenders one after another, each on a fresh file in the same
+// directory: bbolt with one commit per event, bbolt's DB.Batch, and the journal's group commit.
+// Every one of them has fsync'd an event before its append returns.
+func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
+	if o.Events <= 0 || o.Producers <= 0 {
+		return JournalResult{}, fmt.Errorf("bench journal: --events and --producers must be positive")
+	}
+	dir, err := os.MkdirTemp(o.Dir, "agentd-bench-")
+	if err != nil {
+		return JournalResult{}, fmt.Errorf("bench journal: --dir %s: %w", o.Dir, err)
+	}
+	defer os.RemoveAll(dir)
+	res := JournalResult{Producers: o.Producers}
+	if res.Naive, err = benchBolt(ctx, filepath.Join(dir, "naive.db"), o, false); err != nil {
+		return res, err
+	}
+	if res.Batch, err = benchBolt(ctx, filepath.Join(dir, "batch.db"), o, true); err != nil {
+		return res, err
+	}
+	if res.Journal, err = benchJournal(ctx, filepath.Join(dir, journal.FileName), o); err != nil {
+		return res, err
+	}
+	res.NaiveEPS, res.BatchEPS, res.JournalEPS = res.Naive.EventsPerSec, res.Batch.EventsPerSec, res.Journal.EventsPerSec
+	res.JournalP99ms = float64(res.Journal.P99) / float64(time.Millisecond)
+	res.BytesPerEvent = res.Journal.BytesPerEvent
+	res.VsNaive = res.JournalEPS / res.NaiveEPS
+	res.VsBatch = res.JournalEPS / res.BatchEPS
+	return res, nil
+}
+
+// drive runs append on Producers goroutines until Events appends have returned, recording
+// each one's latency. appendOne gets the producer and its own count of appends.
+func drive(ctx context.Context, o JournalOptions, name string, appendOne func(p, i int) error) (Contender, error) {
+	var next atomic.Int64
+	lat := make([]time.Duration, o.Events)
+	var wg sync.WaitGroup
+	var firstErr error
+	var once sync.Once
+	start := time.Now()
+	for p := 0; p < o.Producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ctx.Err() == nil; k++ {
+				i := int(next.Add(1)) - 1
+				if i >= o.Events {
+					return
+				}
+				t := time.Now()
+				if err := appendOne(p, k); err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("bench journal: %s: %w", name, err) })
+					return
+				}
+				lat[i] = time.Since(t)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	slices.Sort(lat)
+	return Contender{
+		Name: name, Events: o.Events, Elapsed: elapsed,
+		EventsPerSec: float64(o.Events) / elapsed.Seconds(),
+		P50:          lat[len(lat)/2], P99: lat[len(lat)*99/100],
+	}, firstErr
+}
+
+// benchBolt stores the same encoded records and index entries as the journal does, through
+// plain bbolt: one Update per event, or DB.Batch.
+func benchBolt(ctx context.Context, path string, o JournalOptions, batch bool) (Contender, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return Contender{}, err
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucket([]byte("records")); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucket([]byte("by-task"))
+		return err
+	}); err != nil {
+		return Contender{}, err
+	}
+	name, commit := "bbolt one commit per event", db.Update
+	if batch {
+		name, commit = "bbolt DB.Batch", db.Batch
+	}
+	c, err := drive(ctx, o, name, func(p, i int) error {
+		rec := typicalRecord(p, i)
+		return commit(func(tx *bolt.Tx) error {
+			b := tx.Bucket([]byte("records"))
+			b.FillPercent = 1.0
+			seq, _ := b.NextSequence()
+			rec.Seq = seq
+			v, err := journal.EncodeRecord(rec)
+			if err != nil {
+				return err
+			}
+			key := binary.BigEndian.AppendUint64(nil, seq)
+			if err := b.Put(key, v); err != nil {
+				return err
+			}
+			return tx.Bucket([]byte("by-task")).Put(append([]byte(rec.Task), key...), nil)
+		})
+	})
+	if err == nil {
+		c.BytesPerEvent = usedBytes(db) / float64(o.Events)
+	}
+	return c, err
+}
+
+func benchJournal(ctx context.Context, path string, o JournalOptions) (Contender, error) {
+	j, err := journal.Open(path, journal.Options{})
+	if err != nil {
+		return Contender{}, err
+	}
+	defer j.Close()
+	c, err := drive(ctx, o, "journal group commit", func(p, i int) error {
+		_, err := j.Append(ctx, typicalRecord(p, i))
+		return err
+	})
+	if err == nil {
+		c.BytesPerEvent = usedBytes(j.DB()) / float64(o.Events)
+	}
+	return c, err
+}
+
+// usedBytes is the extent of the file bbolt has allocated pages in: what the data occupies,
+// without the growth slack bbolt preallocates.
+func usedBytes(db *bolt.DB) float64 {
+	var n int64
+	_ = db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return float64(n)
+}

@@ -1,0 +1,29 @@
+package benchmark
+
+import (
+	"context"
+	"testing"
+)
+
+func TestJournalBenchRunsAndMeasuresAllThree(t *testing.T) {
+	res, err := Journal(context.Background(), JournalOptions{Dir: t.TempDir(), Events: 400, Producers: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []Contender{res.Naive, res.Batch, res.Journal} {
+		if c.EventsPerSec <= 0 || c.P99 < c.P50 || c.BytesPerEvent <= 0 {
+			t.Fatalf("%s: implausible figures %+v", c.Name, c)
+		}
+	}
+	if res.VsNaive <= 0 || res.VsBatch <= 0 {
+		t.Fatalf("ratios missing: %+v", res)
+	}
+}
+
+func BenchmarkJournalGroupCommit(b *testing.B) {
+	for b.Loop() {
+		if _, err := benchJournal(context.Background(), b.TempDir()+"/j.db", JournalOptions{Events: 20000, Producers: 64}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+// Package event is agentd's vocabulary: every kind of record the agent journals, its stable
+// numeric code and wire name, and the encoding of its body.
+//
+// It promises that a record type's code and wire name never change and are never reused once
+// released (journals outlive binaries), that bodies are encoded deterministically (the same
+// event always yields the same bytes, so checksums and snapshots are reproducible), and that
+// decoding never panics on bad bytes: it returns an error naming the type at fault.
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Type identifies a record type. The numbers are stored in journals: append new ones, never
+// renumber or reuse.
+type Type uint16
+
+const (
+	TypeAgentStarted          Type = 1
+	TypePayloadReceived       Type = 2
+	TypeTaskAdded             Type = 3
+	TypeTaskRejected          Type = 4
+	TypeDesiredChanged        Type = 5
+	TypeContainerTransitioned Type = 6
+	TypeTaskTransitioned      Type = 7
+	TypeChangesSettled        Type = 8
+	TypeStoppedAcked          Type = 9
+	TypeCleanupStarted        Type = 10
+	TypeContainerRemoved      Type = 11
+	TypeTaskCleaned           Type = 12
+	TypeSnapshotTaken         Type = 13
+	TypeCompactionDone        Type = 14
+	TypeReportAttempted       Type = 15
+	TypeAgentStopped          Type = 16
+	TypeTaskResent            Type = 17
+)
+
+// typeInfo is the catalogue: wire name and a constructor for the body.
+var typeInfo = map[Type]struct {
+	name string
+	zero func() Event
+}{
+	TypeAgentStarted:          {"agent_started", func() Event { return &AgentStarted{} }},
+	TypePayloadReceived:       {"payload_received", func() Event { return &PayloadReceived{} }},
+	TypeTaskAdded:             {"task_added", func() Event { return &TaskAdded{} }},
+	TypeTaskRejected:          {"task_rejected", func() Event { return &TaskRejected{} }},
+	TypeDesiredChanged:        {"desired_changed", func() Event { return &DesiredChanged{} }},
+	TypeContainerTransitioned: {"container_transitioned", func() Event { return &ContainerTransitioned{} }},
+	TypeTaskTransitioned:      {"task_transitioned", func() Event { return &TaskTransitioned{} }},
+	TypeChangesSettled:        {"changes_settled", func() Event { return &ChangesSettled{} }},
+	TypeStoppedAcked:          {"stopped_acked", func() Event { return &StoppedAcked{} }},
+	TypeCleanupStarted:        {"cleanup_started", func() Event { return &CleanupStarted{} }},
+	TypeContainerRemoved:      {"container_removed", func() Event { return &ContainerRemoved{} }},
+	TypeTaskCleaned:           {"task_cleaned", func() Event { return &TaskCleaned{} }},
+	TypeSnapshotTaken:         {"snapshot_taken", func() Event { return &SnapshotTaken{} }},
+	TypeCompactionDone:        {"compaction_done", func() Event { return &CompactionDone{} }},
+	TypeReportAttempted:       {"report_attempted", func() Event { return &ReportAttempted{} }},
+	TypeAgentStopped:          {"agent_stopped", func() Event { return &AgentStopped{} }},
+	TypeTaskResent:            {"task_resent", func() Event { return &TaskResent{} }},
+}
+
+// Known reports whether t is a record type this build understands.
+func (t Type) Known() bool { _, ok := typeInfo[t]; return ok }
+
+// String is the stable wire name, as printed by `agentd journal dump`.
+func (t Type) String() string {
+	if i, ok := typeInfo[t]; ok {
+		return i.name
+	}
+	return fmt.Sprintf("unknown_type_%d", uint16(t))
+}
+
+// ParseType maps a wire name back to its type.
+func ParseType(name string) (Type, bool) {
+	for t, i := range typeInfo {
+		if i.name == name {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// Types lists every known type in code order.
+func Types() []Type {
+	out := make([]Type, 0, len(typeInfo))
+	for t := Type(1); len(out) < len(typeInfo); t++ {
+		if t.Known() {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Event is the body of a record.
+type Event interface {
+	Type() Type
+}
+
+// Record is one journaled event with its envelope. Task and Container name the subject where
+// one applies; they live in the envelope (not the body) so the journal can index them.
+type Record struct {
+	Seq       uint64
+	Time      time.Time
+	Task      string
+	Container string
+	Event     Event
+}
+
+// Type is the record's event type.
+func (r Record) Type() Type { return r.Event.Type() }
+
+// MarshalBody encodes an event body deterministically.
+func MarshalBody(e Event) ([]byte, error) {
+	if e == nil {
+		return nil, fmt.Errorf("event: nil body")
+	}
+	if !e.Type().Known() {
+		return nil, fmt.Errorf("event: unknown type %d", uint16(e.Type()))
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("event: encode %s: %w", e.Type(), err)
+	}
+	return b, nil
+}
+
+// UnmarshalBody decodes the body of a record of type t.
+func UnmarshalBody(t Type, body []byte) (Event, error) {
+	i, ok := typeInfo[t]
+	if !ok {
+		return nil, fmt.Errorf("event: unknown record type %d", uint16(t))
+	}
+	e := i.zero()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(e); err != nil {
+		return nil, fmt.Errorf("event: decode %s body: %w", i.name, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("event: decode %s body: trailing data", i.name)
+	}
+	return e, nil
+}

@@ -1,0 +1,186 @@
+package event
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Status is a task or container status, as named in DESIGN.md and on the wire.
+type Status string
+
+const (
+	StatusNone         Status = "NONE"
+	StatusPulled       Status = "PULLED"
+	StatusCreated      Status = "CREATED"
+	StatusRunning      Status = "RUNNING"
+	StatusStopped      Status = "STOPPED"
+	StatusStoppedAcked Status = "STOPPED_ACKED"
+	StatusCleaning     Status = "CLEANING"
+	StatusCleaned      Status = "CLEANED"
+)
+
+var statusRank = map[Status]int{
+	StatusNone: 0, StatusPulled: 1, StatusCreated: 2, StatusRunning: 3, StatusStopped: 4,
+	StatusStoppedAcked: 5, StatusCleaning: 6, StatusCleaned: 7,
+}
+
+// Rank orders statuses along the lifecycle; -1 for a name that is not a status.
+func (s Status) Rank() int {
+	if r, ok := statusRank[s]; ok {
+		return r
+	}
+	return -1
+}
+
+// Valid reports whether s is one of the lifecycle statuses.
+func (s Status) Valid() bool { return s.Rank() >= 0 }
+
+// Reportable reports whether the control plane is told about this status (PROTOCOL.md §3).
+func (s Status) Reportable() bool {
+	return s == StatusPulled || s == StatusCreated || s == StatusRunning || s == StatusStopped
+}
+
+// ContainerSpec is a container as the control plane assigned it, after validation.
+type ContainerSpec struct {
+	Name      string            `json:"name"`
+	Image     string            `json:"image"`
+	Command   []string          `json:"command,omitempty"`
+	Env       map[string]string `json:"env,omitempty"` // encoding/json sorts keys: deterministic
+	Essential bool              `json:"essential"`
+}
+
+// AgentStarted opens every run of the agent.
+type AgentStarted struct {
+	Version   string `json:"version"`
+	PID       int    `json:"pid"`
+	AgentID   string `json:"agent_id"`
+	JournalID string `json:"journal_id"` // random, fixed at journal creation; makes change ids unique across journals
+	Runtime   string `json:"runtime,omitempty"`
+}
+
+// AgentStopped closes a clean shutdown (a crash leaves none).
+type AgentStopped struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// PayloadReceived records a payload exactly as received, before it is acknowledged.
+type PayloadReceived struct {
+	MessageID string            `json:"message_id"`
+	Tasks     []json.RawMessage `json:"tasks,omitempty"`
+}
+
+// TaskAdded assigns a new task (subject: the task).
+type TaskAdded struct {
+	MessageID  string          `json:"message_id,omitempty"`
+	Family     string          `json:"family,omitempty"`
+	Version    string          `json:"version,omitempty"`
+	Desired    Status          `json:"desired"`
+	Containers []ContainerSpec `json:"containers"`
+}
+
+// TaskRejected records a task that broke a protocol rule: it exists from then on as STOPPED
+// with the reason, and that STOPPED is reported like any other.
+type TaskRejected struct {
+	MessageID  string   `json:"message_id,omitempty"`
+	Reason     string   `json:"reason"`
+	Containers []string `json:"containers,omitempty"` // names as received, where readable
+}
+
+// TaskResent records that the control plane sent a task the agent already knows again.
+type TaskResent struct {
+	MessageID string `json:"message_id,omitempty"`
+	Desired   Status `json:"desired,omitempty"`
+}
+
+// DesiredChanged moves a task's desired status forward.
+type DesiredChanged struct {
+	MessageID string `json:"message_id,omitempty"`
+	To        Status `json:"to"`
+}
+
+// ContainerTransitioned records what the runtime did to a container (subject: task + container).
+type ContainerTransitioned struct {
+	From      Status `json:"from"`
+	To        Status `json:"to"`
+	ExitCode  *int   `json:"exit_code,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	RuntimeID string `json:"runtime_id,omitempty"`
+}
+
+// TaskTransitioned records a task's known status moving.
+type TaskTransitioned struct {
+	From   Status `json:"from"`
+	To     Status `json:"to"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Rejection is a change the control plane rejected for good.
+type Rejection struct {
+	ID    string `json:"id"`
+	Error string `json:"error"`
+}
+
+// ChangesSettled records the control plane's answer to a report: every listed id is settled.
+type ChangesSettled struct {
+	Accepted []string    `json:"accepted,omitempty"`
+	Rejected []Rejection `json:"rejected,omitempty"`
+}
+
+// StoppedAcked records that a task's STOPPED change was settled: the one door to cleanup.
+type StoppedAcked struct {
+	ChangeID string `json:"change_id"`
+	Rejected string `json:"rejected,omitempty"` // the control plane's error when it rejected rather than accepted
+}
+
+// CleanupStarted records that a task's cleanup began (subject: the task).
+type CleanupStarted struct{}
+
+// ContainerRemoved records that the runtime removed a container.
+type ContainerRemoved struct {
+	RuntimeID string `json:"runtime_id,omitempty"`
+}
+
+// TaskCleaned records the end of a task: it leaves a tombstone.
+type TaskCleaned struct{}
+
+// SnapshotTaken records that a projection snapshot was stored covering records up to AtSeq.
+type SnapshotTaken struct {
+	AtSeq uint64 `json:"at_seq"`
+	Bytes int    `json:"bytes"`
+}
+
+// CompactionDone records that the history of long-cleaned tasks was dropped.
+type CompactionDone struct {
+	UpToSeq uint64   `json:"up_to_seq"`
+	Tasks   []string `json:"tasks,omitempty"`
+	Records int      `json:"records"`
+}
+
+// ReportAttempted records a report that did not settle its changes (throttled, failed), so a
+// post-mortem can see how long a STOPPED waited and why. Count folds repeated attempts.
+type ReportAttempted struct {
+	IDs        []string      `json:"ids"`
+	Outcome    string        `json:"outcome"` // throttled, server_error, network, unauthorized, bad_request
+	HTTPStatus int           `json:"http_status,omitempty"`
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
+	Error      string        `json:"error,omitempty"`
+	Count      int           `json:"count,omitempty"`
+}
+
+func (*AgentStarted) Type() Type          { return TypeAgentStarted }
+func (*AgentStopped) Type() Type          { return TypeAgentStopped }
+func (*PayloadReceived) Type() Type       { return TypePayloadReceived }
+func (*TaskAdded) Type() Type             { return TypeTaskAdded }
+func (*TaskRejected) Type() Type          { return TypeTaskRejected }
+func (*TaskResent) Type() Type            { return TypeTaskResent }
+func (*DesiredChanged) Type() Type        { return TypeDesiredChanged }
+func (*ContainerTransitioned) Type() Type { return TypeContainerTransitioned }
+func (*TaskTransitioned) Type() Type      { return TypeTaskTransitioned }
+func (*ChangesSettled) Type() Type        { return TypeChangesSettled }
+func (*StoppedAcked) Type() Type          { return TypeStoppedAcked }
+func (*CleanupStarted) Type() Type        { return TypeCleanupStarted }
+func (*ContainerRemoved) Type() Type      { return TypeContainerRemoved }
+func (*TaskCleaned) Type() Type           { return TypeTaskCleaned }
+func (*SnapshotTaken) Type() Type         { return TypeSnapshotTaken }
+func (*CompactionDone) Type() Type        { return TypeCompactionDone }
+func (*ReportAttempted) Type() Type       { return TypeReportAttempted }

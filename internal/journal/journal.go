@@ -1,0 +1,281 @@
+// Package journal is agentd's append-only event log: one bbolt file that is the agent's only
+// source of truth.
+//
+// It promises:
+//   - Append returns only once its records are durable (fsync'd by the bbolt commit), and the
+//     records of one Append are atomic: after a crash all of them are there or none.
+//   - Sequence numbers are strictly increasing with no gaps, except where compaction cut, and
+//     every cut is recorded so continuity can still be checked.
+//   - Every record carries a CRC32C over its encoded bytes; bad bytes are reported with the
+//     sequence number at fault, never misread, never a panic.
+//   - A journal written by a newer schema is refused, not misread.
+package journal
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// SchemaVersion is the layout of buckets and keys this build writes and understands.
+const SchemaVersion = 1
+
+// FileName is the journal's name inside a data directory.
+const FileName = "journal.db"
+
+var (
+	bucketMeta      = []byte("meta")
+	bucketRecords   = []byte("records")
+	bucketTasks     = []byte("tasks")
+	bucketByTask    = []byte("by-task")
+	bucketSnapshots = []byte("snapshots")
+	bucketHoles     = []byte("holes")
+
+	keySchema    = []byte("schema")
+	keyJournalID = []byte("journal_id")
+)
+
+// ErrClosed is returned by operations on a closed journal.
+var ErrClosed = errors.New("journal: closed")
+
+// ErrLocked is wrapped by Open when another process holds the file.
+var ErrLocked = errors.New("journal locked by another agentd process")
+
+// Options tune Open. The zero value is what the daemon uses.
+type Options struct {
+	// ReadOnly opens with a shared lock for forensics; a running daemon's exclusive lock makes
+	// it fail after Timeout with ErrLocked.
+	ReadOnly bool
+	// Timeout bounds the wait for the file lock (default 1 s). Never infinite: a hung open
+	// is worse than a clear error.
+	Timeout time.Duration
+	// MaxBatch bounds the records one group commit carries (default 8192).
+	MaxBatch int
+}
+
+// Journal is an open journal file.
+type Journal struct {
+	path string
+	db   *bolt.DB
+	id   string
+	ro   bool
+
+	q        *queue
+	stop     chan struct{}
+	done     chan struct{}
+	maxBatch int
+
+	sendMu   sync.RWMutex // held shared while enqueueing, exclusively to close: no request is stranded
+	mu       sync.Mutex
+	closed   bool
+	last     uint64            // last committed sequence number
+	changed  chan struct{}     // closed and replaced after every commit
+	holes    []hole            // compaction cuts, ascending
+	index    map[string]uint64 // the writer's cache of task index ids
+	commitNs stats
+}
+
+// Open opens or creates the journal at path. In a data directory use filepath.Join(dir, FileName).
+func Open(path string, opts Options) (*Journal, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 8192
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("journal: open %s: %w", path, err)
+		}
+	} else if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:  opts.Timeout,
+		ReadOnly: opts.ReadOnly,
+		// The freelist is rebuilt by scanning at open instead of being rewritten on every
+		// commit: one page write less per group commit, and no stale-freelist panics at open.
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+		// Long read transactions (export, replay, follow) must not block the writer when the
+		// file grows: map generously up front (address space, not memory).
+		InitialMmapSize: 1 << 30,
+		// NoSync is never set: a crash could corrupt the file, not just lose the tail.
+	})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("journal: open %s: %w%s", path, ErrLocked, lockHolder(path))
+		}
+		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	j := &Journal{path: path, db: db, ro: opts.ReadOnly, maxBatch: opts.MaxBatch, changed: make(chan struct{})}
+	if err := j.init(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	if !j.ro {
+		// Best effort: the pid only improves the error another process sees.
+		_ = os.WriteFile(path+".pid", []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
+		j.q = newQueue()
+		j.stop = make(chan struct{})
+		j.done = make(chan struct{})
+		go j.writer()
+	}
+	return j, nil
+}
+
+func lockHolder(path string) string {
+	b, err := os.ReadFile(path + ".pid")
+	if err != nil {
+		return " (pid unknown)"
+	}
+	return fmt.Sprintf(" (pid %s)", strings.TrimSpace(string(b)))
+}
+
+// init creates the buckets of a new journal, or checks the schema of an existing one, and
+// loads the last sequence number and the compaction cuts.
+func (j *Journal) init() error {
+	check := func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return errors.New("not an agentd journal: no meta bucket")
+		}
+		v := meta.Get(keySchema)
+		if len(v) != 4 {
+			return errors.New("not an agentd journal: no schema version")
+		}
+		if s := binary.BigEndian.Uint32(v); s > SchemaVersion {
+			return fmt.Errorf("written by schema %d, this agentd understands up to %d: upgrade agentd, do not edit the file", s, SchemaVersion)
+		}
+		j.id = string(meta.Get(keyJournalID))
+		for _, b := range [][]byte{bucketRecords, bucketTasks, bucketByTask, bucketSnapshots, bucketHoles} {
+			if tx.Bucket(b) == nil {
+				return fmt.Errorf("damaged journal: bucket %q missing", b)
+			}
+		}
+		if k, _ := tx.Bucket(bucketRecords).Cursor().Last(); k != nil {
+			j.last = binary.BigEndian.Uint64(k)
+		}
+		var err error
+		j.holes, err = loadHoles(tx)
+		if hl := len(j.holes); hl > 0 && j.holes[hl-1].to > j.last {
+			j.last = j.holes[hl-1].to
+		}
+		return err
+	}
+	if j.ro {
+		return j.db.View(check)
+	}
+	return j.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketMeta) == nil && tx.Bucket(bucketRecords) == nil {
+			meta, err := tx.CreateBucket(bucketMeta)
+			if err != nil {
+				return err
+			}
+			if err := meta.Put(keySchema, binary.BigEndian.AppendUint32(nil, SchemaVersion)); err != nil {
+				return err
+			}
+			id := make([]byte, 8)
+			_, _ = rand.Read(id)
+			if err := meta.Put(keyJournalID, []byte(hex.EncodeToString(id))); err != nil {
+				return err
+			}
+			for _, b := range [][]byte{bucketRecords, bucketTasks, bucketByTask, bucketSnapshots, bucketHoles} {
+				if _, err := tx.CreateBucket(b); err != nil {
+					return err
+				}
+			}
+		}
+		return check(tx)
+	})
+}
+
+// Path is the file the journal lives in.
+func (j *Journal) Path() string { return j.path }
+
+// ID is a random identifier fixed when the journal was created. Change ids include it, so a
+// journal that is wiped and started anew never reuses an id the control plane has seen.
+func (j *Journal) ID() string { return j.id }
+
+// LastSeq is the sequence number of the last durable record (0 for an empty journal).
+func (j *Journal) LastSeq() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.last
+}
+
+// Changed returns a channel that is closed at the next commit. Waiting on it costs no
+// goroutine and no polling.
+func (j *Journal) Changed() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.changed
+}
+
+// WaitFor blocks until a record after seq is durable, the context ends, or the journal closes.
+func (j *Journal) WaitFor(ctx context.Context, seq uint64) error {
+	for {
+		j.mu.Lock()
+		last, ch, closed := j.last, j.changed, j.closed
+		j.mu.Unlock()
+		if last > seq {
+			return nil
+		}
+		if closed {
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Size is the journal file's size in bytes.
+func (j *Journal) Size() (int64, error) {
+	var n int64
+	err := j.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return n, err
+}
+
+// DB exposes the bbolt handle for tools that measure or inspect the file itself (bench,
+// export). Writes through it bypass every guarantee of this package.
+func (j *Journal) DB() *bolt.DB { return j.db }
+
+// Close stops the writer after the queued appends are committed, and closes the file.
+func (j *Journal) Close() error {
+	j.sendMu.Lock()
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		j.sendMu.Unlock()
+		return nil
+	}
+	j.closed = true
+	j.mu.Unlock()
+	j.sendMu.Unlock()
+	if !j.ro {
+		close(j.stop)
+		<-j.done
+		_ = os.Remove(j.path + ".pid")
+	}
+	j.mu.Lock()
+	close(j.changed)
+	j.mu.Unlock()
+	if err := j.db.Close(); err != nil {
+		return fmt.Errorf("journal: close %s: %w", j.path, err)
+	}
+	return nil
+}

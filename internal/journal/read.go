@@ -1,0 +1,132 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/agentd/agentd/internal/event"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Iterate calls fn for each record with sequence number ≥ from, in order, within one read
+// transaction (a consistent view). It stops at the first error, fn's or a decoding one, and
+// returns it. A sequence gap that compaction did not record is an error naming the gap.
+func (j *Journal) Iterate(from uint64, fn func(event.Record) error) error {
+	return j.db.View(func(tx *bolt.Tx) error { return j.iterateTx(tx, from, 0, fn) })
+}
+
+// IterateRange is Iterate bounded to sequence numbers ≤ to (0: no bound).
+func (j *Journal) IterateRange(from, to uint64, fn func(event.Record) error) error {
+	return j.db.View(func(tx *bolt.Tx) error { return j.iterateTx(tx, from, to, fn) })
+}
+
+func (j *Journal) iterateTx(tx *bolt.Tx, from, to uint64, fn func(event.Record) error) error {
+	holes, err := loadHoles(tx)
+	if err != nil {
+		return err
+	}
+	c := tx.Bucket(bucketRecords).Cursor()
+	var prev uint64
+	for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
+		rec, err := DecodeRecord(k, v)
+		if err != nil {
+			return err
+		}
+		if to != 0 && rec.Seq > to {
+			return nil
+		}
+		if prev != 0 && rec.Seq != prev+1 && !holesCover(holes, prev+1, rec.Seq-1) {
+			return fmt.Errorf("journal: record %d: sequence gap after %d (records %d..%d missing, not compacted)", rec.Seq, prev, prev+1, rec.Seq-1)
+		}
+		prev = rec.Seq
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Get reads one record.
+func (j *Journal) Get(seq uint64) (event.Record, error) {
+	var rec event.Record
+	err := j.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRecords).Get(seqKey(seq))
+		if v == nil {
+			return fmt.Errorf("journal: record %d: not found", seq)
+		}
+		var err error
+		rec, err = DecodeRecord(seqKey(seq), v)
+		return err
+	})
+	return rec, err
+}
+
+// TaskRecords calls fn for every record whose subject is task, in order, using the index.
+func (j *Journal) TaskRecords(task string, fn func(event.Record) error) error {
+	return j.db.View(func(tx *bolt.Tx) error {
+		id, ok := taskIndexID(tx, task)
+		if !ok {
+			return nil
+		}
+		prefix := indexKey(id, 0)[:8]
+		recs := tx.Bucket(bucketRecords)
+		c := tx.Bucket(bucketByTask).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(k) != 16 {
+				return fmt.Errorf("journal: index key %x: want 16 bytes", k)
+			}
+			key := k[8:]
+			v := recs.Get(key)
+			if v == nil {
+				return fmt.Errorf("journal: index names record %d of task %q, which is missing", binary.BigEndian.Uint64(key), task)
+			}
+			rec, err := DecodeRecord(key, v)
+			if err != nil {
+				return err
+			}
+			if rec.Task != task {
+				return fmt.Errorf("journal: index lists record %d (task %q) under task %q", rec.Seq, rec.Task, task)
+			}
+			if err := fn(rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Follow calls fn for every record from `from` on, then waits for new ones as they are
+// committed, until ctx ends or fn fails. It holds no read transaction while it waits.
+func (j *Journal) Follow(ctx context.Context, from uint64, fn func(event.Record) error) error {
+	next := from
+	for {
+		ch := j.Changed()
+		err := j.Iterate(next, func(r event.Record) error {
+			next = r.Seq + 1
+			return fn(r)
+		})
+		if err != nil {
+			return err
+		}
+		if j.ro {
+			// bbolt's lock admits no writer beside a read-only open: nothing new can come.
+			return nil
+		}
+		select {
+		case <-ch:
+			if j.isClosed() {
+				return ErrClosed
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (j *Journal) isClosed() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.closed
+}

@@ -1,0 +1,148 @@
+package journal
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/agentd/agentd/internal/event"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Problem is one defect Verify found, named by sequence number (0 when it concerns the file
+// rather than a record).
+type Problem struct {
+	Seq  uint64
+	Task string
+	What string
+}
+
+func (p Problem) String() string {
+	s := fmt.Sprintf("record %d", p.Seq)
+	if p.Seq == 0 {
+		s = "file"
+	}
+	if p.Task != "" {
+		s += fmt.Sprintf(" (task %s)", p.Task)
+	}
+	return s + ": " + p.What
+}
+
+// VerifyResult summarises a Verify walk.
+type VerifyResult struct {
+	Records   int
+	FirstSeq  uint64
+	LastSeq   uint64
+	Snapshots int
+	Holes     int
+	Problems  []Problem
+}
+
+// Verify walks the whole file and returns every problem found, not just the first: bbolt's own
+// page consistency, each record's checksum, encoding and body, sequence continuity (compaction
+// cuts allowed), the subject index, and the snapshots' checksums. visit, if not nil, sees every
+// sound record in order (the invariant checks of the projection hang off it).
+func (j *Journal) Verify(visit func(event.Record)) (VerifyResult, error) {
+	var res VerifyResult
+	err := j.db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			res.Problems = append(res.Problems, Problem{What: "bbolt: " + err.Error()})
+		}
+		holes, err := loadHoles(tx)
+		if err != nil {
+			res.Problems = append(res.Problems, Problem{What: err.Error()})
+		}
+		res.Holes = len(holes)
+		recs := tx.Bucket(bucketRecords)
+		var prev uint64
+		_ = recs.ForEach(func(k, v []byte) error {
+			if len(k) != 8 {
+				res.Problems = append(res.Problems, Problem{What: fmt.Sprintf("record key %x is not a sequence number", k)})
+				return nil
+			}
+			seq := binary.BigEndian.Uint64(k)
+			res.Records++
+			if res.FirstSeq == 0 {
+				res.FirstSeq = seq
+				if seq != 1 && !holesCover(holes, 1, seq-1) {
+					res.Problems = append(res.Problems, Problem{Seq: seq, What: fmt.Sprintf("journal starts at %d: records 1..%d missing, not compacted", seq, seq-1)})
+				}
+			}
+			if prev != 0 && seq != prev+1 && !holesCover(holes, prev+1, seq-1) {
+				res.Problems = append(res.Problems, Problem{Seq: seq, What: fmt.Sprintf("sequence gap: records %d..%d missing, not compacted", prev+1, seq-1)})
+			}
+			prev = seq
+			res.LastSeq = seq
+			rec, err := DecodeRecord(k, v)
+			if err != nil {
+				p := Problem{Seq: seq, What: err.Error()}
+				if raw, rerr := decodeRaw(v); rerr == nil {
+					p.Task = raw.task
+				}
+				res.Problems = append(res.Problems, p)
+				return nil
+			}
+			if rec.Task != "" && !indexHas(tx, rec.Task, seq) {
+				res.Problems = append(res.Problems, Problem{Seq: seq, Task: rec.Task, What: "missing from the task index"})
+			}
+			if visit != nil {
+				visit(rec)
+			}
+			return nil
+		})
+		_ = tx.Bucket(bucketByTask).ForEach(func(k, _ []byte) error {
+			if len(k) != 16 {
+				res.Problems = append(res.Problems, Problem{What: fmt.Sprintf("task index key %x is malformed", k)})
+			} else if recs.Get(k[8:]) == nil {
+				res.Problems = append(res.Problems, Problem{Seq: binary.BigEndian.Uint64(k[8:]), What: "task index names a record that is missing"})
+			}
+			return nil
+		})
+		return tx.Bucket(bucketSnapshots).ForEach(func(k, v []byte) error {
+			res.Snapshots++
+			at := binary.BigEndian.Uint64(k)
+			if len(v) < 4 || crcOf(v[4:]) != binary.BigEndian.Uint32(v) {
+				res.Problems = append(res.Problems, Problem{Seq: at, What: "snapshot checksum mismatch"})
+			}
+			return nil
+		})
+	})
+	return res, err
+}
+
+// EncodeRecord encodes rec (with its Seq) exactly as Append stores it. With PutRaw it lets
+// tests and tools build journals holding chosen defects.
+func EncodeRecord(rec event.Record) ([]byte, error) {
+	body, err := event.MarshalBody(rec.Event)
+	if err != nil {
+		return nil, err
+	}
+	return encodeRecord(nil, rec.Seq, rec.Time.UTC(), rec.Event.Type(), rec.Task, rec.Container, body), nil
+}
+
+// PutRaw stores value as record seq, indexing it under task when task is not empty, with no
+// checks at all. It exists to plant defects in tests; the daemon never calls it.
+func (j *Journal) PutRaw(ctx context.Context, seq uint64, task string, value []byte) error {
+	return j.update(ctx, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketRecords).Put(seqKey(seq), value); err != nil {
+			return err
+		}
+		if task != "" {
+			idx := indexWriter{tasks: tx.Bucket(bucketTasks), byTask: tx.Bucket(bucketByTask), fresh: map[string]uint64{}}
+			if err := idx.add(task, seq); err != nil {
+				return err
+			}
+		}
+		j.mu.Lock()
+		if seq > j.last {
+			j.last = seq
+		}
+		j.mu.Unlock()
+		return nil
+	})
+}
+
+// DeleteRaw removes record seq without recording a cut, leaving a gap. Tests only.
+func (j *Journal) DeleteRaw(ctx context.Context, seq uint64) error {
+	return j.update(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketRecords).Delete(seqKey(seq)) })
+}
