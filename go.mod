@@ -7,4 +7,10 @@ require (
 	go.etcd.io/bbolt v1.5.0
 )
 
-require golang.org/x/sys v0.45.0 // indirect
+require (
+	github.com/cockroachdb/datadriven v1.0.3 // indirect
+	github.com/looplab/fsm v1.0.3 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
+	golang.org/x/sys v0.45.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
+)

@@ -151,9 +151,10 @@ type SnapshotTaken struct {
 
 // CompactionDone records that the history of long-cleaned tasks was dropped.
 type CompactionDone struct {
-	UpToSeq uint64   `json:"up_to_seq"`
-	Tasks   []string `json:"tasks,omitempty"`
-	Records int      `json:"records"`
+	UpToSeq  uint64   `json:"up_to_seq"`
+	Tasks    []string `json:"tasks,omitempty"`    // tombstones past retention, forgotten
+	Messages []string `json:"messages,omitempty"` // message ids past retention, forgotten
+	Records  int      `json:"records"`
 }
 
 // ReportAttempted records a report that did not settle its changes (throttled, failed), so a

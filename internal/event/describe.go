@@ -1,0 +1,105 @@
+package event
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Describe renders a record's body on one line for people, e.g.
+// `RUNNING → STOPPED exit=143 reason="stopped"`. The type, time and subject are the caller's
+// to print; `agentd journal dump` prints them in columns before this.
+func Describe(e Event) string {
+	var b strings.Builder
+	kv := func(k string, v any) {
+		switch x := v.(type) {
+		case string:
+			if x == "" {
+				return
+			}
+			if strings.ContainsAny(x, " \"=") {
+				v = fmt.Sprintf("%q", x)
+			}
+		case []string:
+			if len(x) == 0 {
+				return
+			}
+			v = strings.Join(x, ",")
+		case int:
+			if x == 0 {
+				return
+			}
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%v", k, v)
+	}
+	switch e := e.(type) {
+	case *AgentStarted:
+		kv("agent", e.AgentID)
+		kv("version", e.Version)
+		kv("pid", e.PID)
+		kv("runtime", e.Runtime)
+	case *AgentStopped:
+		kv("reason", e.Reason)
+	case *PayloadReceived:
+		kv("message", e.MessageID)
+		kv("tasks", len(e.Tasks))
+	case *TaskAdded:
+		kv("message", e.MessageID)
+		kv("family", e.Family)
+		kv("desired", string(e.Desired))
+		names := make([]string, len(e.Containers))
+		for i, c := range e.Containers {
+			names[i] = c.Name
+		}
+		kv("containers", names)
+	case *TaskRejected:
+		kv("message", e.MessageID)
+		kv("reason", e.Reason)
+	case *TaskResent:
+		kv("message", e.MessageID)
+		kv("desired", string(e.Desired))
+	case *DesiredChanged:
+		kv("message", e.MessageID)
+		kv("to", string(e.To))
+	case *ContainerTransitioned:
+		fmt.Fprintf(&b, "%s → %s", e.From, e.To)
+		if e.ExitCode != nil {
+			kv("exit", fmt.Sprint(*e.ExitCode))
+		}
+		kv("id", e.RuntimeID)
+		kv("reason", e.Reason)
+	case *TaskTransitioned:
+		fmt.Fprintf(&b, "%s → %s", e.From, e.To)
+		kv("reason", e.Reason)
+	case *ChangesSettled:
+		kv("accepted", e.Accepted)
+		for _, r := range e.Rejected {
+			kv("rejected", r.ID+":"+r.Error)
+		}
+	case *StoppedAcked:
+		kv("change", e.ChangeID)
+		kv("rejected", e.Rejected)
+	case *ContainerRemoved:
+		kv("id", e.RuntimeID)
+	case *SnapshotTaken:
+		kv("at", fmt.Sprint(e.AtSeq))
+		kv("bytes", e.Bytes)
+	case *CompactionDone:
+		kv("up_to", fmt.Sprint(e.UpToSeq))
+		kv("records", e.Records)
+		kv("tasks", len(e.Tasks))
+		kv("messages", len(e.Messages))
+	case *ReportAttempted:
+		kv("outcome", e.Outcome)
+		kv("http", e.HTTPStatus)
+		if e.RetryAfter > 0 {
+			kv("retry_after", e.RetryAfter.String())
+		}
+		kv("changes", len(e.IDs))
+		kv("count", e.Count)
+		kv("error", e.Error)
+	}
+	return b.String()
+}

@@ -1,0 +1,425 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// ApplyError is a record the projection refused. It names the record, its type and subject.
+type ApplyError struct {
+	Seq       uint64
+	Type      event.Type
+	Task      string
+	Container string
+	Err       error
+}
+
+func (e *ApplyError) Error() string {
+	subj := ""
+	if e.Task != "" {
+		subj = ", task " + e.Task
+	}
+	if e.Container != "" {
+		subj += ", container " + e.Container
+	}
+	return fmt.Sprintf("record %d (%s%s): %v", e.Seq, e.Type, subj, e.Err)
+}
+
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+// Errors Apply wraps, for callers that sort violations.
+var (
+	ErrUnknownTask   = errors.New("unknown task")
+	ErrRunTwice      = errors.New("task added twice")
+	ErrPayloadTwice  = errors.New("payload applied twice")
+	ErrCleanupGuard  = errors.New("cleanup guard")
+	ErrSentAhead     = errors.New("settles a change that was never made")
+	ErrOutOfSequence = errors.New("record out of sequence")
+	ErrStoppedOrder  = errors.New("task stopped before its containers")
+)
+
+// Apply folds one record into the projection. A record that breaks a rule changes nothing and
+// returns an *ApplyError.
+func (s *State) Apply(rec event.Record) error {
+	if rec.Event == nil {
+		return s.fail(rec, errors.New("record has no body"))
+	}
+	rec.Time = rec.Time.UTC() // snapshots must not depend on the caller's time zone
+	if rec.Seq <= s.LastSeq {
+		return s.fail(rec, fmt.Errorf("%w: %d after %d", ErrOutOfSequence, rec.Seq, s.LastSeq))
+	}
+	if err := s.apply(rec); err != nil {
+		return s.fail(rec, err)
+	}
+	s.LastSeq, s.LastTime = rec.Seq, rec.Time
+	return nil
+}
+
+// Skip moves past a record that Apply refused, so a checker can go on reading a damaged
+// journal; the refused record changes nothing else.
+func (s *State) Skip(rec event.Record) {
+	if rec.Seq > s.LastSeq {
+		s.LastSeq, s.LastTime = rec.Seq, rec.Time
+	}
+}
+
+func (s *State) fail(rec event.Record, err error) error {
+	var t event.Type
+	if rec.Event != nil {
+		t = rec.Event.Type()
+	}
+	return &ApplyError{Seq: rec.Seq, Type: t, Task: rec.Task, Container: rec.Container, Err: err}
+}
+
+func (s *State) apply(rec event.Record) error {
+	switch e := rec.Event.(type) {
+	case *event.AgentStarted:
+		if s.AgentID != "" && e.AgentID != s.AgentID {
+			return fmt.Errorf("agent id changed from %q to %q", s.AgentID, e.AgentID)
+		}
+		if s.JournalID != "" && e.JournalID != s.JournalID {
+			return fmt.Errorf("journal id changed from %q to %q", s.JournalID, e.JournalID)
+		}
+		s.AgentID, s.JournalID = e.AgentID, e.JournalID
+		s.Starts++
+	case *event.AgentStopped, *event.SnapshotTaken, *event.ReportAttempted:
+		// History for the forensics tools; no state.
+	case *event.PayloadReceived:
+		if e.MessageID == "" {
+			return errors.New("payload without message id")
+		}
+		if seq, ok := s.Messages[e.MessageID]; ok {
+			return fmt.Errorf("%w: message %q was received at record %d", ErrPayloadTwice, e.MessageID, seq)
+		}
+		s.Messages[e.MessageID] = rec.Seq
+	case *event.TaskAdded:
+		return s.addTask(rec, e)
+	case *event.TaskRejected:
+		if err := s.newARN(rec.Task); err != nil {
+			return err
+		}
+		t := &Task{ARN: rec.Task, Known: event.StatusStopped, Desired: event.StatusStopped, Sent: event.StatusNone,
+			Reason: e.Reason, Rejected: true, AddedSeq: rec.Seq, AddedAt: rec.Time, StoppedAt: rec.Time, StopSeq: rec.Seq,
+			Containers: []*Container{}}
+		s.Tasks[t.ARN] = t
+		s.addChange(rec, t, nil, event.StatusStopped, nil, e.Reason)
+	case *event.TaskResent:
+		if _, ok := s.Tasks[rec.Task]; ok {
+			return nil
+		}
+		ts, ok := s.Tombstones[rec.Task]
+		if !ok {
+			return fmt.Errorf("%w: re-sent task is neither live nor tombstoned", ErrUnknownTask)
+		}
+		// The control plane lost track: report the final STOPPED again, same ids.
+		for i := range ts.Final {
+			c := ts.Final[i]
+			if _, queued := s.Outbox[c.Seq]; !queued {
+				s.Outbox[c.Seq] = &c
+				s.insertOrder(c.Seq)
+			}
+		}
+	case *event.DesiredChanged:
+		t, err := s.task(rec)
+		if err != nil {
+			return err
+		}
+		if e.To != event.StatusRunning && e.To != event.StatusStopped {
+			return fmt.Errorf("desired status %q: only RUNNING or STOPPED", e.To)
+		}
+		if e.To.Rank() <= t.Desired.Rank() {
+			return fmt.Errorf("desired status moves back or stays: %s → %s", t.Desired, e.To)
+		}
+		t.Desired = e.To
+		if e.To == event.StatusStopped && t.StopCause == "" {
+			t.StopCause = "stopped by the control plane"
+		}
+	case *event.ContainerTransitioned:
+		return s.transitionContainer(rec, e)
+	case *event.TaskTransitioned:
+		return s.transitionTask(rec, e)
+	case *event.ChangesSettled:
+		return s.settle(rec, e)
+	case *event.StoppedAcked:
+		t, err := s.task(rec)
+		if err != nil {
+			return err
+		}
+		if t.Known != event.StatusStopped || t.Sent != event.StatusStopped {
+			return fmt.Errorf("%w: stopped-acked for a task that is %s with sent status %s (needs STOPPED, settled)", ErrCleanupGuard, t.Known, t.Sent)
+		}
+		if err := s.taskM.check(t.Known, event.StatusStoppedAcked); err != nil {
+			return err
+		}
+		t.Known, t.AckedAt = event.StatusStoppedAcked, rec.Time
+	case *event.CleanupStarted:
+		t, err := s.task(rec)
+		if err != nil {
+			return err
+		}
+		if err := s.taskM.check(t.Known, event.StatusCleaning); err != nil {
+			return fmt.Errorf("%w: cleanup of a task that is %s: %v", ErrCleanupGuard, t.Known, err)
+		}
+		t.Known, t.CleaningAt = event.StatusCleaning, rec.Time
+	case *event.ContainerRemoved:
+		t, c, err := s.container(rec)
+		if err != nil {
+			return err
+		}
+		if t.Known != event.StatusCleaning {
+			return fmt.Errorf("%w: container removed while the task is %s (needs CLEANING)", ErrCleanupGuard, t.Known)
+		}
+		if c.Removed {
+			return errors.New("container removed twice")
+		}
+		c.Removed = true
+	case *event.TaskCleaned:
+		return s.clean(rec)
+	case *event.CompactionDone:
+		for _, arn := range e.Tasks {
+			if _, live := s.Tasks[arn]; live {
+				return fmt.Errorf("compaction dropped live task %s", arn)
+			}
+		}
+		for _, arn := range e.Tasks {
+			delete(s.Tombstones, arn)
+		}
+		for _, m := range e.Messages {
+			delete(s.Messages, m)
+		}
+	default:
+		return fmt.Errorf("record type %s is not understood by the projection", rec.Event.Type())
+	}
+	return nil
+}
+
+func (s *State) task(rec event.Record) (*Task, error) {
+	if t, ok := s.Tasks[rec.Task]; ok {
+		return t, nil
+	}
+	if _, ok := s.Tombstones[rec.Task]; ok {
+		return nil, fmt.Errorf("%w: task %q is cleaned (tombstoned)", ErrUnknownTask, rec.Task)
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownTask, rec.Task)
+}
+
+func (s *State) container(rec event.Record) (*Task, *Container, error) {
+	t, err := s.task(rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := t.Container(rec.Container)
+	if c == nil {
+		return nil, nil, fmt.Errorf("task has no container %q", rec.Container)
+	}
+	return t, c, nil
+}
+
+// newARN refuses an ARN the agent has seen: a task never runs twice.
+func (s *State) newARN(arn string) error {
+	if arn == "" {
+		return errors.New("task without arn")
+	}
+	if t, ok := s.Tasks[arn]; ok {
+		return fmt.Errorf("%w: live since record %d", ErrRunTwice, t.AddedSeq)
+	}
+	if ts, ok := s.Tombstones[arn]; ok {
+		return fmt.Errorf("%w: tombstoned at record %d", ErrRunTwice, ts.CleanSeq)
+	}
+	return nil
+}
+
+func (s *State) addTask(rec event.Record, e *event.TaskAdded) error {
+	if err := s.newARN(rec.Task); err != nil {
+		return err
+	}
+	if e.Desired != event.StatusRunning && e.Desired != event.StatusStopped {
+		return fmt.Errorf("desired status %q: only RUNNING or STOPPED", e.Desired)
+	}
+	if len(e.Containers) == 0 {
+		return errors.New("task without containers")
+	}
+	t := &Task{ARN: rec.Task, Family: e.Family, Version: e.Version, Known: event.StatusNone, Desired: e.Desired,
+		Sent: event.StatusNone, AddedSeq: rec.Seq, AddedAt: rec.Time}
+	for _, spec := range e.Containers {
+		if spec.Name == "" || t.Container(spec.Name) != nil {
+			return fmt.Errorf("container name %q empty or repeated", spec.Name)
+		}
+		t.Containers = append(t.Containers, &Container{ContainerSpec: spec, Known: event.StatusNone, Sent: event.StatusNone})
+	}
+	if e.Desired == event.StatusStopped {
+		t.StopCause = "desired status STOPPED on arrival"
+	}
+	s.Tasks[t.ARN] = t
+	return nil
+}
+
+func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransitioned) error {
+	t, c, err := s.container(rec)
+	if err != nil {
+		return err
+	}
+	if e.From != c.Known {
+		return fmt.Errorf("%w: record says container %s → %s, but the container is %s", ErrIllegalTransition, e.From, e.To, c.Known)
+	}
+	if t.Known.Rank() >= event.StatusStopped.Rank() {
+		return fmt.Errorf("%w: container %s → %s in a task that is %s", ErrIllegalTransition, e.From, e.To, t.Known)
+	}
+	if err := s.containerM.check(c.Known, e.To); err != nil {
+		return err
+	}
+	c.Known = e.To
+	if e.RuntimeID != "" {
+		c.RuntimeID = e.RuntimeID
+	}
+	if e.To == event.StatusStopped {
+		c.ExitCode, c.Reason, c.StoppedAt, c.StopSeq = e.ExitCode, e.Reason, rec.Time, rec.Seq
+		if c.Essential && t.StopCause == "" {
+			t.StopCause = essentialStopped(c)
+		}
+	}
+	s.addChange(rec, t, c, e.To, e.ExitCode, e.Reason)
+	return nil
+}
+
+func (s *State) transitionTask(rec event.Record, e *event.TaskTransitioned) error {
+	t, err := s.task(rec)
+	if err != nil {
+		return err
+	}
+	if !e.To.Reportable() {
+		return fmt.Errorf("%w: task %s → %s only through its own record type", ErrCleanupGuard, e.From, e.To)
+	}
+	if e.From != t.Known {
+		return fmt.Errorf("%w: record says task %s → %s, but the task is %s", ErrIllegalTransition, e.From, e.To, t.Known)
+	}
+	if err := s.taskM.check(t.Known, e.To); err != nil {
+		return err
+	}
+	for _, c := range t.Containers {
+		if e.To == event.StatusStopped && c.Known != event.StatusStopped {
+			return fmt.Errorf("%w: task STOPPED while container %s is %s", ErrStoppedOrder, c.Name, c.Known)
+		}
+		if c.Known.Rank() < e.To.Rank() {
+			return fmt.Errorf("%w: task %s while container %s is %s", ErrIllegalTransition, e.To, c.Name, c.Known)
+		}
+	}
+	t.Known = e.To
+	if e.Reason != "" {
+		t.Reason = e.Reason
+	}
+	if e.To == event.StatusStopped {
+		t.StoppedAt, t.StopSeq = rec.Time, rec.Seq
+	}
+	s.addChange(rec, t, nil, e.To, nil, e.Reason)
+	return nil
+}
+
+func (s *State) addChange(rec event.Record, t *Task, c *Container, status event.Status, exit *int, reason string) {
+	if !status.Reportable() {
+		return
+	}
+	ch := &Change{ID: s.ChangeID(rec.Seq), Seq: rec.Seq, Task: t.ARN, Status: status, ExitCode: exit, Reason: reason, At: rec.Time}
+	if c != nil {
+		ch.Container = c.Name
+		c.Pending = append(c.Pending, rec.Seq)
+	} else {
+		t.Pending = append(t.Pending, rec.Seq)
+	}
+	s.Outbox[rec.Seq] = ch
+	s.order = append(s.order, rec.Seq)
+}
+
+func (s *State) insertOrder(seq uint64) {
+	s.sweep()
+	i, found := slices.BinarySearch(s.order, seq)
+	if !found {
+		s.order = slices.Insert(s.order, i, seq)
+	}
+}
+
+// settle applies the control plane's answer. Every id is checked before anything changes.
+func (s *State) settle(rec event.Record, e *event.ChangesSettled) error {
+	ids := append([]string(nil), e.Accepted...)
+	for _, r := range e.Rejected {
+		ids = append(ids, r.ID)
+	}
+	var found []*Change
+	for _, id := range ids {
+		seq, ok := s.changeSeq(id)
+		if !ok || seq >= rec.Seq {
+			return fmt.Errorf("%w: %q", ErrSentAhead, id)
+		}
+		if c, ok := s.Outbox[seq]; ok {
+			found = append(found, c)
+		}
+		// Otherwise settled before (a retry's answer) or coalesced: nothing to do.
+	}
+	for _, c := range found {
+		if _, still := s.Outbox[c.Seq]; !still {
+			continue
+		}
+		t := s.Tasks[c.Task]
+		if t == nil {
+			delete(s.Outbox, c.Seq) // a tombstone's final change, re-sent
+			continue
+		}
+		pending, sent := &t.Pending, &t.Sent
+		if c.Container != "" {
+			if ct := t.Container(c.Container); ct != nil {
+				pending, sent = &ct.Pending, &ct.Sent
+			}
+		}
+		// Earlier changes of the same subject are settled with it (coalescing).
+		keep := (*pending)[:0]
+		for _, seq := range *pending {
+			if seq <= c.Seq {
+				delete(s.Outbox, seq)
+			} else {
+				keep = append(keep, seq)
+			}
+		}
+		*pending = keep
+		delete(s.Outbox, c.Seq)
+		if c.Status.Rank() > sent.Rank() {
+			*sent = c.Status
+		}
+	}
+	return nil
+}
+
+// clean turns a task into its tombstone.
+func (s *State) clean(rec event.Record) error {
+	t, err := s.task(rec)
+	if err != nil {
+		return err
+	}
+	if err := s.taskM.check(t.Known, event.StatusCleaned); err != nil {
+		return fmt.Errorf("%w: %v", ErrCleanupGuard, err)
+	}
+	for _, c := range t.Containers {
+		if !c.Removed {
+			return fmt.Errorf("task cleaned while container %s is not removed", c.Name)
+		}
+	}
+	ts := &Tombstone{ARN: t.ARN, Family: t.Family, Reason: t.Reason, StoppedAt: t.StoppedAt, CleanedAt: rec.Time, CleanSeq: rec.Seq}
+	for _, c := range t.Containers {
+		if c.StopSeq != 0 {
+			ts.Final = append(ts.Final, Change{ID: s.ChangeID(c.StopSeq), Seq: c.StopSeq, Task: t.ARN, Container: c.Name,
+				Status: event.StatusStopped, ExitCode: c.ExitCode, Reason: c.Reason, At: c.StoppedAt})
+		}
+		if c.ExitCode != nil {
+			if ts.Exits == nil {
+				ts.Exits = map[string]int{}
+			}
+			ts.Exits[c.Name] = *c.ExitCode
+		}
+	}
+	ts.Final = append(ts.Final, Change{ID: s.ChangeID(t.StopSeq), Seq: t.StopSeq, Task: t.ARN, Status: event.StatusStopped, Reason: t.Reason, At: t.StoppedAt})
+	delete(s.Tasks, t.ARN)
+	s.Tombstones[t.ARN] = ts
+	return nil
+}

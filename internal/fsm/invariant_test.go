@@ -1,0 +1,165 @@
+package fsm_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+)
+
+// stream numbers records and stamps them one second apart.
+func stream(recs ...event.Record) []event.Record {
+	for i := range recs {
+		recs[i].Seq = uint64(i + 1)
+		recs[i].Time = t0.Add(time.Duration(i) * time.Second)
+	}
+	return recs
+}
+
+func rec(task, container string, e event.Event) event.Record {
+	return event.Record{Task: task, Container: container, Event: e}
+}
+
+func ctr(from, to event.Status) *event.ContainerTransitioned {
+	return &event.ContainerTransitioned{From: from, To: to}
+}
+
+func tsk(from, to event.Status) *event.TaskTransitioned {
+	return &event.TaskTransitioned{From: from, To: to}
+}
+
+// upToRunning is a valid start: one task with one container, running.
+func upToRunning() []event.Record {
+	return []event.Record{
+		rec("", "", &event.PayloadReceived{MessageID: "m-1"}),
+		rec("t1", "", &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: "app", Image: "x", Essential: true}}}),
+		rec("t1", "app", ctr("NONE", "PULLED")), rec("t1", "", tsk("NONE", "PULLED")),
+		rec("t1", "app", ctr("PULLED", "CREATED")), rec("t1", "", tsk("PULLED", "CREATED")),
+		rec("t1", "app", ctr("CREATED", "RUNNING")), rec("t1", "", tsk("CREATED", "RUNNING")),
+	}
+}
+
+func TestCheckerNamesEachPlantedDefect(t *testing.T) {
+	stop := []event.Record{rec("t1", "app", ctr("RUNNING", "STOPPED")), rec("t1", "", tsk("RUNNING", "STOPPED"))}
+	cases := []struct {
+		name  string
+		tail  []event.Record
+		rule  fsm.Rule
+		atSeq uint64
+	}{
+		{"cleanup without stopped-acked", append(stop, rec("t1", "", &event.CleanupStarted{})), fsm.RuleCleanupBeforeAck, 11},
+		{"stopped-acked before the STOPPED was settled", append(stop, rec("t1", "", &event.StoppedAcked{})), fsm.RuleCleanupBeforeAck, 11},
+		{"container started twice", []event.Record{rec("t1", "app", ctr("RUNNING", "RUNNING"))}, fsm.RuleStatusOrder, 9},
+		{"status goes back", []event.Record{rec("t1", "app", ctr("RUNNING", "PULLED"))}, fsm.RuleStatusOrder, 9},
+		{"task added twice", []event.Record{rec("t1", "", &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: "a"}}})}, fsm.RuleRunTwice, 9},
+		{"payload applied twice", []event.Record{rec("", "", &event.PayloadReceived{MessageID: "m-1"})}, fsm.RulePayloadTwice, 9},
+		{"sent ahead of known", []event.Record{rec("", "", &event.ChangesSettled{Accepted: []string{"c-40"}})}, fsm.RuleSentAhead, 9},
+		{"task stopped before its container", []event.Record{rec("t1", "", tsk("RUNNING", "STOPPED"))}, fsm.RuleStoppedOrder, 9},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fsm.NewChecker(nil)
+			for _, r := range stream(append(upToRunning(), tc.tail...)...) {
+				c.Record(r)
+			}
+			if len(c.Violations) != 1 {
+				t.Fatalf("want exactly one violation, got %v", c.Violations)
+			}
+			v := c.Violations[0]
+			if v.Rule != tc.rule || v.Seq != tc.atSeq {
+				t.Fatalf("got %s; want rule %s at record %d", v, tc.rule, tc.atSeq)
+			}
+		})
+	}
+}
+
+func TestCheckerReadsOnPastAViolation(t *testing.T) {
+	recs := stream(append(upToRunning(),
+		rec("t1", "app", ctr("RUNNING", "CREATED")), // 9: refused
+		rec("t1", "app", ctr("RUNNING", "STOPPED")), // 10: fine
+		rec("t1", "", &event.CleanupStarted{}),      // 11: refused
+	)...)
+	c := fsm.NewChecker(nil)
+	for _, r := range recs {
+		c.Record(r)
+	}
+	if len(c.Violations) != 2 || c.Violations[0].Seq != 9 || c.Violations[1].Seq != 11 {
+		t.Fatalf("violations %v; want records 9 and 11", c.Violations)
+	}
+	if c.State.Tasks["t1"].Container("app").Known != event.StatusStopped || c.State.LastSeq != 11 {
+		t.Fatal("the checker did not apply the sound record between the two bad ones")
+	}
+}
+
+func TestRestoreRefusesDamagedSnapshots(t *testing.T) {
+	st := fsm.New()
+	for _, r := range stream(upToRunning()...) {
+		if err := st.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good, _ := st.Snapshot()
+	for name, damage := range map[string]func(string) string{
+		"unknown status":      func(s string) string { return strings.Replace(s, `"known":"RUNNING"`, `"known":"RUNING"`, 1) },
+		"sent ahead of known": func(s string) string { return strings.Replace(s, `"sent":"NONE"`, `"sent":"STOPPED"`, 1) },
+		"newer version":       func(s string) string { return strings.Replace(s, `"version":1`, `"version":2`, 1) },
+		"truncated":           func(s string) string { return s[:len(s)/2] },
+		"unknown field":       func(s string) string { return strings.Replace(s, `"version":1`, `"version":1,"x":1`, 1) },
+	} {
+		bad := damage(string(good))
+		if bad == string(good) {
+			t.Fatalf("%s: damage did not apply", name)
+		}
+		if _, err := fsm.Restore([]byte(bad)); err == nil {
+			t.Errorf("%s: restore accepted a damaged snapshot", name)
+		}
+	}
+	if _, err := fsm.Restore(good); err != nil {
+		t.Fatalf("restore of a sound snapshot: %v", err)
+	}
+}
+
+// The projection is pure: nothing it imports, directly or not, does I/O of its own (fmt's use
+// of os aside), reads a clock for it or logs.
+func TestProjectionImportsNoIO(t *testing.T) {
+	direct, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", ".").Output()
+	if err != nil {
+		t.Skipf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(direct)) {
+		switch dep {
+		case "os", "io", "net", "log", "syscall", "math/rand", "math/rand/v2", "sync":
+			t.Errorf("internal/fsm imports %s", dep)
+		}
+	}
+	files, _ := filepath.Glob("*.go")
+	for _, f := range files {
+		src, _ := os.ReadFile(f)
+		if !strings.HasSuffix(f, "_test.go") && strings.Contains(string(src), "time.Now(") {
+			t.Errorf("%s reads the clock: now must be passed in", f)
+		}
+	}
+	all, _ := exec.Command("go", "list", "-deps", ".").Output()
+	for _, dep := range strings.Fields(string(all)) {
+		if strings.HasPrefix(dep, "net") || strings.Contains(dep, "bbolt") || strings.Contains(dep, "zerolog") || dep == "os/exec" {
+			t.Errorf("internal/fsm depends on %s", dep)
+		}
+	}
+}
+
+func TestDiagramComesFromTheTables(t *testing.T) {
+	d, err := fsm.Diagram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"STOPPED_ACKED --> CLEANING", "STOPPED --> STOPPED_ACKED", "NONE --> STOPPED"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diagram lacks %q:\n%s", want, d)
+		}
+	}
+}

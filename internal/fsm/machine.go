@@ -1,0 +1,81 @@
+package fsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/agentd/agentd/internal/event"
+	lfsm "github.com/looplab/fsm"
+)
+
+// The lifecycles as looplab/fsm tables. An event is named after the status it leads to, so a
+// journaled transition "from → to" is checked by firing event "to" in state "from". The tables
+// are the whole truth about what may follow what; nothing else in this package decides that.
+//
+// Task:      NONE → PULLED → CREATED → RUNNING → STOPPED → STOPPED_ACKED → CLEANING → CLEANED,
+//
+//	and STOPPED from any status before it (a failed pull, create or start).
+//
+// Container: NONE → PULLED → CREATED → RUNNING → STOPPED, and STOPPED from any status before it.
+//
+// STOPPED_ACKED has STOPPED as its only source and CLEANING has STOPPED_ACKED as its only
+// source: that is the cleanup guard, structurally.
+var (
+	taskEvents = lfsm.Events{
+		{Name: string(event.StatusPulled), Src: []string{"NONE"}, Dst: "PULLED"},
+		{Name: string(event.StatusCreated), Src: []string{"PULLED"}, Dst: "CREATED"},
+		{Name: string(event.StatusRunning), Src: []string{"CREATED"}, Dst: "RUNNING"},
+		{Name: string(event.StatusStopped), Src: []string{"NONE", "PULLED", "CREATED", "RUNNING"}, Dst: "STOPPED"},
+		{Name: string(event.StatusStoppedAcked), Src: []string{"STOPPED"}, Dst: "STOPPED_ACKED"},
+		{Name: string(event.StatusCleaning), Src: []string{"STOPPED_ACKED"}, Dst: "CLEANING"},
+		{Name: string(event.StatusCleaned), Src: []string{"CLEANING"}, Dst: "CLEANED"},
+	}
+	containerEvents = lfsm.Events{
+		{Name: string(event.StatusPulled), Src: []string{"NONE"}, Dst: "PULLED"},
+		{Name: string(event.StatusCreated), Src: []string{"PULLED"}, Dst: "CREATED"},
+		{Name: string(event.StatusRunning), Src: []string{"CREATED"}, Dst: "RUNNING"},
+		{Name: string(event.StatusStopped), Src: []string{"NONE", "PULLED", "CREATED", "RUNNING"}, Dst: "STOPPED"},
+	}
+)
+
+// machine checks transitions against one table. One instance per projection: looplab/fsm is
+// stateful and locks, and a projection is used from one goroutine.
+type machine struct {
+	kind string
+	m    *lfsm.FSM
+}
+
+func newTaskMachine() *machine {
+	return &machine{kind: "task", m: lfsm.NewFSM("NONE", taskEvents, nil)}
+}
+
+func newContainerMachine() *machine {
+	return &machine{kind: "container", m: lfsm.NewFSM("NONE", containerEvents, nil)}
+}
+
+// ErrIllegalTransition is wrapped by every refused transition.
+var ErrIllegalTransition = errors.New("illegal transition")
+
+// check reports whether from → to is legal. The context is never cancelled: a cancelled
+// context wedges a looplab machine for good.
+func (mc *machine) check(from, to event.Status) error {
+	if !to.Valid() {
+		return fmt.Errorf("%w: %q is not a status", ErrIllegalTransition, to)
+	}
+	mc.m.SetState(string(from))
+	if err := mc.m.Event(context.Background(), string(to)); err != nil {
+		return fmt.Errorf("%w: %s %s → %s", ErrIllegalTransition, mc.kind, from, to)
+	}
+	return nil
+}
+
+// Diagram draws the task and container lifecycles in Mermaid, straight from the tables.
+func Diagram() (string, error) {
+	t, err := lfsm.VisualizeWithType(lfsm.NewFSM("NONE", taskEvents, nil), lfsm.MermaidStateDiagram)
+	if err != nil {
+		return "", err
+	}
+	c, err := lfsm.VisualizeWithType(lfsm.NewFSM("NONE", containerEvents, nil), lfsm.MermaidStateDiagram)
+	return "%% task\n" + t + "\n%% container\n" + c, err
+}

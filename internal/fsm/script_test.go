@@ -1,0 +1,300 @@
+package fsm_test
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/cockroachdb/datadriven"
+)
+
+var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+// harness plays a script: records are appended to a history and applied; `run` plays the
+// engine's part with a runtime where every action succeeds unless told otherwise.
+type harness struct {
+	st      *fsm.State
+	seq     uint64
+	now     time.Time
+	cfg     fsm.Config
+	history []event.Record
+}
+
+// TestScripts runs the scripts in testdata/. Rewrite expectations with -rewrite.
+func TestScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := &harness{st: fsm.New(), now: t0, cfg: fsm.Config{CleanupWait: 3 * time.Hour}}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return h.do(t, d)
+		})
+	})
+}
+
+func (h *harness) record(task, container string, e event.Event) string {
+	rec := event.Record{Seq: h.seq + 1, Time: h.now, Task: task, Container: container, Event: e}
+	if err := h.st.Apply(rec); err != nil {
+		return "error: " + err.Error() + "\n"
+	}
+	h.seq++
+	h.history = append(h.history, rec)
+	return line(rec)
+}
+
+func line(rec event.Record) string {
+	subj := rec.Task
+	if rec.Container != "" {
+		subj += "/" + rec.Container
+	}
+	return strings.TrimRight(fmt.Sprintf("#%d %s %s %s", rec.Seq, rec.Type(), subj, event.Describe(rec.Event)), " ") + "\n"
+}
+
+func str(t *testing.T, d *datadriven.TestData, key string) string {
+	var v string
+	d.MaybeScanArgs(t, key, &v)
+	return v
+}
+
+func seqIDs(t *testing.T, d *datadriven.TestData, st *fsm.State, key string) []string {
+	arg, ok := d.Arg(key)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, v := range arg.Vals {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			d.Fatalf(t, "%s: %q is not a sequence number", key, v)
+		}
+		out = append(out, st.ChangeID(n))
+	}
+	return out
+}
+
+func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
+	task, ctr := str(t, d, "task"), str(t, d, "name")
+	reason := strings.TrimSpace(d.Input)
+	switch d.Cmd {
+	case "config":
+		var w string
+		d.ScanArgs(t, "wait", &w)
+		dur, err := time.ParseDuration(w)
+		if err != nil {
+			d.Fatalf(t, "wait: %v", err)
+		}
+		h.cfg.CleanupWait = dur
+		return "ok\n"
+	case "tick":
+		dur, err := time.ParseDuration(d.CmdArgs[0].Key)
+		if err != nil {
+			d.Fatalf(t, "tick: %v", err)
+		}
+		h.now = h.now.Add(dur)
+		return fmt.Sprintf("now %s\n", h.now.Format(time.TimeOnly))
+	case "agent":
+		return h.record("", "", &event.AgentStarted{AgentID: str(t, d, "id"), JournalID: str(t, d, "journal"), Version: "test"})
+	case "payload":
+		return h.record("", "", &event.PayloadReceived{MessageID: str(t, d, "id")})
+	case "add":
+		desired := event.Status(str(t, d, "desired"))
+		if desired == "" {
+			desired = event.StatusRunning
+		}
+		e := &event.TaskAdded{MessageID: str(t, d, "msg"), Family: "web", Desired: desired}
+		for _, l := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			f := strings.Fields(l)
+			if len(f) == 0 {
+				continue
+			}
+			spec := event.ContainerSpec{Name: f[0]}
+			for _, kv := range f[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				switch k {
+				case "image":
+					spec.Image = v
+				case "essential":
+					spec.Essential = true
+				case "cmd":
+					spec.Command = strings.Split(v, ",")
+				}
+			}
+			e.Containers = append(e.Containers, spec)
+		}
+		return h.record(task, "", e)
+	case "reject":
+		return h.record(task, "", &event.TaskRejected{Reason: reason})
+	case "resend":
+		return h.record(task, "", &event.TaskResent{})
+	case "desire":
+		return h.record(task, "", &event.DesiredChanged{To: event.Status(str(t, d, "to"))})
+	case "ctr":
+		e := &event.ContainerTransitioned{From: event.Status(str(t, d, "from")), To: event.Status(str(t, d, "to")), Reason: reason, RuntimeID: str(t, d, "id")}
+		if d.HasArg("exit") {
+			var code int
+			d.ScanArgs(t, "exit", &code)
+			e.ExitCode = &code
+		}
+		return h.record(task, ctr, e)
+	case "task":
+		return h.record(task, "", &event.TaskTransitioned{From: event.Status(str(t, d, "from")), To: event.Status(str(t, d, "to")), Reason: reason})
+	case "settle":
+		e := &event.ChangesSettled{Accepted: seqIDs(t, d, h.st, "accept")}
+		if d.HasArg("pending") { // what the submitter would send now, all accepted
+			for _, c := range h.st.Pending(100) {
+				e.Accepted = append(e.Accepted, c.ID)
+			}
+		}
+		for _, id := range seqIDs(t, d, h.st, "reject") {
+			e.Rejected = append(e.Rejected, event.Rejection{ID: id, Error: "unknown_task"})
+		}
+		return h.record("", "", e)
+	case "acked":
+		return h.record(task, "", &event.StoppedAcked{ChangeID: str(t, d, "change")})
+	case "cleanup":
+		return h.record(task, "", &event.CleanupStarted{})
+	case "removed":
+		return h.record(task, ctr, &event.ContainerRemoved{})
+	case "cleaned":
+		return h.record(task, "", &event.TaskCleaned{})
+	case "compact":
+		arg, _ := d.Arg("tasks")
+		return h.record("", "", &event.CompactionDone{Tasks: arg.Vals})
+	case "decide":
+		return formatDecisions(h.st.Decide(h.now, h.cfg))
+	case "run":
+		return h.run(t, d)
+	case "pending":
+		max := 100
+		d.MaybeScanArgs(t, "max", &max)
+		var b strings.Builder
+		for _, c := range h.st.Pending(max) {
+			b.WriteString(c.String() + "\n")
+		}
+		if b.Len() == 0 {
+			return "nothing to send\n"
+		}
+		return b.String()
+	case "state":
+		h.checkReplay(t)
+		return h.st.Format(h.now, h.cfg)
+	}
+	d.Fatalf(t, "unknown command %q", d.Cmd)
+	return ""
+}
+
+func formatDecisions(dec fsm.Decisions) string {
+	var b strings.Builder
+	for _, r := range dec.Records {
+		fmt.Fprintf(&b, "journal %s", strings.TrimPrefix(line(r), "#0 "))
+	}
+	for _, a := range dec.Actions {
+		fmt.Fprintf(&b, "act %s %s/%s\n", a.Kind, a.Task, a.Container)
+	}
+	for _, c := range dec.Cleanups {
+		fmt.Fprintf(&b, "cleanup due %s\n", c)
+	}
+	if !dec.NextDue.IsZero() {
+		fmt.Fprintf(&b, "next due %s\n", dec.NextDue.Format(time.TimeOnly))
+	}
+	if b.Len() == 0 {
+		return "nothing\n"
+	}
+	return b.String()
+}
+
+// run plays the engine until nothing more happens by itself: it journals what Decide asks,
+// and carries out every runtime action successfully — except those named by fail=(name:kind).
+func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+	fail := map[string]bool{}
+	if arg, ok := d.Arg("fail"); ok {
+		for _, v := range arg.Vals {
+			fail[v] = true
+		}
+	}
+	var b strings.Builder
+	for i := 0; i < 200; i++ {
+		dec := h.st.Decide(h.now, h.cfg)
+		progressed := false
+		for _, r := range dec.Records {
+			b.WriteString(h.record(r.Task, r.Container, r.Event))
+			progressed = true
+		}
+		if progressed {
+			continue // decisions after records see the new state
+		}
+		for _, arn := range dec.Cleanups {
+			b.WriteString(h.record(arn, "", &event.CleanupStarted{}))
+			progressed = true
+		}
+		for _, a := range dec.Actions {
+			progressed = true
+			if fail[a.Container+":"+string(a.Kind)] {
+				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, Reason: string(a.Kind) + " failed"}))
+				continue
+			}
+			switch a.Kind {
+			case fsm.ActPull:
+				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusPulled}))
+			case fsm.ActCreate:
+				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusCreated, RuntimeID: "sim-" + a.Container}))
+			case fsm.ActStart:
+				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusRunning}))
+			case fsm.ActStop:
+				code := 143
+				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, ExitCode: &code, Reason: "stopped"}))
+			case fsm.ActRemove:
+				b.WriteString(h.record(a.Task, a.Container, &event.ContainerRemoved{RuntimeID: a.RuntimeID}))
+			}
+		}
+		if !progressed {
+			if b.Len() == 0 {
+				return "nothing\n"
+			}
+			return b.String()
+		}
+	}
+	d.Fatalf(t, "run did not settle in 200 rounds:\n%s", b.String())
+	return ""
+}
+
+// checkReplay proves, at every `state`, that replaying the history from scratch and from a
+// snapshot taken at each point rebuilds the very same projection, byte for byte.
+func (h *harness) checkReplay(t *testing.T) {
+	t.Helper()
+	want, err := h.st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := fsm.New()
+	for _, r := range h.history {
+		if err := full.Apply(r); err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+	}
+	if got, _ := full.Snapshot(); !bytes.Equal(got, want) {
+		t.Fatalf("full replay differs from the live projection:\nlive   %s\nreplay %s", want, got)
+	}
+	for cut := 0; cut <= len(h.history); cut++ {
+		part := fsm.New()
+		for _, r := range h.history[:cut] {
+			_ = part.Apply(r)
+		}
+		snap, _ := part.Snapshot()
+		restored, err := fsm.Restore(snap)
+		if err != nil {
+			t.Fatalf("restore at %d: %v", cut, err)
+		}
+		for _, r := range h.history[cut:] {
+			if err := restored.Apply(r); err != nil {
+				t.Fatalf("tail replay after snapshot at %d: %v", cut, err)
+			}
+		}
+		if got, _ := restored.Snapshot(); !bytes.Equal(got, want) {
+			t.Fatalf("snapshot at %d + tail differs from full replay", cut)
+		}
+	}
+}

@@ -1,0 +1,229 @@
+// Package fsm is agentd's projection: it turns journal records into what the agent believes
+// now — per task and per container the known status (what the runtime did), the desired status
+// (what the control plane wants) and the sent status (what the control plane has settled) —
+// and decides, given a "now" passed in, what should happen next.
+//
+// It promises:
+//   - Purity: no I/O, no clock, no goroutines, no logging. Replay and live operation run the
+//     same code, so replaying a journal rebuilds exactly the state the agent had.
+//   - Every transition is checked against the looplab/fsm tables in machine.go; an illegal one
+//     is an error naming the record, the task and the states, and changes nothing.
+//   - CLEANING is reachable only from STOPPED_ACKED, and STOPPED_ACKED only through a
+//     stopped-acked record: no decision ever cleans a task the control plane has not settled.
+//   - Sent status never passes known status and never moves back; desired status only moves
+//     forward; a task ARN, live or tombstoned, is never added twice.
+//   - Snapshot encoding is deterministic: snapshot + tail replay equals full replay, byte for byte.
+package fsm
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// Task is a live task: assigned and not yet cleaned.
+type Task struct {
+	ARN        string       `json:"arn"`
+	Family     string       `json:"family,omitempty"`
+	Version    string       `json:"version,omitempty"`
+	Known      event.Status `json:"known"`
+	Desired    event.Status `json:"desired"`
+	Sent       event.Status `json:"sent"`
+	Reason     string       `json:"reason,omitempty"`
+	StopCause  string       `json:"stop_cause,omitempty"` // the first reason it began to stop
+	Containers []*Container `json:"containers"`
+	AddedSeq   uint64       `json:"added_seq"`
+	AddedAt    time.Time    `json:"added_at"`
+	StoppedAt  time.Time    `json:"stopped_at,omitzero"` // the journaled stop time: cleanup waits from here
+	StopSeq    uint64       `json:"stop_seq,omitempty"`
+	AckedAt    time.Time    `json:"acked_at,omitzero"`
+	CleaningAt time.Time    `json:"cleaning_at,omitzero"`
+	Rejected   bool         `json:"rejected,omitempty"` // broke a protocol rule: recorded STOPPED, never run
+	Pending    []uint64     `json:"pending,omitempty"`  // unsettled task-level changes, by seq
+}
+
+// Container is one container of a live task.
+type Container struct {
+	event.ContainerSpec
+	Known     event.Status `json:"known"`
+	Sent      event.Status `json:"sent"`
+	ExitCode  *int         `json:"exit_code,omitempty"`
+	Reason    string       `json:"reason,omitempty"`
+	RuntimeID string       `json:"runtime_id,omitempty"`
+	Removed   bool         `json:"removed,omitempty"`
+	StoppedAt time.Time    `json:"stopped_at,omitzero"`
+	StopSeq   uint64       `json:"stop_seq,omitempty"`
+	Pending   []uint64     `json:"pending,omitempty"` // unsettled changes, by seq
+}
+
+// Tombstone is what outlives a cleaned task for the retention period: enough to recognise a
+// re-sent ARN and to report its final STOPPED again under the same change ids.
+type Tombstone struct {
+	ARN       string         `json:"arn"`
+	Family    string         `json:"family,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
+	StoppedAt time.Time      `json:"stopped_at"`
+	CleanedAt time.Time      `json:"cleaned_at"`
+	CleanSeq  uint64         `json:"clean_seq"`
+	Final     []Change       `json:"final"` // the last change of each container, then the task's STOPPED
+	Exits     map[string]int `json:"exits,omitempty"`
+}
+
+// Change is one state change for the control plane (PROTOCOL.md §3). Its id derives from the
+// sequence number of the record that caused it, so it is the same on every retry and restart.
+type Change struct {
+	ID        string       `json:"id"`
+	Seq       uint64       `json:"seq"`
+	Task      string       `json:"task_arn"`
+	Container string       `json:"container,omitempty"`
+	Status    event.Status `json:"status"`
+	ExitCode  *int         `json:"exit_code,omitempty"`
+	Reason    string       `json:"reason,omitempty"`
+	At        time.Time    `json:"at"`
+}
+
+// State is the projection.
+type State struct {
+	AgentID    string                `json:"agent_id,omitempty"`
+	JournalID  string                `json:"journal_id,omitempty"`
+	LastSeq    uint64                `json:"last_seq"`
+	LastTime   time.Time             `json:"last_time,omitzero"`
+	Starts     int                   `json:"starts"`
+	Tasks      map[string]*Task      `json:"tasks"`
+	Tombstones map[string]*Tombstone `json:"tombstones"`
+	Messages   map[string]uint64     `json:"messages"` // message id → seq of its payload_received
+	Outbox     map[uint64]*Change    `json:"outbox"`   // unsettled changes by seq
+
+	order      []uint64 // Outbox keys ascending, possibly with settled ones not yet swept
+	taskM      *machine
+	containerM *machine
+}
+
+// New returns an empty projection.
+func New() *State {
+	return &State{
+		Tasks:      map[string]*Task{},
+		Tombstones: map[string]*Tombstone{},
+		Messages:   map[string]uint64{},
+		Outbox:     map[uint64]*Change{},
+		taskM:      newTaskMachine(),
+		containerM: newContainerMachine(),
+	}
+}
+
+// Container returns the named container of the task, or nil.
+func (t *Task) Container(name string) *Container {
+	for _, c := range t.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// Stopping reports whether the task is on its way down: the control plane wants it stopped,
+// or an essential container has stopped.
+func (t *Task) Stopping() bool {
+	return t.StopCause != "" || t.Known.Rank() >= event.StatusStopped.Rank()
+}
+
+// ChangeID is the id of the change caused by record seq.
+func (s *State) ChangeID(seq uint64) string {
+	if s.JournalID == "" {
+		return "c-" + strconv.FormatUint(seq, 10)
+	}
+	return "c-" + s.JournalID + "-" + strconv.FormatUint(seq, 10)
+}
+
+// changeSeq parses a change id back into the sequence number of the record that caused it.
+func (s *State) changeSeq(id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, "c-")
+	if !ok {
+		return 0, false
+	}
+	if s.JournalID != "" {
+		if rest, ok = strings.CutPrefix(rest, s.JournalID+"-"); !ok {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	return n, err == nil
+}
+
+// Pending returns up to max changes to send next, in the order they happened, with earlier
+// changes of a subject coalesced into its latest one (PROTOCOL.md §3). A task's STOPPED is
+// caused only after all its containers stopped, so its containers' STOPPED changes come first.
+func (s *State) Pending(max int) []Change {
+	s.sweep()
+	var out []Change
+	for _, seq := range s.order {
+		if len(out) >= max {
+			break
+		}
+		c := s.Outbox[seq]
+		if latest, ok := s.latestPending(c); ok && latest != seq {
+			continue // a later change of the same subject carries this one
+		}
+		out = append(out, *c)
+	}
+	return out
+}
+
+// latestPending is the newest unsettled change of c's subject (false for a tombstone's re-sent
+// final changes, which stand alone).
+func (s *State) latestPending(c *Change) (uint64, bool) {
+	t := s.Tasks[c.Task]
+	if t == nil {
+		return 0, false
+	}
+	p := t.Pending
+	if c.Container != "" {
+		ct := t.Container(c.Container)
+		if ct == nil {
+			return 0, false
+		}
+		p = ct.Pending
+	}
+	if len(p) == 0 {
+		return 0, false
+	}
+	return p[len(p)-1], true
+}
+
+// OutboxLen is the number of unsettled changes.
+func (s *State) OutboxLen() int { return len(s.Outbox) }
+
+// OldestUnsent is the time of the oldest unsettled change (zero when none).
+func (s *State) OldestUnsent() time.Time {
+	s.sweep()
+	if len(s.order) == 0 {
+		return time.Time{}
+	}
+	return s.Outbox[s.order[0]].At
+}
+
+// sweep drops settled seqs from the order.
+func (s *State) sweep() {
+	if len(s.order) == len(s.Outbox) {
+		return
+	}
+	s.order = slices.DeleteFunc(s.order, func(seq uint64) bool { _, ok := s.Outbox[seq]; return !ok })
+}
+
+// SortedTasks returns the live tasks ordered by ARN.
+func (s *State) SortedTasks() []*Task {
+	out := make([]*Task, 0, len(s.Tasks))
+	for _, t := range s.Tasks {
+		out = append(out, t)
+	}
+	slices.SortFunc(out, func(a, b *Task) int { return strings.Compare(a.ARN, b.ARN) })
+	return out
+}
+
+func (s *State) String() string {
+	return fmt.Sprintf("projection at %d: %d tasks, %d tombstones, %d unsent", s.LastSeq, len(s.Tasks), len(s.Tombstones), len(s.Outbox))
+}
