@@ -25,7 +25,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 //	version(1 byte) seq time(unix ns, zig-zag varint) type task container body crc32c(4 bytes, big-endian)
 //
 // The checksum covers the encoded bytes before it, so it survives any change to Go structs.
+//
+// It appends to dst; the checksum covers only the record's own bytes.
 func encodeRecord(dst []byte, seq uint64, t time.Time, typ event.Type, task, container string, body []byte) []byte {
+	start := len(dst)
 	dst = append(dst, codecVersion)
 	dst = binary.AppendUvarint(dst, seq)
 	dst = binary.AppendVarint(dst, t.UnixNano())
@@ -33,7 +36,7 @@ func encodeRecord(dst []byte, seq uint64, t time.Time, typ event.Type, task, con
 	dst = appendBytes(dst, []byte(task))
 	dst = appendBytes(dst, []byte(container))
 	dst = appendBytes(dst, body)
-	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst, castagnoli))
+	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }
 
 func appendBytes(dst, b []byte) []byte {
