@@ -4,6 +4,7 @@
 package benchmark
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -25,6 +26,7 @@ type JournalOptions struct {
 	Dir       string // where the files go (the disk being qualified); a temp dir inside it is removed after
 	Events    int    // events per contender
 	Producers int    // concurrent appenders
+	Rounds    int    // interleaved rounds; each contender's median round is reported (default 3)
 }
 
 // Contender is one way of appending, measured.
@@ -41,6 +43,7 @@ type Contender struct {
 // JournalResult holds the three contenders and the ratios the targets are stated in.
 type JournalResult struct {
 	Producers     int       `json:"producers"`
+	Rounds        int       `json:"rounds"`
 	Naive         Contender `json:"naive"`
 	Batch         Contender `json:"batch"`
 	Journal       Contender `json:"journal"`
@@ -68,34 +71,57 @@ func typicalRecord(p, i int) event.Record {
 	}
 }
 
-// Journal runs the three contenders one after another, each on a fresh file in the same
-// directory: bbolt with one commit per event, bbolt's DB.Batch, and the journal's group commit.
-// Every one of them has fsync'd an event before its append returns.
+// Journal runs the three contenders — bbolt with one commit per event, bbolt's DB.Batch, and
+// the journal's group commit — in interleaved rounds, each round on fresh files in the same
+// directory, and reports each contender's median round: the disk's background flushing and
+// the neighbours' load then weigh on all three alike. Every contender has fsync'd an event
+// before its append returns.
 func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 	if o.Events <= 0 || o.Producers <= 0 {
 		return JournalResult{}, fmt.Errorf("bench journal: --events and --producers must be positive")
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = 3
 	}
 	dir, err := os.MkdirTemp(o.Dir, "agentd-bench-")
 	if err != nil {
 		return JournalResult{}, fmt.Errorf("bench journal: --dir %s: %w", o.Dir, err)
 	}
 	defer os.RemoveAll(dir)
-	res := JournalResult{Producers: o.Producers}
-	if res.Naive, err = benchBolt(ctx, filepath.Join(dir, "naive.db"), o, false); err != nil {
-		return res, err
+	per := o
+	per.Events = max(o.Events/o.Rounds, o.Producers)
+	var naive, batch, jour []Contender
+	for r := 0; r < o.Rounds; r++ {
+		for _, run := range []struct {
+			into *[]Contender
+			f    func(string) (Contender, error)
+		}{
+			{&naive, func(p string) (Contender, error) { return benchBolt(ctx, p, per, false) }},
+			{&batch, func(p string) (Contender, error) { return benchBolt(ctx, p, per, true) }},
+			{&jour, func(p string) (Contender, error) { return benchJournal(ctx, p, per) }},
+		} {
+			path := filepath.Join(dir, fmt.Sprintf("round%d-%d.db", r, len(*run.into)))
+			c, err := run.f(path)
+			if err != nil {
+				return JournalResult{}, err
+			}
+			*run.into = append(*run.into, c)
+			_ = os.Remove(path)
+		}
 	}
-	if res.Batch, err = benchBolt(ctx, filepath.Join(dir, "batch.db"), o, true); err != nil {
-		return res, err
-	}
-	if res.Journal, err = benchJournal(ctx, filepath.Join(dir, journal.FileName), o); err != nil {
-		return res, err
-	}
+	res := JournalResult{Producers: o.Producers, Rounds: o.Rounds, Naive: median(naive), Batch: median(batch), Journal: median(jour)}
 	res.NaiveEPS, res.BatchEPS, res.JournalEPS = res.Naive.EventsPerSec, res.Batch.EventsPerSec, res.Journal.EventsPerSec
 	res.JournalP99ms = float64(res.Journal.P99) / float64(time.Millisecond)
 	res.BytesPerEvent = res.Journal.BytesPerEvent
 	res.VsNaive = res.JournalEPS / res.NaiveEPS
 	res.VsBatch = res.JournalEPS / res.BatchEPS
 	return res, nil
+}
+
+// median is the round with the median throughput.
+func median(cs []Contender) Contender {
+	slices.SortFunc(cs, func(a, b Contender) int { return cmp.Compare(a.EventsPerSec, b.EventsPerSec) })
+	return cs[len(cs)/2]
 }
 
 // drive runs append on Producers goroutines until Events appends have returned, recording
