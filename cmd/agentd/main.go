@@ -20,8 +20,10 @@ import (
 var version = "dev"
 
 type cli struct {
-	Version kong.VersionFlag `help:"Print the version and exit."`
-	Bench   benchCmd         `cmd:"" help:"Measure agentd against its baselines, side by side."`
+	Version      kong.VersionFlag `help:"Print the version and exit."`
+	Run          runCmd           `cmd:"" help:"Run the agent daemon."`
+	Controlplane controlplaneCmd  `cmd:"" help:"Serve the reference control plane (development and tests)."`
+	Bench        benchCmd         `cmd:"" help:"Measure agentd against its baselines, side by side."`
 }
 
 func main() {

@@ -279,3 +279,20 @@ func (j *Journal) Close() error {
 	}
 	return nil
 }
+
+// Meta reads a small named value kept beside the records (e.g. the agent id), "" if unset.
+func (j *Journal) Meta(key string) (string, error) {
+	var v string
+	err := j.db.View(func(tx *bolt.Tx) error {
+		v = string(tx.Bucket(bucketMeta).Get([]byte("x:" + key)))
+		return nil
+	})
+	return v, err
+}
+
+// SetMeta stores a small named value durably, in a commit of its own.
+func (j *Journal) SetMeta(ctx context.Context, key, value string) error {
+	return j.update(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put([]byte("x:"+key), []byte(value))
+	})
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentd/agentd/internal/backend"
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/introspect"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/rs/zerolog"
+)
+
+// defaultDataDir is where `agentd run` keeps its journal, and where `agentd journal` looks.
+const defaultDataDir = "/var/lib/agentd"
+
+type runCmd struct {
+	DataDir     string        `default:"/var/lib/agentd" env:"AGENTD_DATA_DIR" help:"Directory of the journal (journal.db) and the simulated runtime's file."`
+	Backend     string        `required:"" env:"AGENTD_BACKEND" help:"Control plane base URL (http:// or https://)."`
+	TokenFile   string        `env:"AGENTD_TOKEN_FILE" help:"File holding the bearer token; re-read when it changes."`
+	CAFile      string        `env:"AGENTD_CA_FILE" help:"Extra CA certificates (PEM) for an https backend."`
+	AgentID     string        `env:"AGENTD_AGENT_ID" help:"Agent id; generated on first start and kept in the journal when not given."`
+	Runtime     string        `default:"docker" enum:"docker,sim" env:"AGENTD_RUNTIME" help:"Container runtime: docker or sim."`
+	DockerHost  string        `env:"AGENTD_DOCKER_HOST" help:"Docker Engine address (default: the client's environment and defaults)."`
+	CleanupWait time.Duration `default:"3h" env:"AGENTD_CLEANUP_WAIT" help:"How long a stopped, acknowledged task is kept before cleanup, from its journaled stop time."`
+	Listen      string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
+	logFlags
+}
+
+func (r *runCmd) Run(ctx context.Context) error {
+	if r.CleanupWait < 0 {
+		return fmt.Errorf("--cleanup-wait %s: must be ≥ 0", r.CleanupWait)
+	}
+	log, err := r.logger("agent")
+	if err != nil {
+		return err
+	}
+	a, err := startAgent(ctx, agentConfig{
+		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
+		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen,
+	}, log)
+	if err != nil {
+		return err
+	}
+	return a.wait(ctx)
+}
+
+type agentConfig struct {
+	DataDir, Backend, TokenFile, CAFile, AgentID, Runtime, DockerHost, Listen string
+	CleanupWait                                                               time.Duration
+	Engine                                                                    engine.Config
+}
+
+// agent is a started daemon: the journal, the runtime, the engine and the introspection API.
+type agent struct {
+	log    zerolog.Logger
+	j      *journal.Journal
+	rt     docker.Runtime
+	cp     *backend.Client
+	eng    *engine.Engine
+	srv    *http.Server
+	ln     net.Listener
+	runErr chan error
+}
+
+// startAgent opens everything in the order that keeps the guarantees: the journal (or a clear
+// error, never a hang, if another agentd holds it), the agent id, the runtime, recovery, and
+// only then the loop and the API.
+func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent, error) {
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("--data-dir %s: %w", c.DataDir, err)
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", c.Listen, err)
+	}
+	a := &agent{log: log, ln: ln, runErr: make(chan error, 1)}
+	fail := func(err error) (*agent, error) { a.close(); return nil, err }
+	a.j, err = journal.Open(filepath.Join(c.DataDir, journal.FileName), journal.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	id, err := engine.ResolveAgentID(ctx, a.j, c.AgentID)
+	if err != nil {
+		return fail(err)
+	}
+	log = log.With().Str("agent", id).Logger()
+	a.log = log
+	switch c.Runtime {
+	case "sim":
+		a.rt, err = docker.NewSim(c.DataDir, id, nil)
+	case "docker":
+		a.rt, err = newDockerRuntime(ctx, c.DockerHost, id)
+	default:
+		err = fmt.Errorf("--runtime %q: want docker or sim", c.Runtime)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	a.cp, err = backend.New(backend.Config{URL: c.Backend, AgentID: id, TokenFile: c.TokenFile, CAFile: c.CAFile})
+	if err != nil {
+		return fail(err)
+	}
+	cfg := c.Engine
+	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, version, c.Runtime, c.CleanupWait
+	a.eng = engine.New(cfg, a.j, a.rt, a.cp, nil, nil, log)
+	a.eng.RegisterStateCollector()
+	// The API answers 503 while recovering, so it starts first.
+	a.srv = &http.Server{Handler: introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime}, fsm.Config{CleanupWait: c.CleanupWait}),
+		ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = a.srv.Serve(ln) }()
+	if err := a.eng.Recover(ctx); err != nil {
+		return fail(err)
+	}
+	log.Info().Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", ln.Addr().String()).
+		Dur("cleanup_wait", c.CleanupWait).Msg("agent running")
+	go func() { a.runErr <- a.eng.Run(ctx) }()
+	return a, nil
+}
+
+// wait runs until ctx ends (SIGTERM/SIGINT), then shuts down cleanly: the loop journals
+// agent_stopped, the API closes, the journal closes. Containers keep running.
+func (a *agent) wait(ctx context.Context) error {
+	err := <-a.runErr
+	a.close()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func (a *agent) close() {
+	if a.srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = a.srv.Shutdown(sctx)
+		cancel()
+	} else if a.ln != nil {
+		a.ln.Close()
+	}
+	if a.cp != nil {
+		a.cp.Close()
+	}
+	if a.rt != nil {
+		a.rt.Close()
+	}
+	if a.j != nil {
+		if err := a.j.Close(); err != nil {
+			a.log.Error().Err(err).Msg("closing the journal")
+		}
+	}
+}
+
+// newDockerRuntime is replaced when the Docker runtime lands.
+var newDockerRuntime = func(ctx context.Context, host, agentID string) (docker.Runtime, error) {
+	return nil, errors.New("--runtime docker: the Docker Engine runtime is not built yet; use --runtime sim")
+}

@@ -1,0 +1,259 @@
+// Package backend is the agent's HTTP client for the control plane (PROTOCOL.md): long-polling
+// payloads, acknowledging them, reporting state changes.
+//
+// It promises that every call has a timeout and honours its context; that every request
+// carries the bearer token read from the token file, re-read when the file changes, so a
+// rotated token needs no restart; and that an answer is classified exactly as the protocol
+// says, never settling anything that a 200 did not list.
+package backend
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// Config says where the control plane is and how to talk to it.
+type Config struct {
+	URL       string        // --backend: http:// or https://
+	AgentID   string        // {agent} in every path
+	TokenFile string        // --token-file
+	CAFile    string        // --ca-file: extra roots for an https backend
+	Timeout   time.Duration // per call, beyond a poll's wait (default 10 s)
+}
+
+// Client talks to one control plane as one agent.
+type Client struct {
+	base    *url.URL
+	agent   string
+	token   *tokenFile
+	http    *http.Client
+	timeout time.Duration
+}
+
+// New checks the configuration and builds a client. Errors name the flag at fault.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--backend %q: want an http:// or https:// URL", cfg.URL)
+	}
+	if cfg.AgentID == "" {
+		return nil, errors.New("backend: no agent id")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 4
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-file %s: no PEM certificates in it", cfg.CAFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	tf := &tokenFile{path: cfg.TokenFile}
+	if cfg.TokenFile != "" {
+		if _, err := tf.get(); err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+	}
+	return &Client{base: u, agent: cfg.AgentID, token: tf, http: &http.Client{Transport: tr}, timeout: cfg.Timeout}, nil
+}
+
+// Close drops idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+func (c *Client) url(path string) string {
+	return strings.TrimRight(c.base.String(), "/") + "/v1/agents/" + url.PathEscape(c.agent) + path
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, timeout time.Duration) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	req, err := http.NewRequestWithContext(ctx, method, c.url(path), rd)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	tok, err := c.token.get()
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("--token-file: %w", err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+type cancelBody struct {
+	io.ReadCloser
+	cancel func()
+}
+
+func (b *cancelBody) Close() error { err := b.ReadCloser.Close(); b.cancel(); return err }
+
+// PollError is a poll that failed: the cause says whether the answer was not JSON, too large,
+// refused or never came. A poll error is never a payload error.
+type PollError struct {
+	Status int
+	Err    error
+}
+
+func (e *PollError) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("poll: HTTP %d: %v", e.Status, e.Err)
+	}
+	return "poll: " + e.Err.Error()
+}
+
+func (e *PollError) Unwrap() error { return e.Err }
+
+// Poll long-polls for payloads, waiting at most wait on the server side.
+func (c *Client) Poll(ctx context.Context, wait time.Duration) ([]protocol.Payload, error) {
+	secs := int(wait.Seconds())
+	secs = min(max(secs, 0), protocol.MaxWaitSeconds)
+	resp, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/payloads?wait=%d", secs), nil, time.Duration(secs)*time.Second+c.timeout)
+	if err != nil {
+		return nil, &PollError{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, &PollError{Status: resp.StatusCode, Err: fmt.Errorf("%s", strings.TrimSpace(string(b)))}
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, protocol.MaxPollBody+1))
+	if err != nil {
+		return nil, &PollError{Status: resp.StatusCode, Err: fmt.Errorf("reading the answer: %w", err)}
+	}
+	if len(b) > protocol.MaxPollBody {
+		return nil, &PollError{Status: resp.StatusCode, Err: fmt.Errorf("answer over %d bytes", protocol.MaxPollBody)}
+	}
+	var pr protocol.PollResponse
+	if err := json.Unmarshal(b, &pr); err != nil {
+		return nil, &PollError{Status: resp.StatusCode, Err: fmt.Errorf("answer is not JSON: %w", err)}
+	}
+	return pr.Payloads, nil
+}
+
+// Ack acknowledges payloads, which the caller has journaled.
+func (c *Client) Ack(ctx context.Context, ids []string) error {
+	resp, err := c.do(ctx, http.MethodPost, "/acks", protocol.AcksRequest{MessageIDs: ids}, c.timeout)
+	if err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("ack: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// Report sends state changes and classifies the answer.
+func (c *Client) Report(ctx context.Context, changes []protocol.StateChange) protocol.ReportResult {
+	resp, err := c.do(ctx, http.MethodPost, "/state-changes", protocol.StateChangesRequest{Changes: changes}, c.timeout)
+	if err != nil {
+		return protocol.ReportResult{Outcome: protocol.Network, Err: err}
+	}
+	defer resp.Body.Close()
+	b, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	r := protocol.ReportResult{HTTPStatus: resp.StatusCode}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		var ok protocol.StateChangesResponse
+		if rerr != nil {
+			r.Outcome, r.Err = protocol.Network, fmt.Errorf("reading the answer: %w", rerr)
+		} else if err := json.Unmarshal(b, &ok); err != nil {
+			// Nothing can be settled from an answer we cannot read: treat as unknown.
+			r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("200 answer is not JSON: %w", err)
+		} else {
+			r.Outcome, r.Accepted, r.Rejected = protocol.Settled, ok.Accepted, ok.Rejected
+		}
+	case resp.StatusCode == http.StatusTooManyRequests:
+		r.Outcome, r.Err = protocol.Throttled, errors.New("throttled")
+		r.RetryAfter = protocol.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	case resp.StatusCode == http.StatusBadRequest:
+		var e protocol.ErrorResponse
+		_ = json.Unmarshal(b, &e)
+		r.Outcome, r.Err = protocol.BadRequest, fmt.Errorf("request refused as malformed: %s", e.Error)
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		r.Outcome, r.Err = protocol.Unauthorized, fmt.Errorf("credentials refused (HTTP %d)", resp.StatusCode)
+	default:
+		r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return r
+}
+
+// tokenFile reads the bearer token, again whenever the file's size or modification time
+// changes.
+type tokenFile struct {
+	path string
+
+	mu    sync.Mutex
+	mod   time.Time
+	size  int64
+	token string
+}
+
+func (t *tokenFile) get() (string, error) {
+	if t.path == "" {
+		return "", nil
+	}
+	st, err := os.Stat(t.path)
+	if err != nil {
+		return "", err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st.ModTime().Equal(t.mod) && st.Size() == t.size && t.token != "" {
+		return t.token, nil
+	}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("%s is empty", t.path)
+	}
+	t.token, t.mod, t.size = tok, st.ModTime(), st.Size()
+	return tok, nil
+}

@@ -1,0 +1,109 @@
+// Package docker holds agentd's container runtimes behind one interface: the Docker Engine
+// (a real engine through its API socket) and a simulated runtime for development, demos and
+// deterministic tests.
+//
+// Every runtime promises: containers carry the agent id, task ARN and container name as
+// labels, and a runtime only ever touches containers labelled with its own agent id; Create is
+// idempotent by (task, container) so a crash between create and journaling the id never makes
+// a second container; Remove of a container that is already gone succeeds.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// Labels put on every container agentd creates.
+const (
+	LabelAgent     = "io.agentd.agent"
+	LabelTask      = "io.agentd.task-arn"
+	LabelContainer = "io.agentd.container"
+)
+
+// ErrNotFound is returned (wrapped) for a container the runtime does not have.
+var ErrNotFound = errors.New("container not found")
+
+// CreateSpec is everything a container is made from: what the protocol carries, nothing else.
+type CreateSpec struct {
+	Task      string
+	Container event.ContainerSpec
+}
+
+// Name is the runtime name of a task's container: agentd-<short task id>-<container name>.
+func Name(task, container string) string {
+	short := task
+	if i := strings.LastIndexAny(short, "/:"); i >= 0 {
+		short = short[i+1:]
+	}
+	var b strings.Builder
+	for _, r := range short {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			b.WriteRune(r)
+		}
+	}
+	short = b.String()
+	if len(short) > 40 {
+		short = short[len(short)-40:]
+	}
+	return fmt.Sprintf("agentd-%s-%s-%08x", short, container, fnv32(task))
+}
+
+func fnv32(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// State is what the runtime knows of one container.
+type State struct {
+	ID         string
+	Task       string
+	Container  string
+	Running    bool
+	Exited     bool // has run and stopped
+	ExitCode   int
+	OOMKilled  bool
+	FinishedAt time.Time
+}
+
+// Exit is a container that stopped, as seen in the runtime's event stream.
+type Exit struct {
+	ID        string
+	Task      string
+	Container string
+	ExitCode  int
+	At        time.Time
+	Cursor    int64 // resume the stream after this
+}
+
+// Runtime is a container runtime. Calls may block on I/O; every call takes a context.
+type Runtime interface {
+	// Name says which runtime this is ("sim", "docker").
+	Name() string
+	// Pull makes the image present (no-op when it already is).
+	Pull(ctx context.Context, image string) error
+	// Create makes the container, or returns the existing one of the same task and name.
+	Create(ctx context.Context, spec CreateSpec) (id string, err error)
+	Start(ctx context.Context, id string) error
+	// Stop signals the container and kills it after timeout.
+	Stop(ctx context.Context, id string, timeout time.Duration) error
+	// Remove deletes the container and its anonymous volumes; gone already is success.
+	Remove(ctx context.Context, id string) error
+	Inspect(ctx context.Context, id string) (State, error)
+	// Find returns the container of a task by name, or ErrNotFound.
+	Find(ctx context.Context, task, container string) (State, error)
+	// List returns every container carrying this agent's id.
+	List(ctx context.Context) ([]State, error)
+	// Exits streams container exits after cursor until ctx ends; the channel closes on error
+	// or end, and the caller resubscribes from the last cursor it saw.
+	Exits(ctx context.Context, cursor int64) (<-chan Exit, error)
+	Close() error
+}

@@ -1,0 +1,331 @@
+package docker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Sim is the simulated runtime. Its containers live on the wall clock and in a file of their
+// own beside the journal, so that, like Docker's, they keep running while the agent is down.
+// A container's command says what it does (DESIGN.md, "Runtimes"):
+//
+//	[] or ["run"]          runs until stopped; a stop ends it with exit code 143
+//	["sleep", "2s"]        runs 2 s, then exits 0
+//	["sleep", "2s", "3"]   runs 2 s, then exits 3
+//	["exit", "3"]          exits 3 at once
+//
+// An image whose name contains fail-pull, fail-create or fail-start fails that step.
+type Sim struct {
+	path  string
+	agent string
+	now   func() time.Time
+
+	mu      sync.Mutex
+	state   simFile
+	changed chan struct{} // closed and replaced on every change, for Exits
+}
+
+type simFile struct {
+	Next       int64                    `json:"next"`
+	Containers map[string]*simContainer `json:"containers"`
+}
+
+type simContainer struct {
+	ID        string    `json:"id"`
+	Agent     string    `json:"agent"`
+	Task      string    `json:"task"`
+	Container string    `json:"container"`
+	Name      string    `json:"name"`
+	Image     string    `json:"image"`
+	Command   []string  `json:"command,omitempty"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndsAt    time.Time `json:"ends_at,omitzero"` // when it will exit by itself (zero: never)
+	EndCode   int       `json:"end_code"`
+	StoppedAt time.Time `json:"stopped_at,omitzero"`
+	StopCode  int       `json:"stop_code"`
+}
+
+// SimFileName is the simulated runtime's file inside a data directory.
+const SimFileName = "sim-runtime.json"
+
+// NewSim opens (or creates) the simulated runtime kept in dir for agent. now is its clock
+// (time.Now in the daemon; a virtual clock in tests).
+func NewSim(dir, agent string, now func() time.Time) (*Sim, error) {
+	if now == nil {
+		now = time.Now
+	}
+	s := &Sim{path: filepath.Join(dir, SimFileName), agent: agent, now: now, changed: make(chan struct{})}
+	b, err := os.ReadFile(s.path)
+	switch {
+	case os.IsNotExist(err):
+		s.state = simFile{Containers: map[string]*simContainer{}}
+	case err != nil:
+		return nil, fmt.Errorf("sim runtime: open %s: %w", s.path, err)
+	default:
+		if err := json.Unmarshal(b, &s.state); err != nil {
+			return nil, fmt.Errorf("sim runtime: read %s: %w", s.path, err)
+		}
+		if s.state.Containers == nil {
+			s.state.Containers = map[string]*simContainer{}
+		}
+	}
+	return s, nil
+}
+
+func (s *Sim) Name() string { return "sim" }
+
+// save writes the file atomically (temp file + rename), so a crash leaves the old or the new.
+func (s *Sim) save() error {
+	b, err := json.Marshal(s.state)
+	if err != nil {
+		return err
+	}
+	tmp := s.path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("sim runtime: write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, s.path); err != nil {
+		return fmt.Errorf("sim runtime: write %s: %w", s.path, err)
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return nil
+}
+
+func failsAt(image, step string) error {
+	if strings.Contains(image, "fail-"+step) {
+		return fmt.Errorf("%s %s: simulated failure (image name contains fail-%s)", step, image, step)
+	}
+	return nil
+}
+
+func (s *Sim) Pull(ctx context.Context, image string) error { return failsAt(image, "pull") }
+
+func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
+	if err := failsAt(spec.Container.Image, "create"); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := Name(spec.Task, spec.Container.Name)
+	for _, c := range s.state.Containers {
+		if c.Name == name && c.Agent == s.agent {
+			return c.ID, nil // idempotent: a crash between create and journaling the id
+		}
+	}
+	s.state.Next++
+	c := &simContainer{ID: "sim-" + strconv.FormatInt(s.state.Next, 10), Agent: s.agent, Task: spec.Task,
+		Container: spec.Container.Name, Name: name, Image: spec.Container.Image, Command: spec.Container.Command}
+	s.state.Containers[c.ID] = c
+	return c.ID, s.save()
+}
+
+// plan reads a command into how long the container runs and how it ends.
+func plan(cmd []string) (d time.Duration, code int, forever bool, err error) {
+	if len(cmd) == 0 || cmd[0] == "run" {
+		return 0, 0, true, nil
+	}
+	switch cmd[0] {
+	case "sleep":
+		if len(cmd) < 2 || len(cmd) > 3 {
+			return 0, 0, false, fmt.Errorf("sleep wants a duration and an optional exit code")
+		}
+		if d, err = time.ParseDuration(cmd[1]); err != nil {
+			return 0, 0, false, fmt.Errorf("sleep %q: %w", cmd[1], err)
+		}
+		if len(cmd) == 3 {
+			if code, err = strconv.Atoi(cmd[2]); err != nil {
+				return 0, 0, false, fmt.Errorf("sleep exit code %q: %w", cmd[2], err)
+			}
+		}
+		return d, code, false, nil
+	case "exit":
+		if len(cmd) != 2 {
+			return 0, 0, false, fmt.Errorf("exit wants a code")
+		}
+		code, err = strconv.Atoi(cmd[1])
+		return 0, code, false, err
+	}
+	return 0, 0, false, fmt.Errorf("unknown command %q (run, sleep, exit)", cmd[0])
+}
+
+func (s *Sim) Start(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.state.Containers[id]
+	if !ok || c.Agent != s.agent {
+		return fmt.Errorf("start %s: %w", id, ErrNotFound)
+	}
+	if err := failsAt(c.Image, "start"); err != nil {
+		return err
+	}
+	if !c.StartedAt.IsZero() {
+		return nil
+	}
+	d, code, forever, err := plan(c.Command)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
+	c.StartedAt = s.now().UTC()
+	if !forever {
+		c.EndsAt, c.EndCode = c.StartedAt.Add(d), code
+	}
+	return s.save()
+}
+
+// exitOf says whether and how a container has ended at now.
+func exitOf(c *simContainer, now time.Time) (at time.Time, code int, ended bool) {
+	switch {
+	case c.StartedAt.IsZero():
+		return time.Time{}, 0, false
+	case !c.StoppedAt.IsZero() && (c.EndsAt.IsZero() || c.StoppedAt.Before(c.EndsAt)):
+		return c.StoppedAt, c.StopCode, true
+	case !c.EndsAt.IsZero() && !now.Before(c.EndsAt):
+		return c.EndsAt, c.EndCode, true
+	}
+	return time.Time{}, 0, false
+}
+
+func (s *Sim) Stop(ctx context.Context, id string, timeout time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.state.Containers[id]
+	if !ok || c.Agent != s.agent {
+		return fmt.Errorf("stop %s: %w", id, ErrNotFound)
+	}
+	now := s.now().UTC()
+	if _, _, ended := exitOf(c, now); ended || c.StartedAt.IsZero() {
+		return nil
+	}
+	c.StoppedAt, c.StopCode = now, 143 // SIGTERM obeyed at once
+	return s.save()
+}
+
+func (s *Sim) Remove(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.state.Containers[id]
+	if !ok {
+		return nil
+	}
+	if c.Agent != s.agent {
+		return fmt.Errorf("remove %s: belongs to agent %q, not %q", id, c.Agent, s.agent)
+	}
+	delete(s.state.Containers, id)
+	return s.save()
+}
+
+func (s *Sim) stateOf(c *simContainer, now time.Time) State {
+	st := State{ID: c.ID, Task: c.Task, Container: c.Container}
+	if at, code, ended := exitOf(c, now); ended {
+		st.Exited, st.ExitCode, st.FinishedAt = true, code, at
+	} else if !c.StartedAt.IsZero() {
+		st.Running = true
+	}
+	return st
+}
+
+func (s *Sim) Inspect(ctx context.Context, id string) (State, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.state.Containers[id]
+	if !ok || c.Agent != s.agent {
+		return State{}, fmt.Errorf("inspect %s: %w", id, ErrNotFound)
+	}
+	return s.stateOf(c, s.now()), nil
+}
+
+func (s *Sim) Find(ctx context.Context, task, container string) (State, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := Name(task, container)
+	for _, c := range s.state.Containers {
+		if c.Name == name && c.Agent == s.agent {
+			return s.stateOf(c, s.now()), nil
+		}
+	}
+	return State{}, fmt.Errorf("find %s: %w", name, ErrNotFound)
+}
+
+func (s *Sim) List(ctx context.Context) ([]State, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	var out []State
+	for _, c := range s.state.Containers {
+		if c.Agent == s.agent {
+			out = append(out, s.stateOf(c, now))
+		}
+	}
+	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Exits streams exits whose time (in unix nanoseconds, the cursor) is after cursor. It wakes
+// at the next planned exit or at the next change, never polls.
+func (s *Sim) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
+	out := make(chan Exit, 64)
+	go func() {
+		defer close(out)
+		for {
+			s.mu.Lock()
+			now := s.now()
+			var due []Exit
+			var next time.Time
+			for _, c := range s.state.Containers {
+				if c.Agent != s.agent {
+					continue
+				}
+				if at, code, ended := exitOf(c, now); ended {
+					if at.UnixNano() > cursor {
+						due = append(due, Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, At: at, Cursor: at.UnixNano()})
+					}
+				} else if !c.EndsAt.IsZero() && (next.IsZero() || c.EndsAt.Before(next)) {
+					next = c.EndsAt
+				}
+			}
+			changed := s.changed
+			s.mu.Unlock()
+			slices.SortFunc(due, func(a, b Exit) int {
+				return cmp.Or(cmp.Compare(a.Cursor, b.Cursor), strings.Compare(a.ID, b.ID))
+			})
+			for _, e := range due {
+				select {
+				case out <- e:
+					cursor = max(cursor, e.Cursor)
+				case <-ctx.Done():
+					return
+				}
+			}
+			var timer *time.Timer
+			var fire <-chan time.Time
+			if !next.IsZero() {
+				timer = time.NewTimer(max(next.Sub(now), time.Millisecond))
+				fire = timer.C
+			}
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			case <-fire:
+			}
+			if timer != nil {
+				timer.Stop()
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (s *Sim) Close() error { return nil }

@@ -1,0 +1,428 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// Run is the daemon's loop: it starts the poller and the runtime's exit watcher, then
+// journals and acts on every input until ctx ends. It returns after a clean shutdown: the
+// poller and watcher stopped, runtime calls in flight finished, agent_stopped journaled.
+// Containers keep running: a restart must not kill the workload.
+func (e *Engine) Run(ctx context.Context) error {
+	if !e.Ready() {
+		return errors.New("engine: Run before Recover")
+	}
+	loopCtx, stopAux := context.WithCancel(context.Background())
+	defer stopAux()
+	if e.cp != nil {
+		e.wg.Add(1)
+		go e.poller(ctx)
+	}
+	e.wg.Add(1)
+	go e.watchExits(ctx)
+	e.react(loopCtx)
+	for {
+		var timer <-chan time.Time
+		if next := e.nextWake(); !next.IsZero() {
+			timer = e.clock.After(max(next.Sub(e.clock.Now()), 0))
+		}
+		select {
+		case in := <-e.inputs:
+			e.handle(loopCtx, in)
+			// Drain what else is waiting before deciding: one decision round for a burst.
+			for n := 0; n < 256; n++ {
+				select {
+				case in := <-e.inputs:
+					e.handle(loopCtx, in)
+					continue
+				default:
+				}
+				break
+			}
+		case q := <-e.queries:
+			q.f(e.st)
+			close(q.done)
+			continue
+		case <-timer:
+		case <-ctx.Done():
+			return e.shutdown(loopCtx)
+		}
+		e.react(loopCtx)
+	}
+}
+
+// shutdown lets work in flight finish (its results are dropped: each is re-derived from the
+// journal after a restart), journals agent_stopped and returns.
+func (e *Engine) shutdown(ctx context.Context) error {
+	e.ready.Store(false)
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	for {
+		select {
+		case <-done:
+			_, err := e.append(ctx, event.Record{Event: &event.AgentStopped{Reason: "signal"}})
+			e.log.Info().Uint64("seq", e.st.LastSeq).Msg("agent stopped")
+			return err
+		case <-e.inputs:
+		case q := <-e.queries:
+			close(q.done)
+		}
+	}
+}
+
+// Step handles one input and reacts: the single-goroutine driver's entry (tests, simulation).
+func (e *Engine) Step(ctx context.Context, in Input) {
+	if in != nil {
+		e.handle(ctx, in)
+	}
+	e.react(ctx)
+}
+
+// NextWake is when the engine next has something to do by time alone (zero: nothing).
+func (e *Engine) NextWake() time.Time { return e.nextWake() }
+
+func (e *Engine) nextWake() time.Time {
+	var next time.Time
+	earliest := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if top, ok := e.due.peek(); ok {
+		earliest(top.at)
+	}
+	if e.sub != nil && !e.sub.InFlight() && e.st.OutboxLen() > 0 {
+		earliest(e.sub.NextAttempt())
+	}
+	for _, r := range e.retryAt {
+		earliest(r.at) // zero (due) is skipped
+	}
+	return next
+}
+
+func (e *Engine) handle(ctx context.Context, in Input) {
+	switch in := in.(type) {
+	case PayloadInput:
+		err := e.handlePayload(ctx, in.Payload)
+		if in.Done != nil {
+			in.Done <- err
+		}
+	case ActionResult:
+		e.handleAction(ctx, in)
+	case ExitInput:
+		e.handleExit(ctx, in.Exit)
+	case ReportInput:
+		e.handleReport(ctx, in)
+	case tickInput:
+	}
+}
+
+// react decides and acts until nothing more follows from the journal alone: derived records
+// are journaled and applied at once; runtime actions, cleanups and reports are started.
+func (e *Engine) react(ctx context.Context) {
+	now := e.clock.Now()
+	for top, ok := e.due.peek(); ok && !top.at.After(now); top, ok = e.due.peek() {
+		e.due.pop()
+		e.dirty[top.arn] = true
+	}
+	for key, r := range e.retryAt {
+		if !r.at.IsZero() && !r.at.After(now) {
+			e.dirty[taskOfKey(key)] = true
+			r.at = time.Time{} // due: dispatch may go; tries keep counting
+			e.retryAt[key] = r
+		}
+	}
+	for round := 0; len(e.dirty) > 0 && round < 64; round++ {
+		d := e.st.Decide(now, e.fcfg, e.sortedDirty()...)
+		if len(d.Records) > 0 {
+			if _, err := e.append(ctx, d.Records...); err != nil {
+				e.log.Error().Err(err).Msg("cannot journal derived records; retrying on the next wake")
+				return
+			}
+		}
+		for _, arn := range d.Cleanups {
+			if !e.queued[arn] && !e.cleaning[arn] {
+				e.queued[arn] = true
+				e.queue = append(e.queue, arn)
+			}
+		}
+		for _, a := range d.Actions {
+			e.dispatch(now, a)
+		}
+		if len(e.queue) > 0 && len(e.cleaning) < e.cfg.CleanupWorkers {
+			e.startCleanups(ctx)
+		}
+	}
+	e.report(now)
+	e.maybeSnapshot(ctx)
+	e.metrics.update(e)
+}
+
+// startCleanups starts due cleanups while there are slots: the cleanup's first step is a
+// journaled cleanup_started, which the projection accepts only from STOPPED_ACKED.
+func (e *Engine) startCleanups(ctx context.Context) {
+	for len(e.queue) > 0 && len(e.cleaning) < e.cfg.CleanupWorkers {
+		arn := e.queue[0]
+		e.queue = e.queue[1:]
+		delete(e.queued, arn)
+		t := e.st.Tasks[arn]
+		if t == nil || t.Known != event.StatusStoppedAcked {
+			continue
+		}
+		if _, err := e.append(ctx, event.Record{Task: arn, Event: &event.CleanupStarted{}}); err != nil {
+			e.log.Error().Err(err).Str("task", arn).Msg("cannot journal cleanup start; retrying")
+			e.queued[arn] = true
+			e.queue = append([]string{arn}, e.queue...)
+			return
+		}
+		e.log.Info().Str("task", arn).Msg("cleanup started")
+	}
+}
+
+// dispatch starts a runtime action unless it is already running or waiting out a backoff.
+func (e *Engine) dispatch(now time.Time, a fsm.Action) {
+	key := a.Key()
+	if e.inflight[key] {
+		return
+	}
+	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
+		return
+	}
+	e.inflight[key] = true
+	rt, timeout := e.rt, e.cfg.StopTimeout
+	e.exec.Go(func() Input { return runAction(rt, a, timeout) })
+}
+
+// runAction is the runtime call for one action, on the executor.
+func runAction(rt docker.Runtime, a fsm.Action, stopTimeout time.Duration) ActionResult {
+	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout+2*time.Minute)
+	defer cancel()
+	res := ActionResult{Action: a}
+	id := a.RuntimeID
+	switch a.Kind {
+	case fsm.ActPull:
+		res.Err = rt.Pull(ctx, a.Spec.Image)
+	case fsm.ActCreate:
+		res.ID, res.Err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec})
+	case fsm.ActStart:
+		if res.Err = rt.Start(ctx, id); res.Err == nil {
+			// A container may end before its start is journaled: say so now.
+			if st, err := rt.Inspect(ctx, id); err == nil && st.Exited {
+				res.Exited = &st
+			}
+		}
+	case fsm.ActStop:
+		if res.Err = rt.Stop(ctx, id, stopTimeout); res.Err == nil || errors.Is(res.Err, docker.ErrNotFound) {
+			st, err := rt.Inspect(ctx, id)
+			switch {
+			case errors.Is(err, docker.ErrNotFound):
+				res.Err, res.Vanished = nil, true
+			case err != nil:
+				res.Err = err
+			default:
+				res.Err, res.Exited = nil, &st
+			}
+		}
+	case fsm.ActRemove:
+		if id == "" {
+			// Never journaled an id (a crash after create, or a stop before it): find it by name.
+			if st, err := rt.Find(ctx, a.Task, a.Container); err == nil {
+				id = st.ID
+			} else if !errors.Is(err, docker.ErrNotFound) {
+				res.Err = err
+			}
+		}
+		if id != "" && res.Err == nil {
+			res.Err = rt.Remove(ctx, id)
+		}
+	}
+	return res
+}
+
+// handleAction journals what a runtime call did, if it still applies.
+func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
+	a := r.Action
+	key := a.Key()
+	delete(e.inflight, key)
+	t := e.st.Tasks[a.Task]
+	if t == nil {
+		return
+	}
+	c := t.Container(a.Container)
+	if c == nil {
+		return
+	}
+	log := e.log.With().Str("task", a.Task).Str("container", a.Container).Str("action", string(a.Kind)).Logger()
+	if a.Kind == fsm.ActRemove {
+		if r.Err != nil {
+			e.backoffAction(key, r.Err)
+			return
+		}
+		delete(e.retryAt, key)
+		if t.Known == event.StatusCleaning && !c.Removed {
+			_, _ = e.append(ctx, event.Record{Task: a.Task, Container: a.Container, Event: &event.ContainerRemoved{RuntimeID: c.RuntimeID}})
+		}
+		return
+	}
+	if c.Known != a.From {
+		return // overtaken (an exit, a stop): the projection decides again
+	}
+	rec := event.Record{Task: a.Task, Container: a.Container}
+	switch {
+	case a.Kind == fsm.ActStop && r.Err != nil:
+		e.backoffAction(key, r.Err)
+		return
+	case a.Kind == fsm.ActStop:
+		delete(e.retryAt, key)
+		ev := &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "stopped by agentd: " + t.StopCause}
+		if r.Vanished {
+			ev.Reason = "container vanished from the runtime"
+		} else if r.Exited != nil {
+			code := r.Exited.ExitCode
+			ev.ExitCode = &code
+		}
+		rec.Event = ev
+	case r.Err != nil:
+		log.Warn().Err(r.Err).Msg("runtime call failed; the container is recorded STOPPED")
+		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: fmt.Sprintf("%s failed: %v", a.Kind, r.Err)}
+	case a.Kind == fsm.ActPull:
+		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusPulled}
+	case a.Kind == fsm.ActCreate:
+		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.ID}
+	case a.Kind == fsm.ActStart:
+		recs := []event.Record{{Task: a.Task, Container: a.Container, Event: &event.ContainerTransitioned{From: c.Known, To: event.StatusRunning}}}
+		if r.Exited != nil {
+			code := r.Exited.ExitCode
+			recs = append(recs, event.Record{Task: a.Task, Container: a.Container, Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: &code}})
+		}
+		_, _ = e.append(ctx, recs...)
+		return
+	}
+	_, _ = e.append(ctx, rec)
+}
+
+func (e *Engine) backoffAction(key string, err error) {
+	r := e.retryAt[key]
+	r.tries++
+	wait := min(time.Duration(1<<min(r.tries, 8))*100*time.Millisecond, 30*time.Second)
+	r.at = e.clock.Now().Add(wait)
+	e.retryAt[key] = r
+	e.log.Warn().Err(err).Str("action", key).Int("tries", r.tries).Dur("retry_in", wait).Msg("runtime call failed; will retry")
+}
+
+func taskOfKey(key string) string {
+	// Keys are "kind task container"; ARNs have no spaces (protocol-validated).
+	var kind, task string
+	fmt.Sscanf(key, "%s %s", &kind, &task)
+	return task
+}
+
+// handleExit journals a container's exit from the event stream, once.
+func (e *Engine) handleExit(ctx context.Context, x docker.Exit) {
+	if x.Cursor > e.exitCursor {
+		e.exitCursor = x.Cursor
+	}
+	t := e.st.Tasks[x.Task]
+	if t == nil {
+		return
+	}
+	c := t.Container(x.Container)
+	if c == nil || (c.RuntimeID != "" && c.RuntimeID != x.ID) {
+		return
+	}
+	switch c.Known {
+	case event.StatusRunning:
+		code := x.ExitCode
+		_, _ = e.append(ctx, event.Record{Task: x.Task, Container: x.Container,
+			Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: &code}})
+	case event.StatusCreated:
+		e.early[x.ID] = x // its start is not journaled yet
+	}
+}
+
+// report starts a state-change report when the submitter allows and something is unsent.
+func (e *Engine) report(now time.Time) {
+	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 || !e.sub.Ready(now) {
+		return
+	}
+	batch := e.st.Pending(submitBatch)
+	if len(batch) == 0 {
+		return
+	}
+	sent := e.sub.Begin(batch)
+	e.sent = sent
+	cp := e.cp
+	e.exec.Go(func() Input {
+		return ReportInput{Sent: sent, Result: cp.Report(context.Background(), sent)}
+	})
+}
+
+const submitBatch = protocol.MaxChangesPerRequest
+
+// handleReport journals what the control plane settled; only a settled task STOPPED opens the
+// door to cleanup (the projection then decides stopped_acked).
+func (e *Engine) handleReport(ctx context.Context, in ReportInput) {
+	o := e.sub.Done(e.clock.Now(), in.Sent, in.Result)
+	for _, c := range in.Sent {
+		e.dirty[c.TaskARN] = true // a settled STOPPED makes stopped_acked due
+	}
+	e.metrics.reports.WithLabelValues(string(in.Result.Outcome)).Inc()
+	if o.Log != "" {
+		if in.Result.Outcome == protocol.Settled {
+			e.log.Info().Msg(o.Log)
+		} else {
+			e.log.Warn().Str("outcome", string(in.Result.Outcome)).Msg(o.Log)
+		}
+	}
+	var recs []event.Record
+	if o.Settled != nil {
+		recs = append(recs, event.Record{Event: o.Settled})
+	}
+	if o.Attempt != nil {
+		recs = append(recs, event.Record{Event: o.Attempt})
+	}
+	if len(recs) > 0 {
+		if _, err := e.append(ctx, recs...); err != nil {
+			e.log.Error().Err(err).Msg("cannot journal the control plane's answer; the changes will be sent again")
+		}
+	}
+	if h := e.sub.Health(); h != "" {
+		e.setHealth(h)
+	} else if cur := e.Health(); cur != "" && len(cur) > 7 && cur[:7] == "control" {
+		e.setHealth("")
+	}
+}
+
+// maybeSnapshot stores the projection once enough records have passed since the last
+// snapshot, so a restart replays only the tail. The snapshot and its snapshot_taken record go
+// in one commit.
+func (e *Engine) maybeSnapshot(ctx context.Context) {
+	if e.st.LastSeq-e.snapSeq < e.cfg.SnapshotEvery {
+		return
+	}
+	at := e.st.LastSeq
+	data, err := e.st.Snapshot()
+	if err != nil {
+		e.log.Error().Err(err).Msg("cannot encode a snapshot")
+		return
+	}
+	rec, err := e.j.SaveSnapshot(ctx, at, data, event.Record{Time: e.clock.Now(), Event: &event.SnapshotTaken{AtSeq: at, Bytes: len(data)}})
+	if err != nil {
+		e.log.Error().Err(err).Msg("cannot store a snapshot")
+		return
+	}
+	if err := e.st.Apply(rec); err != nil {
+		e.log.Error().Err(err).Msg("BUG: snapshot_taken refused")
+		e.st.Skip(rec)
+	}
+	e.snapSeq = at
+	e.log.Debug().Uint64("at", at).Int("bytes", len(data)).Msg("snapshot stored")
+}

@@ -1,0 +1,154 @@
+// Package introspect serves the agent's introspection API on --listen: /healthz,
+// /v1/metadata, /v1/tasks, /v1/tasks/{arn}, /v1/journal/export and /metrics.
+//
+// It promises never to answer from a half-recovered state: until the engine has recovered,
+// /healthz and /v1/tasks answer 503. Reads go through the engine's loop, so they see a
+// projection between records, never inside one.
+package introspect
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Info is static metadata about the agent.
+type Info struct {
+	Version string
+	DataDir string
+	Runtime string
+}
+
+// TaskView is a task as the API shows it.
+type TaskView struct {
+	ARN             string          `json:"arn"`
+	KnownStatus     event.Status    `json:"known_status"`
+	DesiredStatus   event.Status    `json:"desired_status"`
+	SentStatus      event.Status    `json:"sent_status"`
+	Reason          string          `json:"reason,omitempty"`
+	StoppedAt       *time.Time      `json:"stopped_at"`
+	CleanupDue      *time.Time      `json:"cleanup_due"`
+	BlockedOnAckFor string          `json:"blocked_on_ack_for"`
+	Containers      []ContainerView `json:"containers"`
+}
+
+// ContainerView is a container as the API shows it.
+type ContainerView struct {
+	Name        string       `json:"name"`
+	KnownStatus event.Status `json:"known_status"`
+	SentStatus  event.Status `json:"sent_status"`
+	ExitCode    *int         `json:"exit_code"`
+	RuntimeID   string       `json:"runtime_id"`
+	Reason      string       `json:"reason"`
+}
+
+func view(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) TaskView {
+	v := TaskView{ARN: t.ARN, KnownStatus: t.Known, DesiredStatus: t.Desired, SentStatus: t.Sent, Reason: t.Reason, Containers: []ContainerView{}}
+	if !t.StoppedAt.IsZero() {
+		s, due := t.StoppedAt, t.CleanupDue(cfg)
+		v.StoppedAt, v.CleanupDue = &s, &due
+	}
+	if d := st.BlockedOnAck(t, now); d > 0 {
+		v.BlockedOnAckFor = d.Round(time.Millisecond).String()
+	}
+	for _, c := range t.Containers {
+		v.Containers = append(v.Containers, ContainerView{Name: c.Name, KnownStatus: c.Known, SentStatus: c.Sent, ExitCode: c.ExitCode, RuntimeID: c.RuntimeID, Reason: c.Reason})
+	}
+	return v
+}
+
+// Handler builds the API over an engine.
+func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
+	mux := http.NewServeMux()
+	query := func(w http.ResponseWriter, r *http.Request, f func(*fsm.State)) bool {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if err := e.Query(ctx, f); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			return false
+		}
+		return true
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if !e.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"healthy": false, "detail": "recovering"})
+			return
+		}
+		if h := e.Health(); h != "" {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"healthy": false, "detail": h})
+			return
+		}
+		// Prove the loop answers, not just that it once did.
+		if query(w, r, func(*fsm.State) {}) {
+			writeJSON(w, http.StatusOK, map[string]any{"healthy": true})
+		}
+	})
+	mux.HandleFunc("GET /v1/metadata", func(w http.ResponseWriter, r *http.Request) {
+		var seq uint64
+		if query(w, r, func(st *fsm.State) { seq = st.LastSeq }) {
+			writeJSON(w, http.StatusOK, map[string]any{"agent_id": e.AgentID(), "version": info.Version, "journal_sequence": seq, "data_dir": info.DataDir, "runtime": info.Runtime})
+		}
+	})
+	mux.HandleFunc("GET /v1/tasks", func(w http.ResponseWriter, r *http.Request) {
+		now := e.Now()
+		var out []TaskView
+		if query(w, r, func(st *fsm.State) {
+			out = make([]TaskView, 0, len(st.Tasks))
+			for _, t := range st.SortedTasks() {
+				out = append(out, view(st, t, now, cfg))
+			}
+		}) {
+			writeJSON(w, http.StatusOK, map[string]any{"tasks": out})
+		}
+	})
+	mux.HandleFunc("GET /v1/tasks/{arn...}", func(w http.ResponseWriter, r *http.Request) {
+		arn := r.PathValue("arn")
+		now := e.Now()
+		var out any
+		if !query(w, r, func(st *fsm.State) {
+			if t, ok := st.Tasks[arn]; ok {
+				out = view(st, t, now, cfg)
+			} else if ts, ok := st.Tombstones[arn]; ok {
+				s := ts.StoppedAt
+				out = TaskView{ARN: arn, KnownStatus: event.StatusCleaned, DesiredStatus: event.StatusStopped, SentStatus: event.StatusStopped, Reason: ts.Reason, StoppedAt: &s, Containers: []ContainerView{}}
+			}
+		}) {
+			return
+		}
+		if out == nil {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no task " + arn})
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+	mux.HandleFunc("GET /v1/journal/export", func(w http.ResponseWriter, r *http.Request) {
+		// A consistent copy from one bbolt read transaction, while the agent keeps appending.
+		err := e.Journal().DB().View(func(tx *bolt.Tx) error {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Length", fmt.Sprint(tx.Size()))
+			_, err := tx.WriteTo(w)
+			return err
+		})
+		if err != nil {
+			http.Error(w, "export: "+err.Error(), http.StatusInternalServerError)
+		}
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(e.Metrics().Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,52 @@
+package protocol
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Outcome classifies an answer to a state-change report (PROTOCOL.md §3, "Answers").
+type Outcome string
+
+const (
+	Settled      Outcome = "settled"      // 200: the listed ids are settled
+	Throttled    Outcome = "throttled"    // 429: nothing settled; wait at least Retry-After
+	BadRequest   Outcome = "bad_request"  // 400: the request as a whole is malformed
+	Unauthorized Outcome = "unauthorized" // 401, 403: credentials refused
+	ServerError  Outcome = "server_error" // 5xx or another status: unknown
+	Network      Outcome = "network"      // timeout or broken connection: unknown
+)
+
+// ReportResult is what one report came to. Only Settled settles anything.
+type ReportResult struct {
+	Outcome    Outcome
+	HTTPStatus int
+	Accepted   []string
+	Rejected   []Rejection
+	RetryAfter time.Duration // for Throttled: the server's floor (0 when it gave none)
+	Err        error         // the cause, for every outcome but Settled
+}
+
+// MaxRetryAfter caps a Retry-After so an absurd value cannot park the reports for days.
+const MaxRetryAfter = 10 * time.Minute
+
+// ParseRetryAfter reads a Retry-After header: delay seconds or an HTTP date. Missing or
+// malformed gives 0; values are capped at MaxRetryAfter.
+func ParseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if n, err := strconv.ParseFloat(v, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		d = time.Duration(n * float64(time.Second))
+	} else if t, err := http.ParseTime(v); err == nil {
+		d = t.Sub(now)
+	}
+	return min(max(d, 0), MaxRetryAfter)
+}

@@ -1,0 +1,207 @@
+// Package protocol is the wire contract with the control plane (../shared/PROTOCOL.md, version
+// 1): the JSON shapes both sides exchange and the rules a task must keep. Both the agent and the
+// reference control plane use it, so they cannot drift apart.
+//
+// It promises that decoding never panics and that every rule a task breaks is named in the
+// error (field and value), so an invalid task can be recorded STOPPED with a useful reason.
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// Limits from PROTOCOL.md §1.
+const (
+	MaxTasksPerPayload   = 100
+	MaxContainersPerTask = 10
+	MaxEnvBytes          = 64 << 10
+	MaxPollBody          = 4 << 20
+	MaxChangesPerRequest = 100
+	MaxWaitSeconds       = 60
+	MaxARNLength         = 1024
+	MaxImageLength       = 512
+	MaxCommandBytes      = 64 << 10
+)
+
+var containerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// PollResponse is the answer to GET /v1/agents/{agent}/payloads.
+type PollResponse struct {
+	Payloads []Payload `json:"payloads"`
+}
+
+// Payload is one message of tasks. Tasks stay raw until each is validated on its own, so one
+// malformed task does not cost the others.
+type Payload struct {
+	MessageID string            `json:"message_id"`
+	Tasks     []json.RawMessage `json:"tasks"`
+}
+
+// Task is a task as the control plane sends it.
+type Task struct {
+	ARN           string      `json:"arn"`
+	Family        string      `json:"family,omitempty"`
+	Version       string      `json:"version,omitempty"`
+	DesiredStatus string      `json:"desired_status"`
+	Containers    []Container `json:"containers"`
+}
+
+// Container is a container as the control plane sends it. Only these fields ever reach a
+// runtime; unknown fields are ignored.
+type Container struct {
+	Name      string            `json:"name"`
+	Image     string            `json:"image"`
+	Command   []string          `json:"command,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Essential *bool             `json:"essential,omitempty"` // absent means essential
+}
+
+// AcksRequest acknowledges payloads.
+type AcksRequest struct {
+	MessageIDs []string `json:"message_ids"`
+}
+
+// StateChange is one change reported to the control plane.
+type StateChange struct {
+	ID        string    `json:"id"`
+	TaskARN   string    `json:"task_arn"`
+	Container string    `json:"container,omitempty"`
+	Status    string    `json:"status"`
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// StateChangesRequest is the body of POST /v1/agents/{agent}/state-changes.
+type StateChangesRequest struct {
+	Changes []StateChange `json:"changes"`
+}
+
+// Rejection is a change the control plane rejected for good.
+type Rejection struct {
+	ID    string `json:"id"`
+	Error string `json:"error"`
+}
+
+// StateChangesResponse is the 200 answer.
+type StateChangesResponse struct {
+	Accepted []string    `json:"accepted"`
+	Rejected []Rejection `json:"rejected"`
+}
+
+// ErrorResponse is the body of a 400.
+type ErrorResponse struct {
+	Error string `json:"error"`
+}
+
+// Decoded is one raw task read as far as it goes: the ARN when there is one, the task when it
+// keeps every rule, else the reason it does not.
+type Decoded struct {
+	ARN     string
+	Task    *Task
+	Desired event.Status
+	Invalid string // non-empty: the rule broken, naming the field
+}
+
+// DecodeTask reads and checks one raw task.
+func DecodeTask(raw json.RawMessage) Decoded {
+	var t Task
+	if err := json.Unmarshal(raw, &t); err != nil {
+		// Salvage the ARN, so the task can still be recorded STOPPED with the reason.
+		var probe struct {
+			ARN string `json:"arn"`
+		}
+		_ = json.Unmarshal(raw, &probe)
+		return Decoded{ARN: probe.ARN, Invalid: "task is not a valid task object: " + err.Error()}
+	}
+	d := Decoded{ARN: t.ARN, Task: &t}
+	if err := Validate(&t); err != nil {
+		d.Invalid = err.Error()
+		return d
+	}
+	d.Desired = event.Status(t.DesiredStatus)
+	return d
+}
+
+// Validate checks a task against every rule and limit of PROTOCOL.md.
+func Validate(t *Task) error {
+	if t.ARN == "" {
+		return fmt.Errorf("arn: missing")
+	}
+	if len(t.ARN) > MaxARNLength {
+		return fmt.Errorf("arn: %d bytes, at most %d", len(t.ARN), MaxARNLength)
+	}
+	switch t.DesiredStatus {
+	case "RUNNING", "STOPPED":
+	default:
+		return fmt.Errorf("desired_status: %q, want RUNNING or STOPPED", t.DesiredStatus)
+	}
+	if len(t.Containers) == 0 {
+		return fmt.Errorf("containers: none")
+	}
+	if len(t.Containers) > MaxContainersPerTask {
+		return fmt.Errorf("containers: %d, at most %d", len(t.Containers), MaxContainersPerTask)
+	}
+	seen := map[string]bool{}
+	for i, c := range t.Containers {
+		if !containerName.MatchString(c.Name) {
+			return fmt.Errorf("containers[%d].name: %q must match %s", i, c.Name, containerName)
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("containers[%d].name: %q is used twice", i, c.Name)
+		}
+		seen[c.Name] = true
+		if err := ValidateImage(c.Image); err != nil {
+			return fmt.Errorf("containers[%d].image: %w", i, err)
+		}
+		n := 0
+		for k, v := range c.Env {
+			if k == "" {
+				return fmt.Errorf("containers[%d].env: empty variable name", i)
+			}
+			n += len(k) + len(v)
+		}
+		if n > MaxEnvBytes {
+			return fmt.Errorf("containers[%d].env: %d bytes, at most %d", i, n, MaxEnvBytes)
+		}
+		n = 0
+		for _, a := range c.Command {
+			n += len(a)
+		}
+		if n > MaxCommandBytes {
+			return fmt.Errorf("containers[%d].command: %d bytes, at most %d", i, n, MaxCommandBytes)
+		}
+	}
+	return nil
+}
+
+// imageRef is a loose form of a Docker image reference: [registry[:port]/]path[:tag][@digest].
+var imageRef = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`)
+
+// ValidateImage checks an image reference's shape, so nothing else ever reaches a runtime.
+func ValidateImage(image string) error {
+	if image == "" {
+		return fmt.Errorf("empty")
+	}
+	if len(image) > MaxImageLength {
+		return fmt.Errorf("%d bytes, at most %d", len(image), MaxImageLength)
+	}
+	if !imageRef.MatchString(image) {
+		return fmt.Errorf("%q is not an image reference", image)
+	}
+	return nil
+}
+
+// Spec turns a valid task's containers into the journal's form.
+func (t *Task) Spec() []event.ContainerSpec {
+	out := make([]event.ContainerSpec, len(t.Containers))
+	for i, c := range t.Containers {
+		out[i] = event.ContainerSpec{Name: c.Name, Image: c.Image, Command: c.Command, Env: c.Env, Essential: c.Essential == nil || *c.Essential}
+	}
+	return out
+}

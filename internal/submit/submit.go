@@ -1,0 +1,205 @@
+// Package submit is the submitter's policy: when to report the projection's unsent changes,
+// how many at once, and how long to wait after an answer that settled nothing. It does no I/O
+// and keeps no goroutine: the engine asks it, sends, and tells it the outcome, so a throttled
+// wait is a timer in the engine's loop, holding no lock and no slot, and the same code runs on
+// a virtual clock in the simulation.
+//
+// It promises: never more than one report in flight (per-task order holds by construction);
+// at least the server's Retry-After after a 429, then exponential backoff with jitter
+// (cenkalti/backoff/v4, never giving up) while throttling lasts; slow retries on refused
+// credentials or a malformed-request answer, changes kept; and one log line per change of
+// outcome, not one per attempt.
+package submit
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/protocol"
+	"github.com/cenkalti/backoff/v4"
+)
+
+// BatchSize is the most changes one request carries (PROTOCOL.md §3).
+const BatchSize = protocol.MaxChangesPerRequest
+
+// Policy tunes the waits. The zero value gets the defaults.
+type Policy struct {
+	Initial     time.Duration // first retry after an unknown outcome (default 100 ms)
+	Max         time.Duration // longest backoff (default 30 s)
+	SlowRetry   time.Duration // after 401/403 or 400 (default 30 s)
+	JournalEach time.Duration // at most one report_attempted record per failure streak this often (default 30 s)
+	Seed        uint64        // jitter generator seed (0: random)
+}
+
+// Submitter decides when to report. Not safe for concurrent use: one engine loop owns it.
+type Submitter struct {
+	p        Policy
+	bo       *backoff.ExponentialBackOff
+	rng      *rand.Rand
+	inflight bool
+	next     time.Time
+
+	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
+	streakSince   time.Time
+	streakTries   int
+	unjournaled   int
+	lastJournaled time.Time
+	health        string
+
+	Stats Stats
+}
+
+// Stats counts what the submitter saw, for metrics and the dev view.
+type Stats struct {
+	Requests, Settled, Accepted, Rejected, Throttled, Failed uint64
+}
+
+// New returns a submitter.
+func New(p Policy) *Submitter {
+	if p.Initial <= 0 {
+		p.Initial = 100 * time.Millisecond
+	}
+	if p.Max <= 0 {
+		p.Max = 30 * time.Second
+	}
+	if p.SlowRetry <= 0 {
+		p.SlowRetry = 30 * time.Second
+	}
+	if p.JournalEach <= 0 {
+		p.JournalEach = 30 * time.Second
+	}
+	seed := p.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	// Growth comes from the library; jitter from our own generator, so a seeded simulation
+	// replays exactly. MaxElapsedTime 0: reports awaiting acknowledgement never give up.
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.Initial), backoff.WithMaxInterval(p.Max),
+		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
+	return &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// Ready reports whether a report may be sent now.
+func (s *Submitter) Ready(now time.Time) bool { return !s.inflight && !now.Before(s.next) }
+
+// NextAttempt is when a waiting submitter may send again (zero when it need not wait).
+func (s *Submitter) NextAttempt() time.Time { return s.next }
+
+// InFlight reports whether a report awaits its answer.
+func (s *Submitter) InFlight() bool { return s.inflight }
+
+// Begin marks a report in flight and returns its wire form.
+func (s *Submitter) Begin(changes []fsm.Change) []protocol.StateChange {
+	s.inflight = true
+	s.Stats.Requests++
+	out := make([]protocol.StateChange, len(changes))
+	for i, c := range changes {
+		out[i] = protocol.StateChange{ID: c.ID, TaskARN: c.Task, Container: c.Container, Status: string(c.Status), ExitCode: c.ExitCode, Reason: c.Reason, At: c.At}
+	}
+	return out
+}
+
+// Outcome is what the engine does with an answer.
+type Outcome struct {
+	Settled *event.ChangesSettled  // journal this (only the ids that were sent)
+	Attempt *event.ReportAttempted // journal this (a failure streak, folded)
+	Log     string                 // log this once: the outcome changed
+	Next    time.Time              // do not send again before this
+}
+
+// Done takes the answer to the report begun with sent.
+func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.ReportResult) Outcome {
+	s.inflight = false
+	var o Outcome
+	if r.Outcome == protocol.Settled {
+		ids := map[string]bool{}
+		for _, c := range sent {
+			ids[c.ID] = true
+		}
+		settled := &event.ChangesSettled{}
+		for _, id := range r.Accepted {
+			if ids[id] {
+				settled.Accepted = append(settled.Accepted, id)
+			}
+		}
+		for _, rj := range r.Rejected {
+			if ids[rj.ID] {
+				settled.Rejected = append(settled.Rejected, event.Rejection{ID: rj.ID, Error: rj.Error})
+			}
+		}
+		s.Stats.Accepted += uint64(len(settled.Accepted))
+		s.Stats.Rejected += uint64(len(settled.Rejected))
+		if len(settled.Accepted)+len(settled.Rejected) > 0 {
+			s.Stats.Settled++
+			o.Settled = settled
+			if s.streak != "" {
+				o.Log = fmt.Sprintf("reports settle again after %d failed attempts (%s since %s)", s.streakTries, s.streak, s.streakSince.Format(time.RFC3339))
+			}
+			s.streak, s.health, s.unjournaled, s.streakTries = "", "", 0, 0
+			s.bo.Reset()
+			s.next = time.Time{}
+			return o
+		}
+		// A 200 that settles none of what was sent: not progress, so back off like a failure.
+		r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("HTTP 200 settled none of the %d changes sent", len(sent))
+	}
+	s.Stats.Failed++
+	wait := s.jittered(s.bo.NextBackOff())
+	switch r.Outcome {
+	case protocol.Throttled:
+		s.Stats.Throttled++
+		wait = max(wait, r.RetryAfter) // the server's Retry-After is a floor
+		s.health = ""
+	case protocol.Unauthorized:
+		wait = max(wait, s.p.SlowRetry)
+		s.health = fmt.Sprintf("control plane refuses the agent's credentials (HTTP %d) since %s", r.HTTPStatus, s.sinceOr(now, r.Outcome))
+	case protocol.BadRequest:
+		wait = max(wait, s.p.SlowRetry)
+		s.health = fmt.Sprintf("control plane refuses state-change reports as malformed since %s: %v", s.sinceOr(now, r.Outcome), r.Err)
+	default:
+		s.health = ""
+	}
+	if s.streak != r.Outcome {
+		o.Log = fmt.Sprintf("reporting state changes: %s: %v", r.Outcome, r.Err)
+		s.streak, s.streakSince = r.Outcome, now
+		s.lastJournaled = time.Time{}
+	}
+	s.unjournaled++
+	s.streakTries++
+	if s.lastJournaled.IsZero() || now.Sub(s.lastJournaled) >= s.p.JournalEach {
+		ids := make([]string, len(sent))
+		for i, c := range sent {
+			ids[i] = c.ID
+		}
+		errText := ""
+		if r.Err != nil {
+			errText = r.Err.Error()
+		}
+		o.Attempt = &event.ReportAttempted{IDs: ids, Outcome: string(r.Outcome), HTTPStatus: r.HTTPStatus, RetryAfter: r.RetryAfter, Error: errText, Count: s.unjournaled}
+		s.unjournaled, s.lastJournaled = 0, now
+	}
+	s.next = now.Add(wait)
+	o.Next = s.next
+	return o
+}
+
+func (s *Submitter) sinceOr(now time.Time, out protocol.Outcome) string {
+	if s.streak == out {
+		return s.streakSince.Format(time.RFC3339)
+	}
+	return now.Format(time.RFC3339)
+}
+
+// jittered spreads a wait by ±50%, so a fleet throttled together does not retry together.
+func (s *Submitter) jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.5 + s.rng.Float64()))
+}
+
+// Health is "" when reporting works, else what is wrong (for /healthz and metrics).
+func (s *Submitter) Health() string { return s.health }
+
+// Streak is the outcome of the current failure streak and since when ("" when none).
+func (s *Submitter) Streak() (protocol.Outcome, time.Time) { return s.streak, s.streakSince }
