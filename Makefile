@@ -16,9 +16,9 @@ test:
 test-short:
 	$(GO) test -count=1 -short ./...
 
-## run: the best thing that runs today (the dev demo once it exists).
+## run: the dev demo — control plane, agent, simulated runtime and a workload in one process.
 run: build
-	./$(BIN) bench journal --events 20000
+	./$(BIN) dev
 
 bench: build
 	./$(BIN) bench journal

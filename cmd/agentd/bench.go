@@ -12,7 +12,29 @@ import (
 )
 
 type benchCmd struct {
-	Journal benchJournalCmd `cmd:"" help:"Qualify a disk for the journal: one commit per event vs DB.Batch vs group commit."`
+	Journal   benchJournalCmd   `cmd:"" help:"Qualify a disk for the journal: one commit per event vs DB.Batch vs group commit."`
+	Throttled benchThrottledCmd `cmd:"" help:"Settle a backlog of state changes against a control plane throttled to --rps."`
+}
+
+type benchThrottledCmd struct {
+	RPS   float64 `name:"rps" default:"10" help:"Control plane throttle, requests per second."`
+	Tasks int     `default:"5000" help:"Stopped tasks in the backlog (two changes each)."`
+	Dir   string  `help:"Directory for the temporary journal (default: the system's temp dir)."`
+	JSON  bool    `name:"json" help:"Print one JSON object."`
+}
+
+func (b *benchThrottledCmd) Run(ctx context.Context) error {
+	res, err := benchmark.Throttled(ctx, benchmark.ThrottledOptions{Dir: b.Dir, RPS: b.RPS, Tasks: b.Tasks})
+	if err != nil {
+		return err
+	}
+	if b.JSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	fmt.Printf("settled %d changes in %.1fs: %.0f/s against a ceiling of %.0f/s (%g req/s × 100): ratio %.2f (target ≥ 0.90)\n",
+		res.Changes, res.Seconds, res.SettledPerSec, res.Ceiling, res.RPS, res.Ratio)
+	fmt.Printf("%d requests settled, %d throttled; %.1f changes per settled request\n", res.Requests, res.Throttled, res.ChangesPerBatch)
+	return nil
 }
 
 type benchJournalCmd struct {

@@ -22,6 +22,7 @@ var version = "dev"
 type cli struct {
 	Version      kong.VersionFlag `help:"Print the version and exit."`
 	Run          runCmd           `cmd:"" help:"Run the agent daemon."`
+	Dev          devCmd           `cmd:"" help:"Everything in one process for a first look: control plane, agent, simulated runtime, a demo workload."`
 	Controlplane controlplaneCmd  `cmd:"" help:"Serve the reference control plane (development and tests)."`
 	Bench        benchCmd         `cmd:"" help:"Measure agentd against its baselines, side by side."`
 }

@@ -27,3 +27,13 @@ func BenchmarkJournalGroupCommit(b *testing.B) {
 		}
 	}
 }
+
+func TestThrottledBenchSettlesEverything(t *testing.T) {
+	res, err := Throttled(context.Background(), ThrottledOptions{Dir: t.TempDir(), RPS: 20, Tasks: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Changes != 600 || res.ChangesPerBatch < 50 {
+		t.Fatalf("%+v: want all 600 changes settled in full batches", res)
+	}
+}

@@ -53,6 +53,7 @@ type Server struct {
 type agent struct {
 	id       string
 	payloads []*payload
+	byID     map[string]*payload
 	wake     chan struct{} // closed when a payload is queued
 	broken   bool          // a poll broke since the last answer
 	lastPoll time.Time
@@ -218,7 +219,7 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, a *agent) bool {
 func (s *Server) agentLocked(id string) *agent {
 	a, ok := s.agents[id]
 	if !ok {
-		a = &agent{id: id, wake: make(chan struct{})}
+		a = &agent{id: id, wake: make(chan struct{}), byID: map[string]*payload{}}
 		s.agents[id] = a
 	}
 	return a
@@ -314,10 +315,8 @@ func (s *Server) acks(w http.ResponseWriter, r *http.Request) {
 	defer s.mu.Unlock()
 	s.stats.Acks++
 	for _, m := range req.MessageIDs {
-		for _, p := range a.payloads {
-			if p.id == m {
-				p.acked = true
-			}
+		if p := a.byID[m]; p != nil {
+			p.acked = true
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -499,6 +498,14 @@ func (s *Server) AddTask(agentID string, t protocol.Task, raw json.RawMessage) e
 	return nil
 }
 
+// Adopt records a task as assigned to an agent that already has it, without sending a payload:
+// for benchmarks and tests that build the agent's journal directly.
+func (s *Server) Adopt(agentID string, t protocol.Task) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tasks[t.ARN] = &Task{ARN: t.ARN, Agent: agentID, Desired: t.DesiredStatus, Containers: map[string]*Container{}, spec: t}
+}
+
 // StopTask sets a task's desired status to STOPPED and sends it in a new payload.
 func (s *Server) StopTask(arn string) error {
 	s.mu.Lock()
@@ -525,7 +532,9 @@ func (s *Server) queueLocked(agentID string, tasks []json.RawMessage, arns []str
 	a := s.agentLocked(agentID)
 	s.nextMsg++
 	id := fmt.Sprintf("m-%06d", s.nextMsg)
-	a.payloads = append(a.payloads, &payload{id: id, tasks: tasks, arns: arns})
+	p := &payload{id: id, tasks: tasks, arns: arns}
+	a.payloads = append(a.payloads, p)
+	a.byID[id] = p
 	close(a.wake)
 	a.wake = make(chan struct{})
 	return id
@@ -598,4 +607,11 @@ func (s *Server) Snapshot() (map[string]Task, Stats) {
 		out[arn] = cp
 	}
 	return out, s.stats
+}
+
+// Stats returns the counters alone (cheap, unlike Snapshot).
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
 }

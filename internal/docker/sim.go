@@ -270,34 +270,41 @@ func (s *Sim) List(ctx context.Context) ([]State, error) {
 	return out, nil
 }
 
-// Exits streams exits whose time (in unix nanoseconds, the cursor) is after cursor. It wakes
-// at the next planned exit or at the next change, never polls.
+// ExitsAfter returns the exits whose time (in unix nanoseconds, the cursor) is after cursor,
+// in order, and when the next planned exit is due (zero: none planned).
+func (s *Sim) ExitsAfter(cursor int64) (exits []Exit, next time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for _, c := range s.state.Containers {
+		if c.Agent != s.agent {
+			continue
+		}
+		if at, code, ended := exitOf(c, now); ended {
+			if at.UnixNano() > cursor {
+				exits = append(exits, Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, At: at, Cursor: at.UnixNano()})
+			}
+		} else if !c.EndsAt.IsZero() && (next.IsZero() || c.EndsAt.Before(next)) {
+			next = c.EndsAt
+		}
+	}
+	slices.SortFunc(exits, func(a, b Exit) int {
+		return cmp.Or(cmp.Compare(a.Cursor, b.Cursor), strings.Compare(a.ID, b.ID))
+	})
+	return exits, next
+}
+
+// Exits streams exits after cursor. It wakes at the next planned exit or at the next change,
+// never polls.
 func (s *Sim) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 	out := make(chan Exit, 64)
 	go func() {
 		defer close(out)
 		for {
 			s.mu.Lock()
-			now := s.now()
-			var due []Exit
-			var next time.Time
-			for _, c := range s.state.Containers {
-				if c.Agent != s.agent {
-					continue
-				}
-				if at, code, ended := exitOf(c, now); ended {
-					if at.UnixNano() > cursor {
-						due = append(due, Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, At: at, Cursor: at.UnixNano()})
-					}
-				} else if !c.EndsAt.IsZero() && (next.IsZero() || c.EndsAt.Before(next)) {
-					next = c.EndsAt
-				}
-			}
 			changed := s.changed
 			s.mu.Unlock()
-			slices.SortFunc(due, func(a, b Exit) int {
-				return cmp.Or(cmp.Compare(a.Cursor, b.Cursor), strings.Compare(a.ID, b.ID))
-			})
+			due, next := s.ExitsAfter(cursor)
 			for _, e := range due {
 				select {
 				case out <- e:
@@ -309,7 +316,7 @@ func (s *Sim) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 			var timer *time.Timer
 			var fire <-chan time.Time
 			if !next.IsZero() {
-				timer = time.NewTimer(max(next.Sub(now), time.Millisecond))
+				timer = time.NewTimer(max(time.Until(next), time.Millisecond))
 				fire = timer.C
 			}
 			select {
@@ -326,6 +333,14 @@ func (s *Sim) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 		}
 	}()
 	return out, nil
+}
+
+// Created counts the containers ever created (ids are never reused): a test's proof that
+// nothing was created twice.
+func (s *Sim) Created() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Next
 }
 
 func (s *Sim) Close() error { return nil }

@@ -394,6 +394,9 @@ func (e *Engine) handleReport(ctx context.Context, in ReportInput) {
 			e.log.Error().Err(err).Msg("cannot journal the control plane's answer; the changes will be sent again")
 		}
 	}
+	// The next batch goes out now, before the decisions this answer unlocks are journaled:
+	// under throttling the request slot is the scarce thing, not the disk.
+	e.report(e.clock.Now())
 	if h := e.sub.Health(); h != "" {
 		e.setHealth(h)
 	} else if cur := e.Health(); cur != "" && len(cur) > 7 && cur[:7] == "control" {

@@ -353,7 +353,7 @@ func (s *State) settle(rec event.Record, e *event.ChangesSettled) error {
 		if !ok || seq >= rec.Seq {
 			return fmt.Errorf("%w: %q", ErrSentAhead, id)
 		}
-		if c, ok := s.Outbox[seq]; ok {
+		if c, ok := s.Outbox[seq]; ok && c.ID == id {
 			found = append(found, c)
 		}
 		// Otherwise settled before (a retry's answer) or coalesced: nothing to do.

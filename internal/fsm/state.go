@@ -139,18 +139,14 @@ func (s *State) ChangeID(seq uint64) string {
 	return "c-" + s.JournalID + "-" + strconv.FormatUint(seq, 10)
 }
 
-// changeSeq parses a change id back into the sequence number of the record that caused it.
+// changeSeq reads the sequence number of the record that caused a change out of its id: the
+// digits after the last dash. It does not depend on the journal id, so ids made before the
+// first agent_started (or by an older build) still resolve; callers compare the whole id.
 func (s *State) changeSeq(id string) (uint64, bool) {
-	rest, ok := strings.CutPrefix(id, "c-")
-	if !ok {
+	if !strings.HasPrefix(id, "c-") {
 		return 0, false
 	}
-	if s.JournalID != "" {
-		if rest, ok = strings.CutPrefix(rest, s.JournalID+"-"); !ok {
-			return 0, false
-		}
-	}
-	n, err := strconv.ParseUint(rest, 10, 64)
+	n, err := strconv.ParseUint(id[strings.LastIndexByte(id, '-')+1:], 10, 64)
 	return n, err == nil
 }
 

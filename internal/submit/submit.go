@@ -147,19 +147,27 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("HTTP 200 settled none of the %d changes sent", len(sent))
 	}
 	s.Stats.Failed++
-	wait := s.jittered(s.bo.NextBackOff())
+	var wait time.Duration
 	switch r.Outcome {
 	case protocol.Throttled:
 		s.Stats.Throttled++
-		wait = max(wait, r.RetryAfter) // the server's Retry-After is a floor
+		if s.streak != protocol.Throttled && r.RetryAfter > 0 {
+			// The first 429 of a streak: the server said when a token is there; come back
+			// then (plus up to 5%), so a throttled agent still fills its share of the rate.
+			wait = r.RetryAfter + time.Duration(s.rng.Float64()*0.05*float64(r.RetryAfter))
+		} else {
+			// Throttled again: others want the same tokens; back off, Retry-After a floor.
+			wait = max(s.jittered(s.bo.NextBackOff()), r.RetryAfter)
+		}
 		s.health = ""
 	case protocol.Unauthorized:
-		wait = max(wait, s.p.SlowRetry)
+		wait = max(s.jittered(s.bo.NextBackOff()), s.p.SlowRetry)
 		s.health = fmt.Sprintf("control plane refuses the agent's credentials (HTTP %d) since %s", r.HTTPStatus, s.sinceOr(now, r.Outcome))
 	case protocol.BadRequest:
-		wait = max(wait, s.p.SlowRetry)
+		wait = max(s.jittered(s.bo.NextBackOff()), s.p.SlowRetry)
 		s.health = fmt.Sprintf("control plane refuses state-change reports as malformed since %s: %v", s.sinceOr(now, r.Outcome), r.Err)
 	default:
+		wait = s.jittered(s.bo.NextBackOff())
 		s.health = ""
 	}
 	if s.streak != r.Outcome {

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The end-to-end tests run the real binary as processes against the reference control plane
+// on loopback, and kill the agent with SIGKILL.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func agentdBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "agentd-e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "agentd")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// proc is a running agentd process whose JSON log lines are read as they come.
+type proc struct {
+	cmd   *exec.Cmd
+	lines chan map[string]any
+	raw   *bytes.Buffer
+	mu    sync.Mutex
+}
+
+func startProc(t *testing.T, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(agentdBinary(t), args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, lines: make(chan map[string]any, 4096), raw: &bytes.Buffer{}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.raw.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				select {
+				case p.lines <- m:
+				default:
+				}
+			}
+		}
+		close(p.lines)
+	}()
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.raw.String()
+}
+
+// await reads log lines until one has the message, and returns it.
+func (p *proc) await(t *testing.T, msg string, within time.Duration) map[string]any {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		select {
+		case m, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("process ended before logging %q:\n%s", msg, p.log())
+			}
+			if m["message"] == msg {
+				return m
+			}
+		case <-deadline:
+			t.Fatalf("no %q logged within %v:\n%s", msg, within, p.log())
+		}
+	}
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil && p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		_ = p.cmd.Wait()
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if v != nil {
+		_ = json.Unmarshal(b, v)
+	}
+	return resp.StatusCode
+}
+
+func postJSON(t *testing.T, url string, body any) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("POST %s: %d", url, resp.StatusCode)
+	}
+}
+
+type cpTask struct {
+	ARN        string `json:"arn"`
+	Status     string `json:"status"`
+	Containers map[string]struct {
+		Status   string `json:"status"`
+		ExitCode *int   `json:"exit_code"`
+	} `json:"containers"`
+}
+
+// startAgent runs `agentd run --runtime sim` and waits until it serves.
+func startAgentProc(t *testing.T, dataDir, backend string, extra ...string) (*proc, string) {
+	t.Helper()
+	args := append([]string{"run", "--runtime", "sim", "--data-dir", dataDir, "--backend", backend,
+		"--listen", "127.0.0.1:0", "--cleanup-wait", "1s", "--log-format", "json", "--agent-id", "agent-e2e"}, extra...)
+	a := startProc(t, args...)
+	m := a.await(t, "agent running", 30*time.Second)
+	return a, "http://" + m["listen"].(string)
+}
+
+// TestEndToEndUnderFaultsAndKills runs the control plane with throttling, 5xx, dropped
+// connections and re-sent acknowledged payloads, and an agent that is SIGKILLed three times
+// while tasks run and reports are throttled. At the end every task is cleaned, every change
+// was accepted under one id, the control plane saw no protocol violation, and no container
+// was created twice.
+func TestEndToEndUnderFaultsAndKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: spawns processes")
+	}
+	dir := t.TempDir()
+	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json",
+		"--throttle-rps", "4", "--throttle-burst", "2", "--fail-rate", "0.05", "--drop-rate", "0.05", "--resend-acked")
+	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
+	agent, api := startAgentProc(t, filepath.Join(dir, "data"), cpURL)
+
+	rng := rand.New(rand.NewPCG(7, 7))
+	const tasks = 24
+	wantContainers := 0
+	var runners []string
+	for i := 0; i < tasks; i++ {
+		arn := fmt.Sprintf("task/e2e-%02d", i)
+		var cmd []string
+		switch i % 4 {
+		case 0:
+			cmd = []string{"run"}
+			runners = append(runners, arn)
+		case 1:
+			cmd = []string{"exit", fmt.Sprint(i % 5)}
+		default:
+			cmd = []string{"sleep", fmt.Sprintf("%dms", 200+rng.IntN(1500)), fmt.Sprint(i % 3)}
+		}
+		task := map[string]any{"arn": arn, "containers": []map[string]any{{"name": "app", "image": "web:1", "command": cmd}}}
+		if i == 5 {
+			task["containers"] = []map[string]any{} // invalid: recorded STOPPED, never run
+		} else {
+			wantContainers++
+		}
+		postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": "agent-e2e", "task": task})
+	}
+	// Kill the agent three times while work is in flight and reports are throttled.
+	for k := 0; k < 3; k++ {
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+		if k == 1 {
+			for _, arn := range runners {
+				postJSON(t, cpURL+"/v1/tasks/"+arn+"/stop", nil)
+			}
+		}
+		agent.kill()
+		agent, api = startAgentProc(t, filepath.Join(dir, "data"), cpURL)
+	}
+	// Everything settles: the control plane knows every task STOPPED, the agent cleaned all.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var view struct{ Tasks []cpTask }
+		getJSON(t, cpURL+"/v1/tasks", &view)
+		var live struct{ Tasks []json.RawMessage }
+		code := getJSON(t, api+"/v1/tasks", &live)
+		stopped := 0
+		for _, task := range view.Tasks {
+			if task.Status == "STOPPED" {
+				stopped++
+			}
+		}
+		if stopped == tasks && code == 200 && len(live.Tasks) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled after 90 s: %d of %d STOPPED at the control plane, %d live at the agent (HTTP %d)\n%s", stopped, tasks, len(live.Tasks), code, agent.log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var v struct{ Violations []map[string]any }
+	getJSON(t, cpURL+"/v1/violations", &v)
+	if len(v.Violations) > 0 {
+		t.Fatalf("control plane saw protocol violations: %v", v.Violations)
+	}
+	var view struct{ Tasks []cpTask }
+	getJSON(t, cpURL+"/v1/tasks", &view)
+	for _, task := range view.Tasks {
+		if task.ARN == "task/e2e-05" {
+			if len(task.Containers) != 0 {
+				t.Fatalf("invalid task reported containers: %+v", task)
+			}
+			continue
+		}
+		app, ok := task.Containers["app"]
+		if !ok || app.Status != "STOPPED" || app.ExitCode == nil {
+			t.Fatalf("task %s: container not reported STOPPED with an exit code: %+v", task.ARN, task)
+		}
+	}
+	// Nothing ran twice: the simulated runtime numbers every container it ever created.
+	b, err := os.ReadFile(filepath.Join(dir, "data", "sim-runtime.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sim struct {
+		Next       int                        `json:"next"`
+		Containers map[string]json.RawMessage `json:"containers"`
+	}
+	if err := json.Unmarshal(b, &sim); err != nil {
+		t.Fatal(err)
+	}
+	if sim.Next != wantContainers || len(sim.Containers) != 0 {
+		t.Fatalf("runtime created %d containers (%d left); want %d, none left", sim.Next, len(sim.Containers), wantContainers)
+	}
+	// SIGTERM: a clean stop, exit 0.
+	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- agent.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("agent exited with %v after SIGTERM", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent did not exit within 10 s of SIGTERM")
+	}
+	if !strings.Contains(agent.log(), `"agent stopped"`) {
+		t.Fatal("no clean-stop line in the agent's log")
+	}
+}

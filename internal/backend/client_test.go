@@ -1,0 +1,131 @@
+package backend_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/backend"
+	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+func change(id, arn, status string) protocol.StateChange {
+	return protocol.StateChange{ID: id, TaskARN: arn, Status: status, At: time.Now()}
+}
+
+func newClient(t *testing.T, url, tokenFile string) *backend.Client {
+	t.Helper()
+	c, err := backend.New(backend.Config{URL: url, AgentID: "agent-1", TokenFile: tokenFile, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestTokenRotationNeedsNoRestart(t *testing.T) {
+	dir := t.TempDir()
+	serverTok, agentTok := filepath.Join(dir, "server"), filepath.Join(dir, "agent")
+	write := func(p, v string) {
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(serverTok, "old")
+	write(agentTok, "old")
+	srv := httptest.NewServer(controlplane.New(serverTok, controlplane.Faults{}).Handler())
+	defer srv.Close()
+	c := newClient(t, srv.URL, agentTok)
+	if _, err := c.Poll(context.Background(), 0); err != nil {
+		t.Fatalf("poll with the right token: %v", err)
+	}
+	write(serverTok, "new")
+	r := c.Report(context.Background(), []protocol.StateChange{change("c-1", "task/x", "RUNNING")})
+	if r.Outcome != protocol.Unauthorized || r.HTTPStatus != 401 {
+		t.Fatalf("after the server rotated: %+v; want unauthorized", r)
+	}
+	time.Sleep(10 * time.Millisecond) // a different modification time on coarse file systems
+	write(agentTok, "new-and-longer") // size differs too
+	write(serverTok, "new-and-longer")
+	if _, err := c.Poll(context.Background(), 0); err != nil {
+		t.Fatalf("poll after the agent's token file was rotated: %v", err)
+	}
+}
+
+func TestAnswersAreClassified(t *testing.T) {
+	cp := controlplane.New("", controlplane.Faults{ThrottleRPS: 0.5, ThrottleBurst: 1})
+	srv := httptest.NewServer(cp.Handler())
+	defer srv.Close()
+	c := newClient(t, srv.URL, "")
+	if err := cp.AddTask("agent-1", protocol.Task{ARN: "task/x", DesiredStatus: "RUNNING", Containers: []protocol.Container{{Name: "app", Image: "web"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := c.Report(context.Background(), []protocol.StateChange{change("c-1", "task/x", "PULLED"), change("c-2", "task/nope", "PULLED")})
+	if r.Outcome != protocol.Settled || len(r.Accepted) != 1 || r.Accepted[0] != "c-1" || len(r.Rejected) != 1 || r.Rejected[0].Error != "unknown_task" {
+		t.Fatalf("first report: %+v", r)
+	}
+	r = c.Report(context.Background(), []protocol.StateChange{change("c-3", "task/x", "CREATED")})
+	if r.Outcome != protocol.Throttled || r.RetryAfter < time.Second || r.RetryAfter > 2*time.Second {
+		t.Fatalf("second report within the bucket: %+v; want throttled with Retry-After ≈ 2 s", r)
+	}
+	r = c.Report(context.Background(), nil)
+	if r.Outcome != protocol.BadRequest {
+		t.Fatalf("empty report: %+v; want bad_request", r)
+	}
+}
+
+func TestFaultsAreUnknownOutcomesNotSettlements(t *testing.T) {
+	for name, f := range map[string]controlplane.Faults{"5xx": {FailRate: 1, Seed: 1}, "dropped": {DropRate: 1, Seed: 1}} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(controlplane.New("", f).Handler())
+			defer srv.Close()
+			r := newClient(t, srv.URL, "").Report(context.Background(), []protocol.StateChange{change("c-1", "task/x", "RUNNING")})
+			want := protocol.ServerError
+			if name == "dropped" {
+				want = protocol.Network
+			}
+			if r.Outcome != want || len(r.Accepted) != 0 {
+				t.Fatalf("%+v; want %s, nothing settled", r, want)
+			}
+		})
+	}
+}
+
+func TestPollErrorsNameTheirCause(t *testing.T) {
+	for name, tc := range map[string]struct {
+		body string
+		want string
+	}{
+		"not JSON":  {"<html>gateway</html>", "not JSON"},
+		"too large": {`{"payloads":[` + strings.Repeat(" ", protocol.MaxPollBody) + `]}`, "over 4194304 bytes"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(tc.body)) }))
+			defer srv.Close()
+			_, err := newClient(t, srv.URL, "").Poll(context.Background(), 0)
+			var pe *backend.PollError
+			if !errors.As(err, &pe) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("poll: %v; want a PollError saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestBadConfigNamesTheFlag(t *testing.T) {
+	for cfg, want := range map[backend.Config]string{
+		{URL: "ftp://x", AgentID: "a"}:                             "--backend",
+		{URL: "http://x", AgentID: "a", TokenFile: "/nonexistent"}: "--token-file",
+		{URL: "https://x", AgentID: "a", CAFile: "/nonexistent"}:   "--ca-file",
+	} {
+		if _, err := backend.New(cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v; want an error naming %s", cfg, err, want)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package submit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func batch(ids ...string) []fsm.Change {
+	out := make([]fsm.Change, len(ids))
+	for i, id := range ids {
+		out[i] = fsm.Change{ID: id, Task: "task/a", Status: event.StatusRunning, At: t0}
+	}
+	return out
+}
+
+func TestAnswersAndWaits(t *testing.T) {
+	cases := []struct {
+		name      string
+		result    protocol.ReportResult
+		minWait   time.Duration
+		maxWait   time.Duration
+		settled   int
+		health    string
+		journaled bool
+	}{
+		{"200 settles what was sent", protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}, Rejected: []protocol.Rejection{{ID: "c-2", Error: "unknown_task"}}}, 0, 0, 2, "", false},
+		{"200 listing ids never sent settles only what was sent", protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1", "c-99"}}, 0, 0, 1, "", false},
+		{"200 settling nothing backs off", protocol.ReportResult{Outcome: protocol.Settled}, 50 * time.Millisecond, 150 * time.Millisecond, 0, "", true},
+		{"429 waits Retry-After", protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 3 * time.Second}, 3 * time.Second, 3300 * time.Millisecond, 0, "", true},
+		{"429 without Retry-After backs off", protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429}, 50 * time.Millisecond, 150 * time.Millisecond, 0, "", true},
+		{"5xx backs off", protocol.ReportResult{Outcome: protocol.ServerError, HTTPStatus: 503, Err: errors.New("HTTP 503")}, 50 * time.Millisecond, 150 * time.Millisecond, 0, "", true},
+		{"401 retries slowly and is unhealthy", protocol.ReportResult{Outcome: protocol.Unauthorized, HTTPStatus: 401, Err: errors.New("refused")}, 30 * time.Second, 30 * time.Second, 0, "credentials", true},
+		{"400 retries slowly and keeps the changes", protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: errors.New("bad")}, 30 * time.Second, 30 * time.Second, 0, "malformed", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(Policy{Seed: 1})
+			if !s.Ready(t0) {
+				t.Fatal("a new submitter is not ready")
+			}
+			sent := s.Begin(batch("c-1", "c-2"))
+			if s.Ready(t0) {
+				t.Fatal("ready while a report is in flight: two reports at once could reorder a task's changes")
+			}
+			o := s.Done(t0, sent, tc.result)
+			n := 0
+			if o.Settled != nil {
+				n = len(o.Settled.Accepted) + len(o.Settled.Rejected)
+			}
+			if n != tc.settled {
+				t.Fatalf("settled %d; want %d", n, tc.settled)
+			}
+			wait := s.NextAttempt().Sub(t0)
+			if tc.settled > 0 {
+				wait = 0
+				if !s.Ready(t0) {
+					t.Fatal("not ready right after a settling answer")
+				}
+			}
+			if wait < tc.minWait || wait > tc.maxWait {
+				t.Fatalf("waits %v; want %v..%v", wait, tc.minWait, tc.maxWait)
+			}
+			if !strings.Contains(s.Health(), tc.health) || (tc.health == "" && s.Health() != "") {
+				t.Fatalf("health %q; want it to mention %q", s.Health(), tc.health)
+			}
+			if (o.Attempt != nil) != tc.journaled {
+				t.Fatalf("report_attempted journaled: %v; want %v", o.Attempt != nil, tc.journaled)
+			}
+		})
+	}
+}
+
+// While throttling lasts the waits grow, stay bounded, and never undercut Retry-After; the
+// first success resets them. Attempts are folded into few journal records and one log line.
+func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
+	s := New(Policy{Seed: 7, Max: 10 * time.Second})
+	now := t0
+	var waits []time.Duration
+	logs, journaled := 0, 0
+	for i := 0; i < 40; i++ {
+		sent := s.Begin(batch("c-1"))
+		o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 200 * time.Millisecond})
+		w := s.NextAttempt().Sub(now)
+		if w < 200*time.Millisecond {
+			t.Fatalf("attempt %d waits %v, less than Retry-After", i, w)
+		}
+		if w > 15*time.Second {
+			t.Fatalf("attempt %d waits %v, beyond Max × 1.5", i, w)
+		}
+		waits = append(waits, w)
+		if o.Log != "" {
+			logs++
+		}
+		if o.Attempt != nil {
+			journaled++
+		}
+		now = s.NextAttempt()
+	}
+	if waits[10] < 2*waits[1] {
+		t.Fatalf("waits do not grow while throttled: %v", waits[:12])
+	}
+	if logs != 1 {
+		t.Fatalf("%d log lines for one throttling streak; want 1", logs)
+	}
+	if journaled < 2 || journaled > 15 {
+		t.Fatalf("%d report_attempted records for 40 attempts over %v; want them folded", journaled, now.Sub(t0))
+	}
+	sent := s.Begin(batch("c-1"))
+	o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
+	if o.Log == "" || !strings.Contains(o.Log, "40 failed attempts") {
+		t.Fatalf("recovery log %q; want it to count the 40 attempts", o.Log)
+	}
+	sent = s.Begin(batch("c-2"))
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.ServerError, Err: errors.New("x")})
+	if w := s.NextAttempt().Sub(now); w > 150*time.Millisecond {
+		t.Fatalf("backoff not reset by a success: %v", w)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	for v, want := range map[string]time.Duration{
+		"": 0, "2": 2 * time.Second, "0.25": 250 * time.Millisecond, "-1": 0, "junk": 0,
+		"99999": protocol.MaxRetryAfter, t0.Add(90 * time.Second).Format(httpTime): 90 * time.Second,
+	} {
+		if got := protocol.ParseRetryAfter(v, t0); got != want {
+			t.Errorf("Retry-After %q: %v; want %v", v, got, want)
+		}
+	}
+}
+
+const httpTime = "Mon, 02 Jan 2006 15:04:05 GMT"
