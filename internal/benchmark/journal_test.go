@@ -37,3 +37,13 @@ func TestThrottledBenchSettlesEverything(t *testing.T) {
 		t.Fatalf("%+v: want all 600 changes settled in full batches", res)
 	}
 }
+
+func TestWaitingBenchMeasures(t *testing.T) {
+	res, err := Waiting(context.Background(), t.TempDir(), 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Goroutines <= 0 || res.HeapMB <= 0 || res.CleanupP99ms < res.CleanupP50ms {
+		t.Fatalf("implausible: %+v", res)
+	}
+}

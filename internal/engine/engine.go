@@ -70,7 +70,7 @@ type Config struct {
 	StopTimeout    time.Duration // SIGTERM, then kill (default 10 s)
 	SnapshotEvery  uint64        // records between snapshots (default 20,000)
 	Workers        int           // concurrent runtime calls (default 8)
-	CleanupWorkers int           // tasks cleaned at once (default 4)
+	CleanupWorkers int           // container removals at once (default 4)
 	CleanupJitter  time.Duration // spread of cleanup starts (default 50 ms)
 	PollWait       time.Duration // long-poll wait (default 20 s)
 	Seed           uint64        // jitter (0: random)
@@ -123,9 +123,9 @@ type Engine struct {
 	inflight map[string]bool        // action keys running on the executor
 	retryAt  map[string]retry       // failed actions waiting out their backoff
 	due      dueHeap                // cleanup deadlines of STOPPED_ACKED tasks
-	queued   map[string]bool        // tasks whose cleanup is due, waiting for a cleanup slot
-	queue    []string               // the same, in order
-	cleaning map[string]bool        // tasks in CLEANING
+	removing int                    // removals in flight (bounded by CleanupWorkers)
+	waiting  map[string]bool        // CLEANING tasks waiting for a removal slot
+	waitQ    []string               // the same, in order
 	early    map[string]docker.Exit // exits seen before their start was journaled, by runtime id
 	sub      *submit.Submitter
 	sent     []protocol.StateChange // the report in flight
@@ -197,7 +197,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)),
 		fcfg:  fsm.Config{CleanupWait: cfg.CleanupWait},
 		dirty: map[string]bool{}, inflight: map[string]bool{}, retryAt: map[string]retry{},
-		queued: map[string]bool{}, cleaning: map[string]bool{}, early: map[string]docker.Exit{},
+		waiting: map[string]bool{}, early: map[string]docker.Exit{},
 		inputs: make(chan Input, 1024), queries: make(chan query),
 		metrics: newMetrics(),
 	}
@@ -321,8 +321,6 @@ func (e *Engine) Recover(ctx context.Context) error {
 		switch t.Known {
 		case event.StatusStoppedAcked:
 			e.scheduleCleanup(t)
-		case event.StatusCleaning:
-			e.cleaning[t.ARN] = true
 		}
 	}
 	e.log.Info().Uint64("seq", st.LastSeq).Int("replayed", replayed).Uint64("snapshot", e.snapSeq).
@@ -383,10 +381,7 @@ func (e *Engine) afterApply(r event.Record) {
 			e.scheduleCleanup(t)
 			e.metrics.blockedOnAck.Observe(r.Time.Sub(t.StoppedAt).Seconds())
 		}
-	case *event.CleanupStarted:
-		e.cleaning[r.Task] = true
 	case *event.TaskCleaned:
-		delete(e.cleaning, r.Task)
 		e.metrics.cleanups.Inc()
 		e.log.Info().Str("task", r.Task).Msg("task cleaned")
 	case *event.ContainerTransitioned:

@@ -148,17 +148,11 @@ func (e *Engine) react(ctx context.Context) {
 				return
 			}
 		}
-		for _, arn := range d.Cleanups {
-			if !e.queued[arn] && !e.cleaning[arn] {
-				e.queued[arn] = true
-				e.queue = append(e.queue, arn)
-			}
+		if len(d.Cleanups) > 0 {
+			e.startCleanups(ctx, d.Cleanups)
 		}
 		for _, a := range d.Actions {
 			e.dispatch(now, a)
-		}
-		if len(e.queue) > 0 && len(e.cleaning) < e.cfg.CleanupWorkers {
-			e.startCleanups(ctx)
 		}
 	}
 	e.report(now)
@@ -166,24 +160,25 @@ func (e *Engine) react(ctx context.Context) {
 	e.metrics.update(e)
 }
 
-// startCleanups starts due cleanups while there are slots: the cleanup's first step is a
-// journaled cleanup_started, which the projection accepts only from STOPPED_ACKED.
-func (e *Engine) startCleanups(ctx context.Context) {
-	for len(e.queue) > 0 && len(e.cleaning) < e.cfg.CleanupWorkers {
-		arn := e.queue[0]
-		e.queue = e.queue[1:]
-		delete(e.queued, arn)
-		t := e.st.Tasks[arn]
-		if t == nil || t.Known != event.StatusStoppedAcked {
-			continue
+// startCleanups journals cleanup_started for every task whose cleanup is due, in one commit:
+// the projection accepts it only from STOPPED_ACKED, so this is where the guard bites. The
+// I/O of cleaning — container removals — is what is bounded (CleanupWorkers), in dispatch.
+func (e *Engine) startCleanups(ctx context.Context, arns []string) {
+	recs := make([]event.Record, 0, len(arns))
+	for _, arn := range arns {
+		if t := e.st.Tasks[arn]; t != nil && t.Known == event.StatusStoppedAcked {
+			recs = append(recs, event.Record{Task: arn, Event: &event.CleanupStarted{}})
 		}
-		if _, err := e.append(ctx, event.Record{Task: arn, Event: &event.CleanupStarted{}}); err != nil {
-			e.log.Error().Err(err).Str("task", arn).Msg("cannot journal cleanup start; retrying")
-			e.queued[arn] = true
-			e.queue = append([]string{arn}, e.queue...)
-			return
+	}
+	if _, err := e.append(ctx, recs...); err != nil {
+		e.log.Error().Err(err).Int("tasks", len(recs)).Msg("cannot journal cleanup starts; retrying")
+		for _, r := range recs {
+			e.due.push(dueEntry{at: e.clock.Now().Add(time.Second), arn: r.Task})
 		}
-		e.log.Info().Str("task", arn).Msg("cleanup started")
+		return
+	}
+	for _, r := range recs {
+		e.log.Info().Str("task", r.Task).Msg("cleanup started")
 	}
 }
 
@@ -195,6 +190,18 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	}
 	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
 		return
+	}
+	if a.Kind == fsm.ActRemove {
+		// Removals are the I/O of cleaning: thousands of tasks stopping together queue here
+		// instead of storming the runtime.
+		if e.removing >= e.cfg.CleanupWorkers {
+			if !e.waiting[a.Task] {
+				e.waiting[a.Task] = true
+				e.waitQ = append(e.waitQ, a.Task)
+			}
+			return
+		}
+		e.removing++
 	}
 	e.inflight[key] = true
 	rt, timeout := e.rt, e.cfg.StopTimeout
@@ -252,6 +259,9 @@ func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
 	a := r.Action
 	key := a.Key()
 	delete(e.inflight, key)
+	if a.Kind == fsm.ActRemove {
+		e.freeRemovalSlot()
+	}
 	t := e.st.Tasks[a.Task]
 	if t == nil {
 		return
@@ -307,6 +317,20 @@ func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
 		return
 	}
 	_, _ = e.append(ctx, rec)
+}
+
+// freeRemovalSlot ends a removal and gives its slot to the task that has waited longest.
+func (e *Engine) freeRemovalSlot() {
+	e.removing--
+	for len(e.waitQ) > 0 {
+		arn := e.waitQ[0]
+		e.waitQ = e.waitQ[1:]
+		delete(e.waiting, arn)
+		if _, live := e.st.Tasks[arn]; live {
+			e.dirty[arn] = true
+			return
+		}
+	}
 }
 
 func (e *Engine) backoffAction(key string, err error) {

@@ -1,0 +1,137 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentd/agentd/internal/backend"
+	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
+	"github.com/rs/zerolog"
+)
+
+// WaitingResult is what N tasks stopped and awaiting their acknowledgement cost, and how soon
+// cleanup follows the acknowledgement.
+type WaitingResult struct {
+	Tasks          int     `json:"tasks"`
+	GoroutinesIdle int     `json:"goroutines_before"` // before the agent started
+	Goroutines     int     `json:"goroutines_waiting"`
+	HeapMB         float64 `json:"heap_mb_waiting"`
+	CleanupP50ms   float64 `json:"cleanup_after_ack_p50_ms"`
+	CleanupP99ms   float64 `json:"cleanup_after_ack_p99_ms"`
+	SettleSeconds  float64 `json:"settle_seconds"`
+}
+
+// Waiting journals N stopped tasks, runs a real agent against a control plane that throttles
+// every report, and measures goroutines and heap while all N wait; then lets the reports
+// through and measures, per task, the time from its stopped-acked record to its cleanup start.
+func Waiting(ctx context.Context, dirParent string, n int) (WaitingResult, error) {
+	res := WaitingResult{Tasks: n}
+	dir, err := os.MkdirTemp(dirParent, "agentd-bench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	var open atomic.Bool
+	cp := controlplane.New("", controlplane.Faults{})
+	gate := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !open.Load() && r.Method == http.MethodPost {
+			w.Header().Set("Retry-After", "0.2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		cp.Handler().ServeHTTP(w, r)
+	})
+	srv := httptest.NewServer(gate)
+	defer srv.Close()
+	const agentID = "agent-bench"
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	if err != nil {
+		return res, err
+	}
+	defer j.Close()
+	if _, err := engine.ResolveAgentID(ctx, j, agentID); err != nil {
+		return res, err
+	}
+	var recs []event.Record
+	now := time.Now()
+	for i := 0; i < n; i++ {
+		arn := fmt.Sprintf("task/wait-%06d", i)
+		cp.Adopt(agentID, protocol.Task{ARN: arn, DesiredStatus: "RUNNING", Containers: []protocol.Container{{Name: "app", Image: "x"}}})
+		recs = append(recs,
+			event.Record{Time: now, Task: arn, Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: "app", Image: "x", Essential: true}}}},
+			event.Record{Time: now, Task: arn, Container: "app", Event: &event.ContainerTransitioned{From: event.StatusNone, To: event.StatusStopped, Reason: "pull failed"}},
+			event.Record{Time: now, Task: arn, Event: &event.TaskTransitioned{From: event.StatusNone, To: event.StatusStopped}})
+	}
+	if _, err := j.Append(ctx, recs...); err != nil {
+		return res, err
+	}
+	rt, err := docker.NewSim(dir, agentID, nil)
+	if err != nil {
+		return res, err
+	}
+	client, err := backend.New(backend.Config{URL: srv.URL, AgentID: agentID})
+	if err != nil {
+		return res, err
+	}
+	defer client.Close()
+	runtime.GC()
+	res.GoroutinesIdle = runtime.NumGoroutine()
+	eng := engine.New(engine.Config{AgentID: agentID, CleanupWait: 0, PollWait: 5 * time.Second}, j, rt, client, nil, nil, zerolog.Nop())
+	if err := eng.Recover(ctx); err != nil {
+		return res, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	// Let the throttled reports go round a few times, then measure the cost of waiting.
+	time.Sleep(time.Second)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	res.Goroutines = runtime.NumGoroutine()
+	res.HeapMB = float64(ms.HeapInuse) / (1 << 20)
+	start := time.Now()
+	open.Store(true)
+	for {
+		var left int
+		_ = eng.Query(ctx, func(st *fsm.State) { left = len(st.Tasks) })
+		if left == 0 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res.SettleSeconds = time.Since(start).Seconds()
+	acked := map[string]time.Time{}
+	var lat []time.Duration
+	err = j.Iterate(1, func(r event.Record) error {
+		switch r.Event.(type) {
+		case *event.StoppedAcked:
+			acked[r.Task] = r.Time
+		case *event.CleanupStarted:
+			lat = append(lat, r.Time.Sub(acked[r.Task]))
+		}
+		return nil
+	})
+	if err != nil || len(lat) == 0 {
+		return res, fmt.Errorf("bench waiting: no cleanups measured: %v", err)
+	}
+	slices.Sort(lat)
+	res.CleanupP50ms = float64(lat[len(lat)/2]) / 1e6
+	res.CleanupP99ms = float64(lat[len(lat)*99/100]) / 1e6
+	return res, nil
+}
