@@ -22,6 +22,8 @@ run: build
 
 bench: build
 	./$(BIN) bench journal
+	./$(BIN) bench throttled --rps 10 --tasks 5000
+	./$(BIN) bench waiting --tasks 10000
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -31,6 +33,7 @@ lint:
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime $(FUZZTIME) ./internal/journal
+	$(GO) test -run '^$$' -fuzz FuzzDecodeTask -fuzztime $(FUZZTIME) ./internal/protocol
 
 clean:
 	rm -rf bin

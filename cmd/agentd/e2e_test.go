@@ -294,3 +294,50 @@ func TestEndToEndUnderFaultsAndKills(t *testing.T) {
 		t.Fatal("no clean-stop line in the agent's log")
 	}
 }
+
+// The README's run command: `agentd dev` finishes by itself on a fresh data dir and exits 0.
+func TestDevDemoFinishes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: spawns processes")
+	}
+	dir := filepath.Join(t.TempDir(), "dev")
+	cmd := exec.Command(agentdBinary(t), "dev", "--tasks", "12", "--cleanup-wait", "300ms", "--throttle-rps", "4", "--data-dir", dir, "--timeout", "90s")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("agentd dev: %v\n%s", err, out)
+	}
+	for _, want := range []string{"done in", "12 tasks run and cleaned", "0 protocol violations", "agentd journal verify"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "journal.db")); err != nil {
+		t.Fatalf("no journal left to explore: %v", err)
+	}
+}
+
+// Bad flags exit non-zero naming the flag; a second agent on the same data dir says who holds it.
+func TestBadInputAtTheCommandLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	dir := t.TempDir()
+	for args, want := range map[string]string{
+		"run --runtime sim --backend http://x --cleanup-wait banana":   "--cleanup-wait",
+		"run --runtime sim --backend ftp://x --data-dir " + dir + "/a": "--backend",
+		"run --runtime podman --backend http://x":                      "--runtime",
+		"controlplane --fail-rate 2":                                   "--fail-rate",
+	} {
+		out, err := exec.Command(agentdBinary(t), strings.Fields(args)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("agentd %s: %v\n%s\nwant a failure naming %s", args, err, out, want)
+		}
+	}
+	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
+	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
+	startAgentProc(t, filepath.Join(dir, "data"), cpURL)
+	out, err := exec.Command(agentdBinary(t), "run", "--runtime", "sim", "--data-dir", filepath.Join(dir, "data"), "--backend", cpURL, "--listen", "127.0.0.1:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "locked by another agentd process (pid") {
+		t.Fatalf("second agent on the same data dir: %v\n%s", err, out)
+	}
+}

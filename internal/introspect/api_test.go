@@ -1,0 +1,91 @@
+package introspect_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/introspect"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/rs/zerolog"
+)
+
+func get(t *testing.T, h http.Handler, path string) (int, map[string]any) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+	var m map[string]any
+	_ = json.Unmarshal(w.Body.Bytes(), &m)
+	return w.Code, m
+}
+
+func TestNothingAnswersFromAHalfRecoveredState(t *testing.T) {
+	dir := t.TempDir()
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	now := time.Now()
+	spec := []event.ContainerSpec{{Name: "app", Image: "web", Essential: true}}
+	_, err = j.Append(context.Background(),
+		event.Record{Time: now, Task: "task/live", Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}},
+		event.Record{Time: now, Task: "task/gone", Event: &event.TaskRejected{Reason: "containers: none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
+	e.RegisterStateCollector()
+	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
+	for _, p := range []string{"/healthz", "/v1/tasks", "/v1/tasks/task/live", "/v1/metadata"} {
+		if code, _ := get(t, h, p); code != 503 {
+			t.Fatalf("%s before recovery: HTTP %d; want 503", p, code)
+		}
+	}
+	if err := e.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if code, m := get(t, h, "/healthz"); code != 200 || m["healthy"] != true {
+		t.Fatalf("/healthz after recovery: %d %v", code, m)
+	}
+	code, m := get(t, h, "/v1/tasks")
+	if code != 200 || len(m["tasks"].([]any)) != 2 {
+		t.Fatalf("/v1/tasks: %d %v", code, m)
+	}
+	code, m = get(t, h, "/v1/tasks/task/gone")
+	if code != 200 || m["known_status"] != "STOPPED" || m["reason"] != "containers: none" || m["sent_status"] != "NONE" {
+		t.Fatalf("/v1/tasks/task/gone: %d %v", code, m)
+	}
+	if code, _ := get(t, h, "/v1/tasks/task/nope"); code != 404 {
+		t.Fatalf("unknown task: HTTP %d; want 404", code)
+	}
+	if code, m := get(t, h, "/v1/metadata"); code != 200 || m["agent_id"] != "agent-1" || m["journal_sequence"].(float64) < 3 {
+		t.Fatalf("/v1/metadata: %d %v", code, m)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{"agentd_tasks{status=\"STOPPED\"} 1", "agentd_healthy 1", "agentd_outbox_changes", "agentd_journal_append_seconds_bucket"} {
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/journal/export", nil))
+	if w.Code != 200 || w.Body.Len() < 4096 {
+		t.Fatalf("export: HTTP %d, %d bytes", w.Code, w.Body.Len())
+	}
+}

@@ -1,0 +1,71 @@
+package protocol
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestValidateNamesTheFieldAtFault(t *testing.T) {
+	ok := func() Task {
+		return Task{ARN: "task/1", DesiredStatus: "RUNNING", Containers: []Container{{Name: "app", Image: "registry.example/web:3"}}}
+	}
+	cases := map[string]struct {
+		mutate func(*Task)
+		want   string
+	}{
+		"valid":            {func(*Task) {}, ""},
+		"no arn":           {func(t *Task) { t.ARN = "" }, "arn: missing"},
+		"bad desired":      {func(t *Task) { t.DesiredStatus = "PAUSED" }, "desired_status"},
+		"no containers":    {func(t *Task) { t.Containers = nil }, "containers: none"},
+		"too many":         {func(t *Task) { t.Containers = make([]Container, 11) }, "containers: 11, at most 10"},
+		"bad name":         {func(t *Task) { t.Containers[0].Name = "-x" }, "containers[0].name"},
+		"long name":        {func(t *Task) { t.Containers[0].Name = strings.Repeat("a", 64) }, "containers[0].name"},
+		"duplicate name":   {func(t *Task) { t.Containers = append(t.Containers, t.Containers[0]) }, "used twice"},
+		"empty image":      {func(t *Task) { t.Containers[0].Image = "" }, "containers[0].image: empty"},
+		"bad image":        {func(t *Task) { t.Containers[0].Image = "UPPER/Case" }, "not an image reference"},
+		"env too large":    {func(t *Task) { t.Containers[0].Env = map[string]string{"A": strings.Repeat("x", 65<<10)} }, "containers[0].env"},
+		"digest ok":        {func(t *Task) { t.Containers[0].Image = "web@sha256:" + strings.Repeat("a", 64) }, ""},
+		"registry port ok": {func(t *Task) { t.Containers[0].Image = "localhost:5000/a/b:1.2" }, ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			task := ok()
+			tc.mutate(&task)
+			err := Validate(&task)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused a valid task: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v; want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecodeTaskSalvagesTheARN(t *testing.T) {
+	d := DecodeTask(json.RawMessage(`{"arn":"task/x","containers":"nope"}`))
+	if d.ARN != "task/x" || d.Invalid == "" {
+		t.Fatalf("%+v: want the arn kept and the task invalid", d)
+	}
+	d = DecodeTask(json.RawMessage(`{"arn":"task/y","desired_status":"RUNNING","extra":1,"containers":[{"name":"a","image":"b","privileged":true}]}`))
+	if d.Invalid != "" || d.Task.Spec()[0].Essential != true {
+		t.Fatalf("%+v: unknown fields are ignored and essential defaults to true", d)
+	}
+}
+
+// FuzzDecodeTask: any bytes give a decision or an error naming a field, never a panic.
+func FuzzDecodeTask(f *testing.F) {
+	f.Add([]byte(`{"arn":"task/7f3a","family":"web","version":"3","desired_status":"RUNNING","containers":[{"name":"app","image":"registry.example/web:3","command":["serve"],"env":{"PORT":"8080"},"essential":true}]}`))
+	f.Add([]byte(`{"arn":"t","containers":[]}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d := DecodeTask(b)
+		if d.Invalid == "" && (d.Task == nil || Validate(d.Task) != nil) {
+			t.Fatalf("accepted an invalid task: %s", b)
+		}
+	})
+}
