@@ -4,7 +4,7 @@ BIN       := bin/agentd
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: build test test-short run bench lint fuzz clean
+.PHONY: build test test-short test-docker testbox-image run bench lint fuzz clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -12,6 +12,18 @@ build:
 ## test: every test, with the race detector off (crash tests spawn real processes).
 test:
 	$(GO) test -count=1 ./...
+
+## test-docker: integration tests against the real Docker Engine (needs `docker info` to answer).
+test-docker: testbox-image
+	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./cmd/agentd
+
+## testbox-image: the test container image, built without a registry: a static binary
+## imported as the only file of an image (no base image to pull, no BuildKit frontend).
+testbox-image:
+	mkdir -p bin/testbox
+	CGO_ENABLED=0 $(GO) build -o bin/testbox/testbox ./testdata/testbox
+	tar -C bin/testbox -cf bin/testbox.tar testbox
+	docker import --change 'ENTRYPOINT ["/testbox"]' bin/testbox.tar agentd-testbox:latest
 
 test-short:
 	$(GO) test -count=1 -short ./...

@@ -5,12 +5,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/journal"
 	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -157,13 +160,15 @@ func postJSON(t *testing.T, url string, body any) {
 type cpTask struct {
 	ARN        string `json:"arn"`
 	Status     string `json:"status"`
+	Reason     string `json:"reason"`
 	Containers map[string]struct {
 		Status   string `json:"status"`
 		ExitCode *int   `json:"exit_code"`
 	} `json:"containers"`
 }
 
-// startAgent runs `agentd run --runtime sim` and waits until it serves.
+// startAgentProc runs `agentd run` (the simulated runtime unless extra says otherwise) and
+// waits until it serves.
 func startAgentProc(t *testing.T, dataDir, backend string, extra ...string) (*proc, string) {
 	t.Helper()
 	args := append([]string{"run", "--runtime", "sim", "--data-dir", dataDir, "--backend", backend,
@@ -182,11 +187,29 @@ func TestEndToEndUnderFaultsAndKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: spawns processes")
 	}
+	faultsEndToEnd(t, "web:1", "agent-e2e")
+}
+
+// The same on the Docker Engine, with the test image.
+func TestDockerEndToEndUnderFaultsAndKills(t *testing.T) {
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("Docker Engine tests: run with make test-docker")
+	}
+	id := fmt.Sprintf("agent-e2e-docker-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + id) })
+	faultsEndToEnd(t, "agentd-testbox:latest", id, "--runtime", "docker")
+	if left := dockerPS(t, "label=io.agentd.agent="+id); len(left) != 0 {
+		t.Fatalf("containers left behind: %v", left)
+	}
+}
+
+func faultsEndToEnd(t *testing.T, image, agentID string, runArgs ...string) {
+	runArgs = append(runArgs, "--agent-id", agentID)
 	dir := t.TempDir()
 	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json",
 		"--throttle-rps", "4", "--throttle-burst", "2", "--fail-rate", "0.05", "--drop-rate", "0.05", "--resend-acked")
 	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
-	agent, api := startAgentProc(t, filepath.Join(dir, "data"), cpURL)
+	agent, api := startAgentProc(t, filepath.Join(dir, "data"), cpURL, runArgs...)
 
 	rng := rand.New(rand.NewPCG(7, 7))
 	const tasks = 24
@@ -204,13 +227,13 @@ func TestEndToEndUnderFaultsAndKills(t *testing.T) {
 		default:
 			cmd = []string{"sleep", fmt.Sprintf("%dms", 200+rng.IntN(1500)), fmt.Sprint(i % 3)}
 		}
-		task := map[string]any{"arn": arn, "containers": []map[string]any{{"name": "app", "image": "web:1", "command": cmd}}}
+		task := map[string]any{"arn": arn, "containers": []map[string]any{{"name": "app", "image": image, "command": cmd}}}
 		if i == 5 {
 			task["containers"] = []map[string]any{} // invalid: recorded STOPPED, never run
 		} else {
 			wantContainers++
 		}
-		postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": "agent-e2e", "task": task})
+		postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": task})
 	}
 	// Kill the agent three times while work is in flight and reports are throttled.
 	for k := 0; k < 3; k++ {
@@ -221,7 +244,7 @@ func TestEndToEndUnderFaultsAndKills(t *testing.T) {
 			}
 		}
 		agent.kill()
-		agent, api = startAgentProc(t, filepath.Join(dir, "data"), cpURL)
+		agent, api = startAgentProc(t, filepath.Join(dir, "data"), cpURL, runArgs...)
 	}
 	// Everything settles: the control plane knows every task STOPPED, the agent cleaned all.
 	deadline := time.Now().Add(90 * time.Second)
@@ -252,31 +275,19 @@ func TestEndToEndUnderFaultsAndKills(t *testing.T) {
 	var view struct{ Tasks []cpTask }
 	getJSON(t, cpURL+"/v1/tasks", &view)
 	for _, task := range view.Tasks {
-		if task.ARN == "task/e2e-05" {
+		if task.ARN == fmt.Sprintf("task/e2e-%02d", 5) {
 			if len(task.Containers) != 0 {
 				t.Fatalf("invalid task reported containers: %+v", task)
 			}
 			continue
 		}
 		app, ok := task.Containers["app"]
-		if !ok || app.Status != "STOPPED" || app.ExitCode == nil {
+		// A task the control plane stops may be stopped before its container ever ran: then
+		// it is STOPPED with a reason and no exit code. Every other one ran and exited.
+		stoppedEarly := slices.Contains(runners, task.ARN) && app.ExitCode == nil
+		if !ok || app.Status != "STOPPED" || (app.ExitCode == nil && !stoppedEarly) {
 			t.Fatalf("task %s: container not reported STOPPED with an exit code: %+v", task.ARN, task)
 		}
-	}
-	// Nothing ran twice: the simulated runtime numbers every container it ever created.
-	b, err := os.ReadFile(filepath.Join(dir, "data", "sim-runtime.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sim struct {
-		Next       int                        `json:"next"`
-		Containers map[string]json.RawMessage `json:"containers"`
-	}
-	if err := json.Unmarshal(b, &sim); err != nil {
-		t.Fatal(err)
-	}
-	if sim.Next != wantContainers || len(sim.Containers) != 0 {
-		t.Fatalf("runtime created %d containers (%d left); want %d, none left", sim.Next, len(sim.Containers), wantContainers)
 	}
 	// SIGTERM: a clean stop, exit 0.
 	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
@@ -292,6 +303,44 @@ func TestEndToEndUnderFaultsAndKills(t *testing.T) {
 	}
 	if !strings.Contains(agent.log(), `"agent stopped"`) {
 		t.Fatal("no clean-stop line in the agent's log")
+	}
+	// Nothing ran twice: the journal holds one creation per container, and (on the simulated
+	// runtime, which numbers every container it ever made) the runtime agrees.
+	created := map[string]int{}
+	j, err := journal.Open(filepath.Join(dir, "data", journal.FileName), journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	err = j.Iterate(1, func(r event.Record) error {
+		if ev, ok := r.Event.(*event.ContainerTransitioned); ok && ev.To == event.StatusCreated {
+			created[r.Task+"/"+r.Container]++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, n := range created {
+		if n != 1 {
+			t.Fatalf("%s created %d times", k, n)
+		}
+	}
+	// Tasks the control plane stopped may have been stopped before their container existed.
+	if len(created) > wantContainers || len(created) < wantContainers-len(runners) {
+		t.Fatalf("%d containers created; want %d, less at most the %d stopped by the control plane", len(created), wantContainers, len(runners))
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "data", "sim-runtime.json")); err == nil {
+		var sim struct {
+			Next       int                        `json:"next"`
+			Containers map[string]json.RawMessage `json:"containers"`
+		}
+		if err := json.Unmarshal(b, &sim); err != nil {
+			t.Fatal(err)
+		}
+		if sim.Next != len(created) || len(sim.Containers) != 0 {
+			t.Fatalf("the runtime created %d containers (%d left); the journal says %d, none left", sim.Next, len(sim.Containers), len(created))
+		}
 	}
 }
 

@@ -158,7 +158,6 @@ func (a *agent) close() {
 	}
 }
 
-// newDockerRuntime is replaced when the Docker runtime lands.
-var newDockerRuntime = func(ctx context.Context, host, agentID string) (docker.Runtime, error) {
-	return nil, errors.New("--runtime docker: the Docker Engine runtime is not built yet; use --runtime sim")
+func newDockerRuntime(ctx context.Context, host, agentID string) (docker.Runtime, error) {
+	return docker.NewEngine(ctx, host, agentID)
 }

@@ -28,6 +28,10 @@ const (
 // ErrNotFound is returned (wrapped) for a container the runtime does not have.
 var ErrNotFound = errors.New("container not found")
 
+// ErrUnavailable is returned (wrapped) when the runtime itself cannot be reached: the call may
+// succeed later and says nothing about the container.
+var ErrUnavailable = errors.New("runtime unavailable")
+
 // CreateSpec is everything a container is made from: what the protocol carries, nothing else.
 type CreateSpec struct {
 	Task      string

@@ -83,12 +83,16 @@ func (e *Engine) jitter() float64 {
 func (e *Engine) watchExits(ctx context.Context) {
 	defer e.wg.Done()
 	wait := 250 * time.Millisecond
-	var cursor int64
+	// Start a little before recovery began: reconciliation covered the time the agent was
+	// down, and the overlap covers the moments between reconciling and subscribing (exits are
+	// journaled once however often they are seen).
+	cursor := e.startedAt.Add(-time.Second).UnixNano()
 	for ctx.Err() == nil {
+		began := time.Now()
 		ch, err := e.rt.Exits(ctx, cursor)
 		if err != nil {
 			e.log.Warn().Err(err).Msg("runtime event stream unavailable; retrying")
-			e.setHealth("runtime: " + err.Error())
+			e.setHealth("runtime: event stream: " + err.Error())
 		} else {
 			for x := range ch {
 				cursor = max(cursor, x.Cursor)
@@ -98,7 +102,15 @@ func (e *Engine) watchExits(ctx context.Context) {
 					return
 				}
 			}
-			wait = 250 * time.Millisecond
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(began) < time.Second {
+				e.setHealth("runtime: event stream keeps breaking (is the engine down?)")
+			} else {
+				wait = 250 * time.Millisecond
+			}
+			e.log.Warn().Dur("retry_in", wait).Msg("runtime event stream ended; resubscribing from the last exit seen")
 		}
 		select {
 		case <-ctx.Done():

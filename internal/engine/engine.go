@@ -21,6 +21,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,6 +139,7 @@ type Engine struct {
 	metrics *Metrics
 
 	exitCursor int64
+	startedAt  time.Time // when recovery began (wall clock): the exit stream starts just before
 	wg         sync.WaitGroup
 }
 
@@ -245,6 +247,13 @@ func (e *Engine) Health() string {
 
 func (e *Engine) setHealth(s string) { e.health.Store(&s) }
 
+// clearHealth clears a problem of the given kind (its prefix), leaving others standing.
+func (e *Engine) clearHealth(kind string) {
+	if h := e.Health(); strings.HasPrefix(h, kind) {
+		e.setHealth("")
+	}
+}
+
 // Query runs f on the loop's goroutine with the projection, read-only, and waits for it.
 func (e *Engine) Query(ctx context.Context, f func(*fsm.State)) error {
 	if !e.Ready() {
@@ -278,6 +287,7 @@ func (e *Engine) Metrics() *Metrics { return e.metrics }
 // agent: it names the record and points to `agentd journal verify`, and drops nothing.
 func (e *Engine) Recover(ctx context.Context) error {
 	start := time.Now()
+	e.startedAt = start
 	snap, skipped, err := e.j.LatestSnapshot()
 	if err != nil {
 		return fmt.Errorf("engine: recover: %w", err)
@@ -355,9 +365,7 @@ func (e *Engine) append(ctx context.Context, recs ...event.Record) ([]event.Reco
 		e.metrics.journalErrors.Inc()
 		return nil, err
 	}
-	if h := e.Health(); h != "" && len(h) > 8 && h[:8] == "journal:" {
-		e.setHealth("")
-	}
+	e.clearHealth("journal:")
 	e.metrics.appends.Add(float64(len(stored)))
 	for _, r := range stored {
 		if err := e.st.Apply(r); err != nil {

@@ -287,11 +287,17 @@ func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
 	}
 	rec := event.Record{Task: a.Task, Container: a.Container}
 	switch {
+	case errors.Is(r.Err, docker.ErrUnavailable):
+		// The runtime is down, not the container: try again later, fail nothing.
+		e.setHealth("runtime: " + r.Err.Error())
+		e.backoffAction(key, r.Err)
+		return
 	case a.Kind == fsm.ActStop && r.Err != nil:
 		e.backoffAction(key, r.Err)
 		return
 	case a.Kind == fsm.ActStop:
 		delete(e.retryAt, key)
+		e.clearHealth("runtime:")
 		ev := &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "stopped by agentd: " + t.StopCause}
 		if r.Vanished {
 			ev.Reason = "container vanished from the runtime"
@@ -304,6 +310,7 @@ func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
 		log.Warn().Err(r.Err).Msg("runtime call failed; the container is recorded STOPPED")
 		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: fmt.Sprintf("%s failed: %v", a.Kind, r.Err)}
 	case a.Kind == fsm.ActPull:
+		e.clearHealth("runtime:")
 		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusPulled}
 	case a.Kind == fsm.ActCreate:
 		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.ID}
@@ -423,8 +430,8 @@ func (e *Engine) handleReport(ctx context.Context, in ReportInput) {
 	e.report(e.clock.Now())
 	if h := e.sub.Health(); h != "" {
 		e.setHealth(h)
-	} else if cur := e.Health(); cur != "" && len(cur) > 7 && cur[:7] == "control" {
-		e.setHealth("")
+	} else {
+		e.clearHealth("control plane")
 	}
 }
 

@@ -1,0 +1,271 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// Engine is the Docker Engine runtime, through the maintained moby client module
+// (github.com/moby/moby/client; github.com/docker/docker is frozen). The client is pinned and
+// kept behind Runtime: it is still 0.x and changes between minor versions.
+//
+// Only what the protocol carries reaches Docker: image, command, env and agentd's labels. No
+// privileged mode, no mounts, no host network, nothing from unknown payload fields.
+type Engine struct {
+	cli   *client.Client
+	agent string
+	host  string
+}
+
+// NewEngine connects to the engine at host (empty: the client's environment and defaults)
+// and checks that it answers. An unreachable engine is an error naming the address.
+func NewEngine(ctx context.Context, host, agentID string) (*Engine, error) {
+	opts := []client.Opt{client.FromEnv}
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--docker-host %q: %w", host, err)
+	}
+	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost()}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
+	}
+	return e, nil
+}
+
+func (e *Engine) Name() string { return "docker" }
+
+// Host is the engine's address.
+func (e *Engine) Host() string { return e.host }
+
+func (e *Engine) wrap(op, what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("%s %s: %w", op, what, ErrNotFound)
+	}
+	if client.IsErrConnectionFailed(err) {
+		return fmt.Errorf("%s %s: docker engine at %s: %w: %v", op, what, e.host, ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s %s: %w", op, what, err)
+}
+
+// Pull pulls the image only when the engine does not have it.
+func (e *Engine) Pull(ctx context.Context, image string) error {
+	if _, err := e.cli.ImageInspect(ctx, image); err == nil {
+		return nil
+	} else if !cerrdefs.IsNotFound(err) {
+		return e.wrap("pull", image, err)
+	}
+	resp, err := e.cli.ImagePull(ctx, image, client.ImagePullOptions{})
+	if err != nil {
+		return e.wrap("pull", image, err)
+	}
+	defer resp.Close()
+	// The progress stream hides the real error (access denied, not found) until its end.
+	if err := resp.Wait(ctx); err != nil {
+		return fmt.Errorf("pull %s: %w", image, err)
+	}
+	return nil
+}
+
+func (e *Engine) labels(task, name string) map[string]string {
+	return map[string]string{LabelAgent: e.agent, LabelTask: task, LabelContainer: name}
+}
+
+// Create finds the task's container by name first, so a crash between create and journaling
+// its id never makes a second one.
+func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
+	if st, err := e.Find(ctx, spec.Task, spec.Container.Name); err == nil {
+		return st.ID, nil
+	}
+	env := make([]string, 0, len(spec.Container.Env))
+	for k, v := range spec.Container.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	name := Name(spec.Task, spec.Container.Name)
+	res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: name,
+		Config: &container.Config{
+			Image:  spec.Container.Image,
+			Cmd:    spec.Container.Command,
+			Env:    env,
+			Labels: e.labels(spec.Task, spec.Container.Name),
+		},
+		HostConfig: &container.HostConfig{},
+	})
+	if cerrdefs.IsConflict(err) {
+		// The name is taken: by our container, created by an agent that died before it could
+		// journal the id — possibly still being created by the engine, not yet listed. Find
+		// it; if it does not show, let the caller try again later rather than fail the task.
+		for i := 0; i < 20; i++ {
+			if st, ferr := e.Find(ctx, spec.Task, spec.Container.Name); ferr == nil {
+				return st.ID, nil
+			}
+			select {
+			case <-ctx.Done():
+				return "", ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+		return "", fmt.Errorf("create %s: name in use by a container not (yet) listed as ours: %w: %v", name, ErrUnavailable, err)
+	}
+	if err != nil {
+		return "", e.wrap("create", name, err)
+	}
+	return res.ID, nil
+}
+
+func (e *Engine) Start(ctx context.Context, id string) error {
+	if _, err := e.own(ctx, id); err != nil {
+		return err
+	}
+	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	return e.wrap("start", id, err)
+}
+
+// Stop sends SIGTERM and kills after timeout.
+func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) error {
+	if _, err := e.own(ctx, id); err != nil {
+		return err
+	}
+	secs := int(math.Ceil(timeout.Seconds()))
+	_, err := e.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
+	return e.wrap("stop", id, err)
+}
+
+// Remove deletes the container with its anonymous volumes; gone already is success.
+func (e *Engine) Remove(ctx context.Context, id string) error {
+	if _, err := e.own(ctx, id); errors.Is(err, ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true, Force: true})
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	return e.wrap("remove", id, err)
+}
+
+// own inspects a container and refuses one that does not carry this agent's id.
+func (e *Engine) own(ctx context.Context, id string) (State, error) {
+	res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return State{}, e.wrap("inspect", id, err)
+	}
+	c := res.Container
+	var labels map[string]string
+	if c.Config != nil {
+		labels = c.Config.Labels
+	}
+	if labels[LabelAgent] != e.agent {
+		return State{}, fmt.Errorf("container %s belongs to agent %q, not %q: %w", id, labels[LabelAgent], e.agent, ErrNotFound)
+	}
+	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
+	if s := c.State; s != nil {
+		st.Running = s.Running
+		st.Exited = !s.Running && (s.Status == container.StateExited || s.Status == container.StateDead)
+		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled
+		st.FinishedAt, _ = time.Parse(time.RFC3339Nano, s.FinishedAt)
+	}
+	return st, nil
+}
+
+func (e *Engine) Inspect(ctx context.Context, id string) (State, error) { return e.own(ctx, id) }
+
+func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
+	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f.Add("label", LabelAgent+"="+e.agent)})
+	if err != nil {
+		return nil, e.wrap("list", "containers", err)
+	}
+	out := make([]State, 0, len(res.Items))
+	for _, c := range res.Items {
+		st := State{ID: c.ID, Task: c.Labels[LabelTask], Container: c.Labels[LabelContainer]}
+		st.Running = c.State == container.StateRunning
+		st.Exited = c.State == container.StateExited || c.State == container.StateDead
+		if st.Exited {
+			// The list gives no exit code: inspect the ones that ended.
+			if full, err := e.own(ctx, c.ID); err == nil {
+				st = full
+			}
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func (e *Engine) List(ctx context.Context) ([]State, error) { return e.list(ctx, client.Filters{}) }
+
+func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
+	list, err := e.list(ctx, client.Filters{}.Add("label", LabelTask+"="+task, LabelContainer+"="+name))
+	if err != nil {
+		return State{}, err
+	}
+	if len(list) == 0 {
+		return State{}, fmt.Errorf("find %s: %w", Name(task, name), ErrNotFound)
+	}
+	return list[0], nil
+}
+
+// Exits streams the engine's "die" events of this agent's containers after cursor (the
+// event's time in nanoseconds). The stream ends on any error; the caller resubscribes from
+// the last cursor it saw, so no exit is missed across a reconnect (the engine keeps its last
+// 256 events; reconciliation after a restart covers longer gaps).
+func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
+	f := client.Filters{}.Add("type", "container").Add("event", "die").Add("label", LabelAgent+"="+e.agent)
+	opts := client.EventsListOptions{Filters: f}
+	if cursor > 0 {
+		opts.Since = fmt.Sprintf("%d.%09d", cursor/1e9, cursor%1e9)
+	}
+	res := e.cli.Events(ctx, opts)
+	out := make(chan Exit, 64)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-res.Err:
+				return
+			case m, ok := <-res.Messages:
+				if !ok {
+					return
+				}
+				if m.TimeNano <= cursor {
+					continue
+				}
+				code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
+				x := Exit{ID: m.Actor.ID, Task: m.Actor.Attributes[LabelTask], Container: m.Actor.Attributes[LabelContainer],
+					ExitCode: code, At: time.Unix(0, m.TimeNano).UTC(), Cursor: m.TimeNano}
+				select {
+				case out <- x:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Close releases the client's connections.
+func (e *Engine) Close() error { return e.cli.Close() }

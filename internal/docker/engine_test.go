@@ -1,0 +1,180 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// The Docker tests run against the real engine of this machine when AGENTD_DOCKER_TESTS=1
+// (make test-docker, which builds agentd-testbox:latest first).
+func dockerEngine(t *testing.T) (*Engine, string) {
+	t.Helper()
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("Docker Engine tests: run with make test-docker")
+	}
+	agent := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	e, err := NewEngine(context.Background(), "", agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		removeAgentContainers(t, agent)
+		e.Close()
+	})
+	return e, agent
+}
+
+// removeAgentContainers removes every container of the test's agent id and fails the test if
+// the code under test left any behind that it should have removed.
+func removeAgentContainers(t *testing.T, agent string) {
+	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+LabelAgent+"="+agent).Output()
+	for _, id := range strings.Fields(string(out)) {
+		_ = exec.Command("docker", "rm", "-f", "-v", id).Run()
+	}
+}
+
+const testbox = "agentd-testbox:latest"
+
+func start(t *testing.T, e *Engine, task string, cmd ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.Pull(ctx, testbox); err != nil {
+		t.Fatalf("pull of a present image: %v", err)
+	}
+	id, err := e.Create(ctx, CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: testbox, Command: cmd, Env: map[string]string{"A": "1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func waitExit(t *testing.T, e *Engine, id string) State {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := e.Inspect(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Exited {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not exit in 30 s", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestDockerCommandWordsAndExitCodes(t *testing.T) {
+	e, _ := dockerEngine(t)
+	ctx := context.Background()
+	exits, err := e.Exits(ctx, time.Now().Add(-time.Second).UnixNano())
+	if err != nil {
+		t.Fatal(err)
+	}
+	quick := start(t, e, "task/quick", "exit", "3")
+	sleeper := start(t, e, "task/sleep", "sleep", "300ms", "5")
+	runner := start(t, e, "task/run", "run")
+	if st := waitExit(t, e, quick); st.ExitCode != 3 {
+		t.Fatalf("exit 3 exited %d", st.ExitCode)
+	}
+	if st := waitExit(t, e, sleeper); st.ExitCode != 5 {
+		t.Fatalf("sleep 300ms 5 exited %d", st.ExitCode)
+	}
+	if st, _ := e.Inspect(ctx, runner); !st.Running {
+		t.Fatal("run is not running")
+	}
+	if err := e.Stop(ctx, runner, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitExit(t, e, runner); st.ExitCode != 143 {
+		t.Fatalf("stopped run exited %d; want 143 (SIGTERM obeyed)", st.ExitCode)
+	}
+	got := map[string]int{}
+	timeout := time.After(30 * time.Second)
+	for len(got) < 3 {
+		select {
+		case x := <-exits:
+			got[x.ID] = x.ExitCode
+			if x.Task == "" || x.Container != "app" || x.Cursor == 0 {
+				t.Fatalf("exit event lacks its labels or cursor: %+v", x)
+			}
+		case <-timeout:
+			t.Fatalf("exit events: %v", got)
+		}
+	}
+	if got[quick] != 3 || got[sleeper] != 5 || got[runner] != 143 {
+		t.Fatalf("exit events %v", got)
+	}
+	// Create is idempotent by task and container name.
+	again, err := e.Create(ctx, CreateSpec{Task: "task/quick", Container: event.ContainerSpec{Name: "app", Image: testbox}})
+	if err != nil || again != quick {
+		t.Fatalf("second create: %s, %v; want the existing %s", again, err, quick)
+	}
+	list, _ := e.List(ctx)
+	if len(list) != 3 {
+		t.Fatalf("list: %d containers; want 3", len(list))
+	}
+	for _, id := range []string{quick, sleeper, runner} {
+		if err := e.Remove(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Remove(ctx, id); err != nil {
+			t.Fatalf("second remove: %v; want success", err)
+		}
+	}
+	if list, _ := e.List(ctx); len(list) != 0 {
+		t.Fatalf("%d containers left after removal", len(list))
+	}
+}
+
+func TestDockerMissingImageFailsThePullWithAReason(t *testing.T) {
+	e, _ := dockerEngine(t)
+	err := e.Pull(context.Background(), "agentd-test/no-such-image:1")
+	if err == nil || !strings.Contains(err.Error(), "pull agentd-test/no-such-image:1") {
+		t.Fatalf("pull of a missing image: %v", err)
+	}
+}
+
+func TestDockerOtherAgentsContainersAreNeverTouched(t *testing.T) {
+	e, _ := dockerEngine(t)
+	other, otherAgent := dockerEngine(t)
+	_ = otherAgent
+	theirs := start(t, other, "task/theirs", "run")
+	ctx := context.Background()
+	if list, _ := e.List(ctx); len(list) != 0 {
+		t.Fatalf("lists another agent's containers: %v", list)
+	}
+	if _, err := e.Inspect(ctx, theirs); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("inspects another agent's container: %v", err)
+	}
+	if err := e.Stop(ctx, theirs, time.Second); err == nil {
+		t.Fatal("stopped another agent's container")
+	}
+	_ = e.Remove(ctx, theirs)
+	if st, err := other.Inspect(ctx, theirs); err != nil || !st.Running {
+		t.Fatalf("another agent's container was touched: %+v %v", st, err)
+	}
+}
+
+func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("Docker Engine tests: run with make test-docker")
+	}
+	_, err := NewEngine(context.Background(), "tcp://127.0.0.1:1", "x")
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("unreachable engine: %v", err)
+	}
+}
