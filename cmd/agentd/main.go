@@ -25,6 +25,7 @@ type cli struct {
 	Dev          devCmd           `cmd:"" help:"Everything in one process for a first look: control plane, agent, simulated runtime, a demo workload."`
 	Controlplane controlplaneCmd  `cmd:"" help:"Serve the reference control plane (development and tests)."`
 	Bench        benchCmd         `cmd:"" help:"Measure agentd against its baselines, side by side."`
+	Journal      journalCmd       `cmd:"" help:"Forensics on a journal: dump, replay, timeline, verify, stats, export."`
 }
 
 func main() {

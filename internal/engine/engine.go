@@ -279,6 +279,9 @@ func (e *Engine) State() *fsm.State { return e.st }
 // Journal is the engine's journal.
 func (e *Engine) Journal() *journal.Journal { return e.j }
 
+// Logger is the engine's logger.
+func (e *Engine) Logger() *zerolog.Logger { return &e.log }
+
 // Metrics are the engine's Prometheus metrics.
 func (e *Engine) Metrics() *Metrics { return e.metrics }
 

@@ -9,7 +9,6 @@ package introspect
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Info is static metadata about the agent.
@@ -131,15 +129,13 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 	})
 	mux.HandleFunc("GET /v1/journal/export", func(w http.ResponseWriter, r *http.Request) {
 		// A consistent copy from one bbolt read transaction, while the agent keeps appending.
-		err := e.Journal().DB().View(func(tx *bolt.Tx) error {
-			w.Header().Set("Content-Type", "application/octet-stream")
-			w.Header().Set("Content-Length", fmt.Sprint(tx.Size()))
-			_, err := tx.WriteTo(w)
-			return err
-		})
-		if err != nil {
-			http.Error(w, "export: "+err.Error(), http.StatusInternalServerError)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if _, err := e.Journal().CopyTo(w); err != nil {
+			e.Logger().Warn().Err(err).Msg("journal export broke off")
 		}
+	})
+	mux.HandleFunc("GET /v1/journal/records", func(w http.ResponseWriter, r *http.Request) {
+		records(e.Journal(), w, r)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.Metrics().Registry, promhttp.HandlerOpts{}))
 	return mux

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io"
+	"time"
 
 	"github.com/agentd/agentd/internal/event"
 	bolt "go.etcd.io/bbolt"
@@ -129,4 +131,99 @@ func (j *Journal) isClosed() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.closed
+}
+
+// SeqAt returns the sequence number of the last record at or before t (0: none), by binary
+// search over the records: record times follow sequence order.
+func (j *Journal) SeqAt(t time.Time) (uint64, error) {
+	var out uint64
+	err := j.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketRecords).Cursor()
+		first, _ := c.First()
+		last, _ := c.Last()
+		if first == nil {
+			return nil
+		}
+		lo, hi := binary.BigEndian.Uint64(first), binary.BigEndian.Uint64(last)
+		timeOf := func(seq uint64) (uint64, time.Time, error) {
+			k, v := c.Seek(seqKey(seq))
+			if k == nil {
+				return 0, time.Time{}, nil
+			}
+			raw, err := decodeRaw(v)
+			if err != nil {
+				return 0, time.Time{}, fmt.Errorf("journal: record %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			return raw.seq, raw.time, nil
+		}
+		for lo <= hi {
+			mid := lo + (hi-lo)/2
+			seq, at, err := timeOf(mid)
+			if err != nil {
+				return err
+			}
+			if seq == 0 || at.After(t) {
+				if mid == 0 {
+					break
+				}
+				hi = mid - 1
+			} else {
+				out = seq
+				lo = seq + 1
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Range returns the first and last sequence numbers stored (0, 0 for an empty journal).
+func (j *Journal) Range() (first, last uint64, err error) {
+	err = j.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketRecords).Cursor()
+		if k, _ := c.First(); k != nil {
+			first = binary.BigEndian.Uint64(k)
+		}
+		if k, _ := c.Last(); k != nil {
+			last = binary.BigEndian.Uint64(k)
+		}
+		return nil
+	})
+	return first, last, err
+}
+
+// TaskSpan returns the first and last sequence numbers of a task's records (0, 0: none).
+func (j *Journal) TaskSpan(task string) (first, last uint64, err error) {
+	err = j.TaskRecords(task, func(r event.Record) error {
+		if first == 0 {
+			first = r.Seq
+		}
+		last = r.Seq
+		return nil
+	})
+	return first, last, err
+}
+
+// CopyTo writes a consistent copy of the whole file from one read transaction: what
+// `agentd journal export` and GET /v1/journal/export serve while the agent keeps appending.
+func (j *Journal) CopyTo(w io.Writer) (int64, error) {
+	var n int64
+	err := j.db.View(func(tx *bolt.Tx) error {
+		var err error
+		n, err = tx.WriteTo(w)
+		return err
+	})
+	return n, err
+}
+
+// SnapshotSeqs lists the sequence numbers snapshots are stored at.
+func (j *Journal) SnapshotSeqs() ([]uint64, error) {
+	var out []uint64
+	err := j.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSnapshots).ForEach(func(k, _ []byte) error {
+			out = append(out, binary.BigEndian.Uint64(k))
+			return nil
+		})
+	})
+	return out, err
 }
