@@ -46,6 +46,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime $(FUZZTIME) ./internal/journal
 	$(GO) test -run '^$$' -fuzz FuzzDecodeTask -fuzztime $(FUZZTIME) ./internal/protocol
+	$(GO) test -run '^$$' -fuzz FuzzClassifyReport -fuzztime $(FUZZTIME) ./internal/protocol
 
 clean:
 	rm -rf bin

@@ -390,3 +390,43 @@ func TestBadInputAtTheCommandLine(t *testing.T) {
 		t.Fatalf("second agent on the same data dir: %v\n%s", err, out)
 	}
 }
+
+// A corrupted journal at start: the agent refuses to start, names the bad record, points to
+// `agentd journal verify`, and drops nothing; verify then lists the problem.
+func TestCorruptJournalRefusesToStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "journals", "dev.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := strings.Index(string(b), "task/dev-003")
+	if idx < 0 {
+		t.Fatal("golden journal lacks task/dev-003 in clear")
+	}
+	b[idx+9] ^= 0x01
+	if err := os.WriteFile(filepath.Join(data, "journal.db"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(agentdBinary(t), "run", "--runtime", "sim", "--data-dir", data, "--backend", "http://127.0.0.1:1",
+		"--listen", "127.0.0.1:0", "--agent-id", "agent-dev").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "checksum mismatch") || !strings.Contains(string(out), "agentd journal verify") || !strings.Contains(string(out), "record ") {
+		t.Fatalf("start on a corrupt journal: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "goroutine ") {
+		t.Fatalf("a stack trace instead of a message:\n%s", out)
+	}
+	after, _ := os.ReadFile(filepath.Join(data, "journal.db"))
+	if len(after) < len(b) {
+		t.Fatal("the refused journal was truncated")
+	}
+	out, err = exec.Command(agentdBinary(t), "journal", "verify", "--data-dir", data).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "checksum mismatch") {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+}

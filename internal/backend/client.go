@@ -194,31 +194,11 @@ func (c *Client) Report(ctx context.Context, changes []protocol.StateChange) pro
 		return protocol.ReportResult{Outcome: protocol.Network, Err: err}
 	}
 	defer resp.Body.Close()
-	b, rerr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	r := protocol.ReportResult{HTTPStatus: resp.StatusCode}
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		var ok protocol.StateChangesResponse
-		if rerr != nil {
-			r.Outcome, r.Err = protocol.Network, fmt.Errorf("reading the answer: %w", rerr)
-		} else if err := json.Unmarshal(b, &ok); err != nil {
-			// Nothing can be settled from an answer we cannot read: treat as unknown.
-			r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("200 answer is not JSON: %w", err)
-		} else {
-			r.Outcome, r.Accepted, r.Rejected = protocol.Settled, ok.Accepted, ok.Rejected
-		}
-	case resp.StatusCode == http.StatusTooManyRequests:
-		r.Outcome, r.Err = protocol.Throttled, errors.New("throttled")
-		r.RetryAfter = protocol.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-	case resp.StatusCode == http.StatusBadRequest:
-		var e protocol.ErrorResponse
-		_ = json.Unmarshal(b, &e)
-		r.Outcome, r.Err = protocol.BadRequest, fmt.Errorf("request refused as malformed: %s", e.Error)
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		r.Outcome, r.Err = protocol.Unauthorized, fmt.Errorf("credentials refused (HTTP %d)", resp.StatusCode)
-	default:
-		r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("HTTP %d", resp.StatusCode)
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return protocol.ReportResult{Outcome: protocol.Network, HTTPStatus: resp.StatusCode, Err: fmt.Errorf("reading the answer: %w", err)}
 	}
+	r := protocol.ClassifyReport(resp.StatusCode, resp.Header.Get("Retry-After"), b, time.Now())
 	return r
 }
 

@@ -83,10 +83,14 @@ func (e *Engine) jitter() float64 {
 func (e *Engine) watchExits(ctx context.Context) {
 	defer e.wg.Done()
 	wait := 250 * time.Millisecond
-	// Start a little before recovery began: reconciliation covered the time the agent was
-	// down, and the overlap covers the moments between reconciling and subscribing (exits are
-	// journaled once however often they are seen).
+	// Resume from the journaled cursor (the last exit the journal holds from the stream), but
+	// never from later than a little before recovery began: reconciliation covered the time
+	// the agent was down, and the overlap covers the moments between reconciling and
+	// subscribing. Exits are journaled once however often they are seen.
 	cursor := e.startedAt.Add(-time.Second).UnixNano()
+	if c := e.journaledCursor; c > 0 && c < cursor {
+		cursor = c
+	}
 	for ctx.Err() == nil {
 		began := time.Now()
 		ch, err := e.rt.Exits(ctx, cursor)

@@ -119,18 +119,20 @@ type Engine struct {
 	rng   *rand.Rand
 	fcfg  fsm.Config
 
-	st       *fsm.State
-	dirty    map[string]bool        // tasks touched since the last decision
-	inflight map[string]bool        // action keys running on the executor
-	retryAt  map[string]retry       // failed actions waiting out their backoff
-	due      dueHeap                // cleanup deadlines of STOPPED_ACKED tasks
-	removing int                    // removals in flight (bounded by CleanupWorkers)
-	waiting  map[string]bool        // CLEANING tasks waiting for a removal slot
-	waitQ    []string               // the same, in order
-	early    map[string]docker.Exit // exits seen before their start was journaled, by runtime id
-	sub      *submit.Submitter
-	sent     []protocol.StateChange // the report in flight
-	snapSeq  uint64
+	st           *fsm.State
+	dirty        map[string]bool        // tasks touched since the last decision
+	inflight     map[string]bool        // action keys running on the executor
+	retryAt      map[string]retry       // failed actions waiting out their backoff
+	due          dueHeap                // cleanup deadlines of STOPPED_ACKED tasks
+	removing     int                    // removals in flight (bounded by CleanupWorkers)
+	waiting      map[string]bool        // CLEANING tasks waiting for a removal slot
+	waitQ        []string               // the same, in order
+	early        map[string]docker.Exit // exits seen before their start was journaled, by runtime id
+	sub          *submit.Submitter
+	journalRetry time.Time              // when to decide again after the journal refused derived records
+	retryExits   []docker.Exit          // exits the journal refused, kept until it takes them
+	sent         []protocol.StateChange // the report in flight
+	snapSeq      uint64
 
 	inputs  chan Input
 	queries chan query
@@ -138,9 +140,10 @@ type Engine struct {
 	health  atomic.Pointer[string]
 	metrics *Metrics
 
-	exitCursor int64
-	startedAt  time.Time // when recovery began (wall clock): the exit stream starts just before
-	wg         sync.WaitGroup
+	exitCursor      int64
+	startedAt       time.Time // when recovery began (wall clock): the exit stream starts just before
+	journaledCursor int64     // the exit stream position the journal holds at recovery
+	wg              sync.WaitGroup
 }
 
 type retry struct {
@@ -318,6 +321,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 		return fmt.Errorf("engine: recover from %s: %w (run `agentd journal verify --file %s` for every problem in the file)", e.j.Path(), err, e.j.Path())
 	}
 	e.st = st
+	e.journaledCursor = st.ExitCursor
 	switch {
 	case e.cfg.AgentID == "" && st.AgentID == "":
 		e.cfg.AgentID = newAgentID(e.rng)

@@ -213,3 +213,43 @@ func TestRestartInEveryPhaseResumes(t *testing.T) {
 		})
 	}
 }
+
+// A full disk: the agent stops acknowledging new payloads, keeps its running tasks, says it is
+// unhealthy, and recovers when space returns; nothing it had acknowledged is lost.
+func TestDiskFullStopsAcknowledgingAndRecovers(t *testing.T) {
+	r := newRig(t, time.Hour)
+	r.assign("task/before", "RUNNING", ctr("app"))
+	r.assign("task/stops", "RUNNING", ctr("app", "sleep", "10s", "2"))
+	r.diskFull.Store(true)
+	if _, err := r.deliver("task/during", "RUNNING", ctr("app")); err == nil {
+		t.Fatal("a payload was journaled (and would be acknowledged) on a full disk")
+	}
+	if r.e.Health() == "" {
+		t.Fatal("healthy on a full disk")
+	}
+	r.advance(time.Minute)
+	if r.known("task/before") != event.StatusRunning || r.task("task/during") != nil {
+		t.Fatalf("on a full disk: before=%s, during=%v", r.known("task/before"), r.task("task/during"))
+	}
+	// The exit that happened on the full disk is not lost: it is journaled once space returns,
+	// by the engine's own retry, without any new input.
+	r.diskFull.Store(false)
+	r.advance(2 * time.Second)
+	if got := r.known("task/stops"); got.Rank() < event.StatusStopped.Rank() {
+		t.Fatalf("the exit during the full disk was lost: task is %s", got)
+	}
+	if _, err := r.deliver("task/during", "RUNNING", ctr("app")); err != nil {
+		t.Fatalf("after space returned: %v", err)
+	}
+	if r.e.Health() != "" {
+		t.Fatalf("still unhealthy after space returned: %s", r.e.Health())
+	}
+	r.advance(time.Second)
+	if r.known("task/during") != event.StatusRunning || r.known("task/before") != event.StatusRunning {
+		t.Fatal("tasks not running after recovery")
+	}
+	r.crash()
+	if r.known("task/before") != event.StatusRunning || r.known("task/during") != event.StatusRunning {
+		t.Fatal("lost acknowledged work across a restart")
+	}
+}

@@ -105,6 +105,9 @@ func (e *Engine) nextWake() time.Time {
 	for _, r := range e.retryAt {
 		earliest(r.at) // zero (due) is skipped
 	}
+	if len(e.dirty) > 0 || len(e.retryExits) > 0 {
+		earliest(e.journalRetry)
+	}
 	return next
 }
 
@@ -140,11 +143,25 @@ func (e *Engine) react(ctx context.Context) {
 			e.retryAt[key] = r
 		}
 	}
+	if len(e.retryExits) > 0 && !e.journalRetry.After(now) {
+		exits := e.retryExits
+		e.retryExits = nil
+		for _, x := range exits {
+			e.handleExit(ctx, x)
+		}
+	}
 	for round := 0; len(e.dirty) > 0 && round < 64; round++ {
-		d := e.st.Decide(now, e.fcfg, e.sortedDirty()...)
+		arns := e.sortedDirty()
+		d := e.st.Decide(now, e.fcfg, arns...)
 		if len(d.Records) > 0 {
 			if _, err := e.append(ctx, d.Records...); err != nil {
-				e.log.Error().Err(err).Msg("cannot journal derived records; retrying on the next wake")
+				// Nothing acts on what is not durable: decide these again once the journal
+				// takes writes.
+				for _, a := range arns {
+					e.dirty[a] = true
+				}
+				e.journalRetry = now.Add(time.Second)
+				e.log.Error().Err(err).Msg("cannot journal derived records; retrying")
 				return
 			}
 		}
@@ -372,8 +389,14 @@ func (e *Engine) handleExit(ctx context.Context, x docker.Exit) {
 	switch c.Known {
 	case event.StatusRunning:
 		code := x.ExitCode
-		_, _ = e.append(ctx, event.Record{Task: x.Task, Container: x.Container,
-			Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: &code}})
+		_, err := e.append(ctx, event.Record{Task: x.Task, Container: x.Container,
+			Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: &code, Cursor: x.Cursor}})
+		if err != nil {
+			// An exit is a fact from outside that nothing else re-derives until a restart:
+			// keep it until the journal takes it.
+			e.retryExits = append(e.retryExits, x)
+			e.journalRetry = e.clock.Now().Add(time.Second)
+		}
 	case event.StatusCreated:
 		e.early[x.ID] = x // its start is not journaled yet
 	}

@@ -3,9 +3,11 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,17 +80,18 @@ func throttle(changes []protocol.StateChange) protocol.ReportResult {
 
 // rig is one agent driven step by step on a virtual clock, in the test's goroutine.
 type rig struct {
-	t      *testing.T
-	dir    string
-	clock  *fakeClock
-	exec   *syncExec
-	cp     *scriptedCP
-	cfg    engine.Config
-	j      *journal.Journal
-	rt     *docker.Sim
-	e      *engine.Engine
-	cursor int64
-	msg    int
+	t        *testing.T
+	dir      string
+	clock    *fakeClock
+	exec     *syncExec
+	cp       *scriptedCP
+	cfg      engine.Config
+	j        *journal.Journal
+	rt       *docker.Sim
+	e        *engine.Engine
+	cursor   int64
+	msg      int
+	diskFull atomic.Bool // makes every journal commit fail, as a full disk would
 }
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -106,7 +109,13 @@ func newRig(t *testing.T, wait time.Duration) *rig {
 func (r *rig) start() {
 	r.t.Helper()
 	var err error
-	if r.j, err = journal.Open(filepath.Join(r.dir, journal.FileName), journal.Options{}); err != nil {
+	full := func() error {
+		if r.diskFull.Load() {
+			return errors.New("write journal.db: no space left on device")
+		}
+		return nil
+	}
+	if r.j, err = journal.Open(filepath.Join(r.dir, journal.FileName), journal.Options{BeforeCommit: full}); err != nil {
 		r.t.Fatal(err)
 	}
 	id, err := engine.ResolveAgentID(context.Background(), r.j, "agent-test")
@@ -187,16 +196,23 @@ func (r *rig) advance(d time.Duration) {
 // assign delivers a payload with one task, as the poller would.
 func (r *rig) assign(arn string, desired string, containers ...protocol.Container) string {
 	r.t.Helper()
+	id, err := r.deliver(arn, desired, containers...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return id
+}
+
+// deliver is assign that returns the journal's verdict: the poller acknowledges only on nil.
+func (r *rig) deliver(arn string, desired string, containers ...protocol.Container) (string, error) {
 	r.msg++
 	raw, _ := json.Marshal(protocol.Task{ARN: arn, DesiredStatus: desired, Containers: containers})
 	done := make(chan error, 1)
 	id := fmt.Sprintf("m-%d", r.msg)
 	r.e.Step(context.Background(), engine.PayloadInput{Payload: protocol.Payload{MessageID: id, Tasks: []json.RawMessage{raw}}, Done: done})
-	if err := <-done; err != nil {
-		r.t.Fatal(err)
-	}
+	err := <-done
 	r.settle()
-	return id
+	return id, err
 }
 
 func ctr(name string, cmd ...string) protocol.Container {

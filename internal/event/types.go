@@ -105,6 +105,10 @@ type ContainerTransitioned struct {
 	ExitCode  *int   `json:"exit_code,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 	RuntimeID string `json:"runtime_id,omitempty"`
+	// Cursor is the runtime event stream's position of the exit this records (0: not from
+	// the stream). The projection keeps the highest, so a restarted agent resumes the stream
+	// where it left off.
+	Cursor int64 `json:"cursor,omitempty"`
 }
 
 // TaskTransitioned records a task's known status moving.

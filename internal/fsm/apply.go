@@ -272,6 +272,7 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 		return err
 	}
 	c.Known = e.To
+	s.ExitCursor = max(s.ExitCursor, e.Cursor)
 	if e.RuntimeID != "" {
 		c.RuntimeID = e.RuntimeID
 	}

@@ -95,8 +95,9 @@ type State struct {
 	Starts     int                   `json:"starts"`
 	Tasks      map[string]*Task      `json:"tasks"`
 	Tombstones map[string]*Tombstone `json:"tombstones"`
-	Messages   map[string]uint64     `json:"messages"` // message id → seq of its payload_received
-	Outbox     map[uint64]*Change    `json:"outbox"`   // unsettled changes by seq
+	Messages   map[string]uint64     `json:"messages"`              // message id → seq of its payload_received
+	Outbox     map[uint64]*Change    `json:"outbox"`                // unsettled changes by seq
+	ExitCursor int64                 `json:"exit_cursor,omitempty"` // the runtime event stream's position, from journaled exits
 
 	order      []uint64 // Outbox keys ascending, possibly with settled ones not yet swept
 	taskM      *machine

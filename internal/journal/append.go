@@ -216,6 +216,11 @@ func (j *Journal) commit(batch []*request) time.Duration {
 	var arena, keys []byte
 	var idx indexWriter
 	err := j.db.Update(func(tx *bolt.Tx) error {
+		if j.beforeCommit != nil {
+			if err := j.beforeCommit(); err != nil {
+				return err
+			}
+		}
 		recs := tx.Bucket(bucketRecords)
 		// Keys only ever grow: pack pages full instead of leaving them half empty.
 		recs.FillPercent = 1.0

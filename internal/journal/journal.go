@@ -62,6 +62,9 @@ type Options struct {
 	Timeout time.Duration
 	// MaxBatch bounds the records one group commit carries (default 8192).
 	MaxBatch int
+	// BeforeCommit, when set, is called before every commit; an error fails that commit as a
+	// full disk or a read-only file would, and nothing of it is written. For fault tests.
+	BeforeCommit func() error
 }
 
 // Journal is an open journal file.
@@ -71,10 +74,11 @@ type Journal struct {
 	id   string
 	ro   bool
 
-	q        *queue
-	stop     chan struct{}
-	done     chan struct{}
-	maxBatch int
+	q            *queue
+	stop         chan struct{}
+	done         chan struct{}
+	maxBatch     int
+	beforeCommit func() error
 
 	sendMu   sync.RWMutex // held shared while enqueueing, exclusively to close: no request is stranded
 	mu       sync.Mutex
@@ -119,7 +123,7 @@ func Open(path string, opts Options) (*Journal, error) {
 		}
 		return nil, fmt.Errorf("journal: open %s: %w", path, err)
 	}
-	j := &Journal{path: path, db: db, ro: opts.ReadOnly, maxBatch: opts.MaxBatch, changed: make(chan struct{})}
+	j := &Journal{path: path, db: db, ro: opts.ReadOnly, maxBatch: opts.MaxBatch, changed: make(chan struct{}), beforeCommit: opts.BeforeCommit}
 	if err := j.init(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("journal: open %s: %w", path, err)

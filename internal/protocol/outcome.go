@@ -1,6 +1,9 @@
 package protocol
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -49,4 +52,38 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 		d = t.Sub(now)
 	}
 	return min(max(d, 0), MaxRetryAfter)
+}
+
+// ClassifyReport reads an answer to POST /state-changes exactly as the table of PROTOCOL.md
+// §3 says. Only a 200 whose body reads as the protocol's answer settles anything; a 200 that
+// cannot be read settles nothing (the changes are sent again, their ids make that safe).
+func ClassifyReport(status int, retryAfter string, body []byte, now time.Time) ReportResult {
+	r := ReportResult{HTTPStatus: status}
+	switch {
+	case status == http.StatusOK:
+		var ok StateChangesResponse
+		if err := json.Unmarshal(body, &ok); err != nil {
+			r.Outcome, r.Err = ServerError, fmt.Errorf("200 answer is not JSON: %w", err)
+			return r
+		}
+		for _, rj := range ok.Rejected {
+			if rj.ID == "" {
+				r.Outcome, r.Err = ServerError, errors.New("200 answer rejects a change without id")
+				return r
+			}
+		}
+		r.Outcome, r.Accepted, r.Rejected = Settled, ok.Accepted, ok.Rejected
+	case status == http.StatusTooManyRequests:
+		r.Outcome, r.Err = Throttled, errors.New("throttled")
+		r.RetryAfter = ParseRetryAfter(retryAfter, now)
+	case status == http.StatusBadRequest:
+		var e ErrorResponse
+		_ = json.Unmarshal(body, &e)
+		r.Outcome, r.Err = BadRequest, fmt.Errorf("request refused as malformed: %s", e.Error)
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		r.Outcome, r.Err = Unauthorized, fmt.Errorf("credentials refused (HTTP %d)", status)
+	default:
+		r.Outcome, r.Err = ServerError, fmt.Errorf("HTTP %d", status)
+	}
+	return r
 }

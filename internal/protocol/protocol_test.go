@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateNamesTheFieldAtFault(t *testing.T) {
@@ -66,6 +67,32 @@ func FuzzDecodeTask(f *testing.F) {
 		d := DecodeTask(b)
 		if d.Invalid == "" && (d.Task == nil || Validate(d.Task) != nil) {
 			t.Fatalf("accepted an invalid task: %s", b)
+		}
+	})
+}
+
+// FuzzClassifyReport: any answer gives an outcome, never a panic, and only a readable 200
+// settles anything.
+func FuzzClassifyReport(f *testing.F) {
+	f.Add(200, "", []byte(`{"accepted":["c-1"],"rejected":[{"id":"c-2","error":"unknown_task"}]}`))
+	f.Add(429, "2", []byte(``))
+	f.Add(429, "Wed, 21 Oct 2015 07:28:00 GMT", []byte(``))
+	f.Add(400, "", []byte(`{"error":"changes: 0"}`))
+	f.Add(200, "", []byte(`<html>`))
+	f.Add(503, "", []byte(`x`))
+	f.Fuzz(func(t *testing.T, status int, retryAfter string, body []byte) {
+		r := ClassifyReport(status, retryAfter, body, time.Now())
+		if r.Outcome == "" {
+			t.Fatal("no outcome")
+		}
+		if r.Outcome != Settled && (len(r.Accepted) > 0 || len(r.Rejected) > 0) {
+			t.Fatalf("status %d settled changes as %s", status, r.Outcome)
+		}
+		if r.Outcome == Settled && status != 200 {
+			t.Fatalf("status %d settled", status)
+		}
+		if r.RetryAfter < 0 || r.RetryAfter > MaxRetryAfter {
+			t.Fatalf("Retry-After %q gave %v", retryAfter, r.RetryAfter)
 		}
 	})
 }
