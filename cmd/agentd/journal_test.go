@@ -65,13 +65,22 @@ func TestJournalCommandsOnARunningAgent(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "assigned in") {
 		t.Fatalf("timeline: %v\n%s", err, out)
 	}
-	// Damage the copy: verify exits 1 and names the record.
+	// Damage the copy (every place the ARN stands, free pages included): verify exits 1 and
+	// names the record.
 	b, _ := os.ReadFile(copyPath)
-	idx := strings.Index(string(b), "task/followed")
-	if idx < 0 {
+	n := 0
+	for off := 0; ; {
+		idx := strings.Index(string(b[off:]), "task/followed")
+		if idx < 0 {
+			break
+		}
+		b[off+idx+5] ^= 0x20
+		off += idx + 1
+		n++
+	}
+	if n == 0 {
 		t.Fatal("the copy does not hold the task's ARN in clear")
 	}
-	b[idx+5] ^= 0x20
 	if err := os.WriteFile(copyPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
