@@ -4,7 +4,7 @@ BIN       := bin/agentd
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: build test test-short test-docker testbox-image run bench lint fuzz clean
+.PHONY: build test test-short test-docker test-sim test-crash testbox-image run bench lint fuzz clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -16,6 +16,17 @@ test:
 ## test-docker: integration tests against the real Docker Engine (needs `docker info` to answer).
 test-docker: testbox-image
 	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./cmd/agentd
+
+## test-sim: the deterministic simulation over SEEDS seeds, and the proof that it finds the
+## seed's bug when the guard is compiled out (-tags simbug). Replay one: -seed N.
+SEEDS ?= 1000
+test-sim:
+	$(GO) test -count=1 -timeout 0 -run 'TestSim$$|TestSimIsDeterministic' ./internal/simulation -seeds $(SEEDS) -v | grep -vE '^=== RUN'
+	$(GO) test -count=1 -tags simbug -run TestSimFindsTheSeedBug -v ./internal/simulation
+
+## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.
+test-crash:
+	AGENTD_CRASH_LOOP=1 $(GO) test -count=1 -run 'TestCrashLoop|TestFailpoints' ./cmd/agentd
 
 ## testbox-image: the test container image, built without a registry: a static binary
 ## imported as the only file of an image (no base image to pull, no BuildKit frontend).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/journal"
 	"io"
 	"math/rand/v2"
@@ -187,7 +188,16 @@ func TestEndToEndUnderFaultsAndKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: spawns processes")
 	}
-	faultsEndToEnd(t, "web:1", "agent-e2e")
+	faultsEndToEnd(t, "web:1", "agent-e2e", 24, 3)
+}
+
+// The kill -9 loop (make test-crash): 50 SIGKILLs at random moments while a stream of tasks
+// arrives under throttling, 5xx, dropped connections and re-sent payloads.
+func TestCrashLoop(t *testing.T) {
+	if os.Getenv("AGENTD_CRASH_LOOP") != "1" {
+		t.Skip("the kill -9 loop: run with make test-crash")
+	}
+	faultsEndToEnd(t, "web:1", "agent-e2e", 100, 50)
 }
 
 // The same on the Docker Engine, with the test image.
@@ -197,13 +207,13 @@ func TestDockerEndToEndUnderFaultsAndKills(t *testing.T) {
 	}
 	id := fmt.Sprintf("agent-e2e-docker-%d", time.Now().UnixNano()%1e9)
 	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + id) })
-	faultsEndToEnd(t, "agentd-testbox:latest", id, "--runtime", "docker")
+	faultsEndToEnd(t, "agentd-testbox:latest", id, 24, 3, "--runtime", "docker")
 	if left := dockerPS(t, "label=io.agentd.agent="+id); len(left) != 0 {
 		t.Fatalf("containers left behind: %v", left)
 	}
 }
 
-func faultsEndToEnd(t *testing.T, image, agentID string, runArgs ...string) {
+func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runArgs ...string) {
 	runArgs = append(runArgs, "--agent-id", agentID)
 	dir := t.TempDir()
 	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json",
@@ -212,10 +222,9 @@ func faultsEndToEnd(t *testing.T, image, agentID string, runArgs ...string) {
 	agent, api := startAgentProc(t, filepath.Join(dir, "data"), cpURL, runArgs...)
 
 	rng := rand.New(rand.NewPCG(7, 7))
-	const tasks = 24
 	wantContainers := 0
 	var runners []string
-	for i := 0; i < tasks; i++ {
+	assign := func(i int) {
 		arn := fmt.Sprintf("task/e2e-%02d", i)
 		var cmd []string
 		switch i % 4 {
@@ -235,19 +244,28 @@ func faultsEndToEnd(t *testing.T, image, agentID string, runArgs ...string) {
 		}
 		postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": task})
 	}
-	// Kill the agent three times while work is in flight and reports are throttled.
-	for k := 0; k < 3; k++ {
+	// Tasks arrive in a stream between the kills; the agent dies while work is in flight and
+	// reports are throttled; the control plane stops the long runners along the way.
+	next, stopped := 0, 0
+	for k := 0; k < kills; k++ {
+		for ; next < tasks*(k+1)/kills; next++ {
+			assign(next)
+		}
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
-		if k == 1 {
-			for _, arn := range runners {
-				postJSON(t, cpURL+"/v1/tasks/"+arn+"/stop", nil)
-			}
+		for ; stopped < len(runners) && k%2 == 1; stopped++ {
+			postJSON(t, cpURL+"/v1/tasks/"+runners[stopped]+"/stop", nil)
 		}
 		agent.kill()
 		agent, api = startAgentProc(t, filepath.Join(dir, "data"), cpURL, runArgs...)
 	}
+	for ; next < tasks; next++ {
+		assign(next)
+	}
+	for ; stopped < len(runners); stopped++ {
+		postJSON(t, cpURL+"/v1/tasks/"+runners[stopped]+"/stop", nil)
+	}
 	// Everything settles: the control plane knows every task STOPPED, the agent cleaned all.
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(120 * time.Second)
 	for {
 		var view struct{ Tasks []cpTask }
 		getJSON(t, cpURL+"/v1/tasks", &view)
@@ -263,7 +281,7 @@ func faultsEndToEnd(t *testing.T, image, agentID string, runArgs ...string) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled after 90 s: %d of %d STOPPED at the control plane, %d live at the agent (HTTP %d)\n%s", stopped, tasks, len(live.Tasks), code, agent.log())
+			t.Fatalf("not settled after 120 s: %d of %d STOPPED at the control plane, %d live at the agent (HTTP %d)\n%s", stopped, tasks, len(live.Tasks), code, agent.log())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -312,6 +330,9 @@ func faultsEndToEnd(t *testing.T, image, agentID string, runArgs ...string) {
 		t.Fatal(err)
 	}
 	defer j.Close()
+	if rep, err := forensics.Verify(j); err != nil || len(rep.Findings) > 0 {
+		t.Fatalf("journal verify: %v %v", rep.Findings, err)
+	}
 	err = j.Iterate(1, func(r event.Record) error {
 		if ev, ok := r.Event.(*event.ContainerTransitioned); ok && ev.To == event.StatusCreated {
 			created[r.Task+"/"+r.Container]++

@@ -23,15 +23,16 @@ import (
 const defaultDataDir = "/var/lib/agentd"
 
 type runCmd struct {
-	DataDir     string        `default:"/var/lib/agentd" env:"AGENTD_DATA_DIR" help:"Directory of the journal (journal.db) and the simulated runtime's file."`
-	Backend     string        `required:"" env:"AGENTD_BACKEND" help:"Control plane base URL (http:// or https://)."`
-	TokenFile   string        `env:"AGENTD_TOKEN_FILE" help:"File holding the bearer token; re-read when it changes."`
-	CAFile      string        `env:"AGENTD_CA_FILE" help:"Extra CA certificates (PEM) for an https backend."`
-	AgentID     string        `env:"AGENTD_AGENT_ID" help:"Agent id; generated on first start and kept in the journal when not given."`
-	Runtime     string        `default:"docker" enum:"docker,sim" env:"AGENTD_RUNTIME" help:"Container runtime: docker or sim."`
-	DockerHost  string        `env:"AGENTD_DOCKER_HOST" help:"Docker Engine address (default: the client's environment and defaults)."`
-	CleanupWait time.Duration `default:"3h" env:"AGENTD_CLEANUP_WAIT" help:"How long a stopped, acknowledged task is kept before cleanup, from its journaled stop time."`
-	Listen      string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
+	DataDir       string        `default:"/var/lib/agentd" env:"AGENTD_DATA_DIR" help:"Directory of the journal (journal.db) and the simulated runtime's file."`
+	Backend       string        `required:"" env:"AGENTD_BACKEND" help:"Control plane base URL (http:// or https://)."`
+	TokenFile     string        `env:"AGENTD_TOKEN_FILE" help:"File holding the bearer token; re-read when it changes."`
+	CAFile        string        `env:"AGENTD_CA_FILE" help:"Extra CA certificates (PEM) for an https backend."`
+	AgentID       string        `env:"AGENTD_AGENT_ID" help:"Agent id; generated on first start and kept in the journal when not given."`
+	Runtime       string        `default:"docker" enum:"docker,sim" env:"AGENTD_RUNTIME" help:"Container runtime: docker or sim."`
+	DockerHost    string        `env:"AGENTD_DOCKER_HOST" help:"Docker Engine address (default: the client's environment and defaults)."`
+	CleanupWait   time.Duration `default:"3h" env:"AGENTD_CLEANUP_WAIT" help:"How long a stopped, acknowledged task is kept before cleanup, from its journaled stop time."`
+	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
+	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
 	logFlags
 }
 
@@ -46,6 +47,7 @@ func (r *runCmd) Run(ctx context.Context) error {
 	a, err := startAgent(ctx, agentConfig{
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen,
+		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery},
 	}, log)
 	if err != nil {
 		return err

@@ -56,7 +56,6 @@ type agent struct {
 	byID     map[string]*payload
 	wake     chan struct{} // closed when a payload is queued
 	broken   bool          // a poll broke since the last answer
-	lastPoll time.Time
 }
 
 type payload struct {
@@ -239,7 +238,6 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	a := s.agentLocked(id)
 	s.stats.Polls++
-	a.lastPoll = s.now()
 	s.mu.Unlock()
 	if s.fault(w, r, a) {
 		return
@@ -496,6 +494,22 @@ func (s *Server) AddTask(agentID string, t protocol.Task, raw json.RawMessage) e
 	s.tasks[t.ARN] = &Task{ARN: t.ARN, Agent: agentID, Desired: t.DesiredStatus, Containers: map[string]*Container{}, spec: t}
 	s.queueLocked(agentID, []json.RawMessage{raw}, []string{t.ARN})
 	return nil
+}
+
+// SetClock replaces the wall clock (throttling, acceptance times): the deterministic
+// simulation runs the control plane on its virtual clock.
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
+}
+
+// BreakPoll marks the agent's poll connection broken, as a reconnect does: with ResendAcked,
+// its next poll re-sends acknowledged payloads of tasks not known STOPPED.
+func (s *Server) BreakPoll(agentID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.agentLocked(agentID).broken = true
 }
 
 // Adopt records a task as assigned to an agent that already has it, without sending a payload:

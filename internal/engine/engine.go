@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentd/agentd/internal/failpoint"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -333,7 +334,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	if _, err := e.append(ctx, event.Record{Event: &event.AgentStarted{Version: e.cfg.Version, PID: os.Getpid(), AgentID: e.cfg.AgentID, JournalID: e.j.ID(), Runtime: e.cfg.RuntimeName}}); err != nil {
 		return err
 	}
-	for _, t := range st.Tasks {
+	for _, t := range st.SortedTasks() { // in order: cleanup jitter is drawn per task
 		e.dirty[t.ARN] = true
 		switch t.Known {
 		case event.StatusStoppedAcked:
@@ -374,6 +375,7 @@ func (e *Engine) append(ctx context.Context, recs ...event.Record) ([]event.Reco
 	}
 	e.clearHealth("journal:")
 	e.metrics.appends.Add(float64(len(stored)))
+	failpoint.Hit("engine-after-commit-before-apply")
 	for _, r := range stored {
 		if err := e.st.Apply(r); err != nil {
 			e.log.Error().Err(err).Uint64("seq", r.Seq).Msg("BUG: the projection refused a record the engine journaled")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentd/agentd/internal/failpoint"
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
@@ -183,7 +184,7 @@ func (e *Engine) react(ctx context.Context) {
 func (e *Engine) startCleanups(ctx context.Context, arns []string) {
 	recs := make([]event.Record, 0, len(arns))
 	for _, arn := range arns {
-		if t := e.st.Tasks[arn]; t != nil && t.Known == event.StatusStoppedAcked {
+		if t := e.st.Tasks[arn]; t != nil && t.CleanupAllowed() {
 			recs = append(recs, event.Record{Task: arn, Event: &event.CleanupStarted{}})
 		}
 	}
@@ -220,6 +221,7 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 		}
 		e.removing++
 	}
+	failpoint.Hit("engine-after-apply-before-runtime-call")
 	e.inflight[key] = true
 	rt, timeout := e.rt, e.cfg.StopTimeout
 	e.exec.Go(func() Input { return runAction(rt, a, timeout) })
@@ -236,6 +238,7 @@ func runAction(rt docker.Runtime, a fsm.Action, stopTimeout time.Duration) Actio
 		res.Err = rt.Pull(ctx, a.Spec.Image)
 	case fsm.ActCreate:
 		res.ID, res.Err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec})
+		failpoint.Hit("runtime-after-create-before-journal")
 	case fsm.ActStart:
 		if res.Err = rt.Start(ctx, id); res.Err == nil {
 			// A container may end before its start is journaled: say so now.
@@ -296,6 +299,7 @@ func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
 		delete(e.retryAt, key)
 		if t.Known == event.StatusCleaning && !c.Removed {
 			_, _ = e.append(ctx, event.Record{Task: a.Task, Container: a.Container, Event: &event.ContainerRemoved{RuntimeID: c.RuntimeID}})
+			failpoint.Hit("cleanup-between-removals")
 		}
 		return
 	}
@@ -415,7 +419,11 @@ func (e *Engine) report(now time.Time) {
 	e.sent = sent
 	cp := e.cp
 	e.exec.Go(func() Input {
-		return ReportInput{Sent: sent, Result: cp.Report(context.Background(), sent)}
+		res := cp.Report(context.Background(), sent)
+		if res.Outcome == protocol.Settled {
+			failpoint.Hit("report-after-send-before-journal") // settled there, not yet here
+		}
+		return ReportInput{Sent: sent, Result: res}
 	})
 }
 

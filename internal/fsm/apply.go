@@ -160,6 +160,9 @@ func (s *State) apply(rec event.Record) error {
 		if err != nil {
 			return err
 		}
+		if !t.CleanupAllowed() {
+			return fmt.Errorf("%w: cleanup of a task that is %s (needs STOPPED_ACKED)", ErrCleanupGuard, t.Known)
+		}
 		if err := s.taskM.check(t.Known, event.StatusCleaning); err != nil {
 			return fmt.Errorf("%w: cleanup of a task that is %s: %v", ErrCleanupGuard, t.Known, err)
 		}

@@ -47,6 +47,12 @@ type Decisions struct {
 	NextDue  time.Time      // the earliest future moment a decision changes with time alone (zero: none)
 }
 
+// CleanupAllowed reports whether a task may enter CLEANING: it is STOPPED_ACKED (and, in a
+// -tags simbug build only, STOPPED).
+func (t *Task) CleanupAllowed() bool {
+	return t.Known == event.StatusStoppedAcked || (!ackGuard && t.Known == event.StatusStopped)
+}
+
 // CleanupDue is when a task's cleanup may start: its journaled stop time plus the wait. The
 // wait never counts from agent start, so a restart neither resets nor skips it.
 func (t *Task) CleanupDue(cfg Config) time.Time {
@@ -108,6 +114,8 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 		// The only door to cleanup: the task's STOPPED change settled by the control plane.
 		if t.Sent == event.StatusStopped {
 			rec("", &event.StoppedAcked{ChangeID: s.ChangeID(t.StopSeq)})
+		} else if !ackGuard && !now.Before(t.CleanupDue(cfg)) {
+			d.Cleanups = append(d.Cleanups, t.ARN) // the seed's bug (-tags simbug only)
 		}
 	case event.StatusCleaned:
 		// Gone from Tasks once applied; nothing to do.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/agentd/agentd/internal/failpoint"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -272,6 +273,9 @@ func (j *Journal) commit(batch []*request) time.Duration {
 		j.mu.Unlock()
 	}
 	took := time.Since(start)
+	if err == nil {
+		failpoint.Hit("journal-after-commit") // durable, but no appender has heard
+	}
 	for _, r := range batch {
 		r.done <- err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/agentd/agentd/internal/failpoint"
 
 	"github.com/agentd/agentd/internal/event"
 	bolt "go.etcd.io/bbolt"
@@ -40,6 +41,7 @@ func (j *Journal) SaveSnapshot(ctx context.Context, atSeq uint64, data []byte, r
 			if err := b.Put(seqKey(atSeq), append(v, data...)); err != nil {
 				return err
 			}
+			failpoint.Hit("snapshot") // inside the snapshot's commit: all of it or none
 			n := 0
 			c := b.Cursor()
 			for k, _ := c.First(); k != nil; k, _ = c.Next() {
@@ -193,6 +195,7 @@ func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(event.Reco
 		if err != nil {
 			return res, fmt.Errorf("journal: compact %s up to %d: %w", j.path, upTo, err)
 		}
+		failpoint.Hit("compaction") // between two of compaction's commits
 	}
 	// Dropped tasks may have left the writer's cache.
 	if err := j.update(ctx, func(*bolt.Tx) error { j.index = nil; return nil }); err != nil {

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	fpOnce sync.Once
+	fpBin  string
+	fpErr  error
+)
+
+// failpointBinary builds agentd with -tags failpoints.
+func failpointBinary(t *testing.T) string {
+	t.Helper()
+	fpOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "agentd-fp-bin-")
+		if err != nil {
+			fpErr = err
+			return
+		}
+		fpBin = filepath.Join(dir, "agentd")
+		if out, err := exec.Command("go", "build", "-tags", "failpoints", "-o", fpBin, ".").CombinedOutput(); err != nil {
+			fpErr = fmt.Errorf("go build -tags failpoints: %v\n%s", err, out)
+		}
+	})
+	if fpErr != nil {
+		t.Fatal(fpErr)
+	}
+	t.Cleanup(func() {})
+	return fpBin
+}
+
+// TestFailpoints drives a real agent to each named crash point, where it SIGKILLs itself,
+// restarts it, and checks that everything still ends cleaned, that the journal verifies, that
+// the control plane saw no violation and that no container was created twice.
+func TestFailpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	points := []string{
+		"journal-after-commit@5",
+		"engine-after-commit-before-apply@7",
+		"engine-after-apply-before-runtime-call@2",
+		"runtime-after-create-before-journal",
+		"report-after-send-before-journal",
+		"cleanup-between-removals",
+		"snapshot",
+	}
+	bin := failpointBinary(t)
+	defer os.RemoveAll(filepath.Dir(bin))
+	for _, point := range points {
+		t.Run(point, func(t *testing.T) {
+			dir := t.TempDir()
+			data := filepath.Join(dir, "data")
+			cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json", "--throttle-rps", "20")
+			cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
+			args := []string{"run", "--runtime", "sim", "--data-dir", data, "--backend", cpURL, "--listen", "127.0.0.1:0",
+				"--cleanup-wait", "200ms", "--log-format", "json", "--agent-id", "agent-fp", "--snapshot-every", "25"}
+			crashing := exec.Command(bin, args...)
+			crashing.Env = append(os.Environ(), "AGENTD_FAILPOINT="+point)
+			var stderr strings.Builder
+			crashing.Stderr = &stderr
+			if err := crashing.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- crashing.Wait() }()
+			// Work that reaches every point: tasks with two containers each, that exit and
+			// are cleaned up.
+			time.Sleep(300 * time.Millisecond)
+			const tasks = 4
+			for i := 0; i < tasks; i++ {
+				postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": "agent-fp", "task": map[string]any{"arn": fmt.Sprintf("task/fp-%d", i),
+					"containers": []map[string]any{{"name": "app", "image": "web:1", "command": []string{"sleep", "300ms", "3"}},
+						{"name": "side", "image": "web:1", "command": []string{"run"}}}}})
+			}
+			select {
+			case err := <-done:
+				ws, _ := crashing.ProcessState.Sys().(syscall.WaitStatus)
+				if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+					t.Fatalf("the agent did not die at %s: %v\n%s", point, err, stderr.String())
+				}
+			case <-time.After(60 * time.Second):
+				_ = crashing.Process.Kill()
+				t.Fatalf("the agent never reached %s\n%s", point, stderr.String())
+			}
+			_, api := startAgentProc(t, data, cpURL, "--agent-id", "agent-fp", "--cleanup-wait", "200ms")
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				var view struct{ Tasks []cpTask }
+				getJSON(t, cpURL+"/v1/tasks", &view)
+				var live struct{ Tasks []json.RawMessage }
+				code := getJSON(t, api+"/v1/tasks", &live)
+				stopped := 0
+				for _, v := range view.Tasks {
+					if v.Status == "STOPPED" {
+						stopped++
+					}
+				}
+				if stopped == tasks && code == 200 && len(live.Tasks) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after the crash at %s: %d of %d STOPPED, %d live", point, stopped, tasks, len(live.Tasks))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			var v struct{ Violations []map[string]any }
+			getJSON(t, cpURL+"/v1/violations", &v)
+			if len(v.Violations) > 0 {
+				t.Fatalf("violations after the crash at %s: %v", point, v.Violations)
+			}
+			copyPath := filepath.Join(dir, "copy.db")
+			if out, err := exec.Command(bin, "journal", "export", "--live", api, "--out", copyPath).CombinedOutput(); err != nil {
+				t.Fatalf("export: %v\n%s", err, out)
+			}
+			if out, err := exec.Command(bin, "journal", "verify", "--file", copyPath).CombinedOutput(); err != nil {
+				t.Fatalf("verify after the crash at %s: %v\n%s", point, err, out)
+			}
+			b, _ := os.ReadFile(filepath.Join(data, "sim-runtime.json"))
+			var sim struct {
+				Next int `json:"next"`
+			}
+			_ = json.Unmarshal(b, &sim)
+			if sim.Next != 2*tasks {
+				t.Fatalf("after the crash at %s the runtime created %d containers; want %d", point, sim.Next, 2*tasks)
+			}
+		})
+	}
+}

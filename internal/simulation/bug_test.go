@@ -1,0 +1,23 @@
+//go:build simbug
+
+package simulation
+
+import (
+	"strings"
+	"testing"
+)
+
+// Built with -tags simbug, the projection lacks the stopped-acked guard (the seed's bug). The
+// simulation must find it — a cleanup before the control plane accepted the task's STOPPED —
+// within a bounded number of seeds, or it proves nothing by passing.
+func TestSimFindsTheSeedBug(t *testing.T) {
+	const bound = 200
+	for s := uint64(1); s <= bound; s++ {
+		r := runSeed(t, s)
+		if strings.HasPrefix(r.Failure, "GUARD") {
+			t.Logf("seed %d finds the planted bug after %d steps: %s", s, r.Steps, r.Failure)
+			return
+		}
+	}
+	t.Fatalf("the simulation did not find the planted bug in %d seeds", bound)
+}

@@ -1,0 +1,519 @@
+// Package simulation runs the real engine, projection, journal, submitter, simulated runtime
+// and reference control plane in one goroutine on a virtual clock, with every choice — what
+// the control plane sends, throttles, fails or loses, when the agent crashes, how long each
+// call takes — drawn from one seed. The same seed replays the same run exactly.
+//
+// It promises to check, after every step, that no task was cleaned before the control plane
+// accepted its STOPPED and that no container was created twice; and at the end, once faults
+// stop, that every task is cleaned, every change settled, and the control plane's record
+// agrees with the journal.
+package simulation
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
+	"github.com/rs/zerolog"
+)
+
+const agentID = "agent-sim"
+
+// Options shape one run.
+type Options struct {
+	Seed     uint64
+	Dir      string // a fresh directory for the journal and the runtime's file
+	Tasks    int    // tasks the control plane assigns (default 12)
+	Steps    int    // steps under faults before they stop (default 600)
+	MaxTrace int    // trace lines kept (default 400)
+}
+
+// Result is what a run found.
+type Result struct {
+	Seed      uint64
+	Failure   string   // "" when every check held
+	Trace     []string // the last steps, to read a failure by
+	TraceHash uint64   // of the whole trace: equal for equal seeds
+	Records   uint64
+	Crashes   int
+	Steps     int
+}
+
+// clock is the virtual clock.
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time                         { return c.now }
+func (c *clock) After(d time.Duration) <-chan time.Time { return nil } // the run steps time itself
+
+// work is one call in flight on the simulated executor: it completes at a virtual time.
+type work struct {
+	at  time.Time
+	n   int
+	run func() engine.Input
+}
+
+type workQueue []work
+
+func (q workQueue) Len() int { return len(q) }
+func (q workQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].n < q[j].n
+}
+func (q workQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *workQueue) Push(x any)   { *q = append(*q, x.(work)) }
+func (q *workQueue) Pop() any {
+	o := *q
+	x := o[len(o)-1]
+	*q = o[:len(o)-1]
+	return x
+}
+
+// executor completes each call after a latency drawn from the seed.
+type executor struct{ s *sim }
+
+func (x executor) Go(f func() engine.Input) {
+	s := x.s
+	s.n++
+	heap.Push(&s.queue, work{at: s.clock.now.Add(time.Duration(s.rng.IntN(200)) * time.Millisecond), n: s.n, run: f})
+}
+
+// sim is one run.
+type sim struct {
+	o      Options
+	rng    *rand.Rand
+	clock  *clock
+	cp     *controlplane.Server
+	cpH    http.Handler
+	j      *journal.Journal
+	rt     *docker.Sim
+	e      *engine.Engine
+	queue  workQueue
+	n      int
+	cursor int64
+	trace  []string
+	hash   uint64
+	all    int
+	res    *Result
+	bugs   int
+
+	assigned  []string
+	expected  map[string]int // task → containers a valid task runs
+	throttled bool
+	failRate  float64
+	loseRate  float64
+	faults    bool
+}
+
+// cpClient is the agent's side of the control plane, in process: the requests go through the
+// reference control plane's HTTP handler, the faults (5xx, throttling, answers lost after the
+// control plane acted on them) are drawn from the seed.
+type cpClient struct{ s *sim }
+
+func (c cpClient) Poll(context.Context, time.Duration) ([]protocol.Payload, error) { return nil, nil }
+func (c cpClient) Ack(context.Context, []string) error                             { return nil }
+
+func (c cpClient) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
+	s := c.s
+	if s.faults && s.rng.Float64() < s.failRate {
+		return protocol.ReportResult{Outcome: protocol.ServerError, HTTPStatus: 503}
+	}
+	if s.faults && s.throttled {
+		return protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: time.Duration(1+s.rng.IntN(3)) * time.Second}
+	}
+	body, _ := json.Marshal(protocol.StateChangesRequest{Changes: changes})
+	w := httptest.NewRecorder()
+	s.cpH.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/agents/"+agentID+"/state-changes", bytes.NewReader(body)))
+	r := protocol.ClassifyReport(w.Code, w.Header().Get("Retry-After"), w.Body.Bytes(), s.clock.now)
+	if s.faults && s.rng.Float64() < s.loseRate {
+		// The control plane acted, the answer never arrived: the changes go again, same ids.
+		s.log("answer lost after the control plane settled %d changes", len(r.Accepted))
+		return protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection reset")}
+	}
+	return r
+}
+
+func (s *sim) log(format string, a ...any) {
+	line := fmt.Sprintf("%s ", s.clock.now.Format("15:04:05.000")) + fmt.Sprintf(format, a...)
+	h := fnv.New64a()
+	h.Write([]byte(line))
+	s.hash = s.hash*31 + h.Sum64()
+	s.all++
+	s.trace = append(s.trace, line)
+	if len(s.trace) > s.o.MaxTrace {
+		s.trace = s.trace[len(s.trace)-s.o.MaxTrace:]
+	}
+}
+
+// Run plays one seed.
+func Run(o Options) (res Result) {
+	if o.Tasks <= 0 {
+		o.Tasks = 12
+	}
+	if o.Steps <= 0 {
+		o.Steps = 600
+	}
+	if o.MaxTrace <= 0 {
+		o.MaxTrace = 400
+	}
+	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0xa5a5a5a5)), clock: &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)},
+		expected: map[string]int{}, res: &Result{Seed: o.Seed}}
+	s.cp = controlplane.New("", controlplane.Faults{ResendAcked: true, Seed: o.Seed})
+	s.cp.SetClock(func() time.Time { return s.clock.now })
+	s.cpH = s.cp.Handler()
+	s.failRate = []float64{0, 0.05, 0.2}[s.rng.IntN(3)]
+	s.loseRate = []float64{0, 0.05, 0.15}[s.rng.IntN(3)]
+	s.faults = true
+	defer func() {
+		if s.j != nil {
+			s.j.Close()
+		}
+		if p := recover(); p != nil {
+			s.fail("panic: %v", p)
+		}
+		s.res.Trace, s.res.TraceHash, s.res.Steps = s.trace, s.hash, s.all
+		res = *s.res
+	}()
+	if err := s.start(); err != nil {
+		s.fail("start: %v", err)
+		return *s.res
+	}
+	for step := 0; step < o.Steps && s.res.Failure == ""; step++ {
+		s.step()
+		s.check()
+	}
+	if s.res.Failure == "" {
+		s.settle()
+	}
+	if s.j != nil {
+		s.res.Records = s.j.LastSeq()
+	}
+	return *s.res
+}
+
+func (s *sim) fail(format string, a ...any) {
+	if s.res.Failure == "" {
+		s.res.Failure = fmt.Sprintf(format, a...)
+		s.log("FAILURE: %s", s.res.Failure)
+	}
+}
+
+// bugHook counts the engine's error lines: a record the projection refused after the engine
+// journaled it is a bug the run must not hide.
+type bugHook struct{ s *sim }
+
+func (h bugHook) Run(e *zerolog.Event, level zerolog.Level, msg string) {
+	if strings.HasPrefix(msg, "BUG") {
+		h.s.bugs++
+		h.s.log("engine: %s", msg)
+	}
+}
+
+// start opens the journal and runtime files and recovers an engine from them — at the
+// beginning, and after every crash.
+func (s *sim) start() error {
+	var err error
+	if s.j, err = journal.Open(filepath.Join(s.o.Dir, journal.FileName), journal.Options{}); err != nil {
+		return err
+	}
+	if _, err := engine.ResolveAgentID(context.Background(), s.j, agentID); err != nil {
+		return err
+	}
+	if s.rt, err = docker.NewSim(s.o.Dir, agentID, func() time.Time { return s.clock.now }); err != nil {
+		return err
+	}
+	s.queue = nil
+	s.cursor = 0
+	log := zerolog.New(nil).Level(zerolog.ErrorLevel).Hook(bugHook{s})
+	s.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Duration(s.rng.IntN(5)) * time.Second,
+		Seed: s.rng.Uint64() | 1, CleanupWorkers: 2, SnapshotEvery: uint64(50 + s.rng.IntN(200)),
+		Submit: engineSubmitPolicy(s.rng.Uint64() | 1)}, s.j, s.rt, cpClient{s}, s.clock, executor{s}, log)
+	if err := s.e.Recover(context.Background()); err != nil {
+		return err
+	}
+	s.e.Step(context.Background(), nil)
+	return nil
+}
+
+// crash drops every in-memory object mid-flight — calls in flight are lost, as in a real
+// crash — and starts again from the files.
+func (s *sim) crash() {
+	s.res.Crashes++
+	s.log("CRASH with %d calls in flight", len(s.queue))
+	if err := s.j.Close(); err != nil {
+		s.fail("close journal: %v", err)
+		return
+	}
+	s.j = nil
+	if err := s.start(); err != nil {
+		s.fail("restart: %v", err)
+	}
+}
+
+// poll delivers what the control plane's poll answers, as the poller would: journal, then ack.
+func (s *sim) poll() {
+	w := httptest.NewRecorder()
+	s.cpH.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/agents/"+agentID+"/payloads", nil))
+	var pr protocol.PollResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &pr); err != nil {
+		s.fail("poll answer: %v", err)
+		return
+	}
+	var acks []string
+	for _, p := range pr.Payloads {
+		done := make(chan error, 1)
+		s.e.Step(context.Background(), engine.PayloadInput{Payload: p, Done: done})
+		if err := <-done; err != nil {
+			s.fail("payload %s: %v", p.MessageID, err)
+			return
+		}
+		acks = append(acks, p.MessageID)
+	}
+	if len(acks) > 0 {
+		s.log("poll: %d payloads journaled and acknowledged", len(acks))
+		body, _ := json.Marshal(protocol.AcksRequest{MessageIDs: acks})
+		s.cpH.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/agents/"+agentID+"/acks", bytes.NewReader(body)))
+	}
+}
+
+var commands = [][]string{{"run"}, {"sleep", "1s"}, {"sleep", "3s", "2"}, {"exit", "1"}, {"sleep", "500ms", "7"}, {"sleep", "10s"}}
+
+func (s *sim) assign() {
+	i := len(s.assigned)
+	arn := fmt.Sprintf("task/sim-%02d", i)
+	t := protocol.Task{ARN: arn, DesiredStatus: "RUNNING"}
+	n := 1 + s.rng.IntN(2)
+	for c := 0; c < n; c++ {
+		ct := protocol.Container{Name: fmt.Sprintf("c%d", c), Image: "img", Command: commands[s.rng.IntN(len(commands))]}
+		if c > 0 && s.rng.IntN(2) == 0 {
+			f := false
+			ct.Essential = &f
+		}
+		if s.rng.IntN(15) == 0 {
+			ct.Image = "img-fail-pull"
+		}
+		t.Containers = append(t.Containers, ct)
+	}
+	switch s.rng.IntN(12) {
+	case 0:
+		t.DesiredStatus = "STOPPED"
+	case 1:
+		t.Containers = nil // invalid: recorded STOPPED, never run
+	}
+	if protocol.Validate(&t) == nil {
+		s.expected[arn] = len(t.Containers)
+	}
+	if err := s.cp.AddTask(agentID, t, nil); err != nil {
+		s.fail("assign %s: %v", arn, err)
+	}
+	s.assigned = append(s.assigned, arn)
+	s.log("control plane assigns %s (%d containers, desired %s)", arn, len(t.Containers), t.DesiredStatus)
+}
+
+// feedExits hands the runtime's exits to the engine, as the event stream would.
+func (s *sim) feedExits() bool {
+	exits, _ := s.rt.ExitsAfter(s.cursor)
+	for _, x := range exits {
+		s.cursor = max(s.cursor, x.Cursor)
+		s.log("runtime: %s/%s exited %d", x.Task, x.Container, x.ExitCode)
+		s.e.Step(context.Background(), engine.ExitInput{Exit: x})
+	}
+	return len(exits) > 0
+}
+
+// runWork completes the earliest call in flight if it is due.
+func (s *sim) runWork() bool {
+	if len(s.queue) == 0 || s.queue[0].at.After(s.clock.now) {
+		return false
+	}
+	w := heap.Pop(&s.queue).(work)
+	in := w.run()
+	s.log("completes: %s", describe(in))
+	s.e.Step(context.Background(), in)
+	return true
+}
+
+func describe(in engine.Input) string {
+	switch in := in.(type) {
+	case engine.ActionResult:
+		s := fmt.Sprintf("%s %s/%s", in.Action.Kind, in.Action.Task, in.Action.Container)
+		if in.Err != nil {
+			s += " failed"
+		}
+		return s
+	case engine.ReportInput:
+		return fmt.Sprintf("report of %d changes: %s", len(in.Sent), in.Result.Outcome)
+	case engine.ExitInput:
+		return "exit " + in.Exit.ID
+	case nil:
+		return "nothing"
+	}
+	return fmt.Sprintf("%T", in)
+}
+
+// advance moves the virtual clock to the next thing that happens by itself, or by a little.
+func (s *sim) advance(limit time.Duration) {
+	next := s.clock.now.Add(limit)
+	for _, t := range []time.Time{s.e.NextWake()} {
+		if !t.IsZero() && t.Before(next) {
+			next = t
+		}
+	}
+	if len(s.queue) > 0 && s.queue[0].at.Before(next) {
+		next = s.queue[0].at
+	}
+	if _, exit := s.rt.ExitsAfter(s.cursor); !exit.IsZero() && exit.Before(next) {
+		next = exit
+	}
+	if next.After(s.clock.now) {
+		s.clock.now = next
+	}
+	s.e.Step(context.Background(), nil)
+}
+
+func (s *sim) step() {
+	switch k := s.rng.IntN(100); {
+	case k < 8 && len(s.assigned) < s.o.Tasks:
+		s.assign()
+	case k < 20:
+		s.poll()
+	case k < 23 && len(s.assigned) > 0:
+		arn := s.assigned[s.rng.IntN(len(s.assigned))]
+		_ = s.cp.StopTask(arn)
+		s.log("control plane stops %s", arn)
+	case k < 26:
+		s.cp.BreakPoll(agentID)
+		s.log("poll connection breaks: acknowledged payloads of tasks not known STOPPED will be re-sent")
+	case k < 29:
+		s.throttled = !s.throttled
+		s.log("throttling %v", s.throttled)
+	case k < 31:
+		s.crash()
+	case k < 60:
+		if !s.runWork() && !s.feedExits() {
+			s.advance(time.Duration(s.rng.IntN(2000)) * time.Millisecond)
+		}
+	default:
+		s.feedExits()
+		s.runWork()
+		s.advance(time.Duration(s.rng.IntN(500)) * time.Millisecond)
+	}
+}
+
+// check runs after every step: the guard and nothing run twice.
+func (s *sim) check() {
+	if s.bugs > 0 {
+		s.fail("the projection refused %d records the engine journaled", s.bugs)
+		return
+	}
+	view, _ := s.cp.Snapshot()
+	st := s.e.State()
+	cleaned := func(arn string) {
+		if v := view[arn]; v.Status != "STOPPED" {
+			s.fail("GUARD: %s cleaned up while the control plane has it %q, not STOPPED", arn, v.Status)
+		}
+	}
+	for arn, t := range st.Tasks {
+		if t.Known == event.StatusCleaning {
+			cleaned(arn)
+		}
+	}
+	for arn := range st.Tombstones {
+		cleaned(arn)
+	}
+	want := 0
+	for _, n := range s.expected {
+		want += n
+	}
+	if got := s.rt.Created(); got > int64(want) {
+		s.fail("RUN TWICE: the runtime created %d containers for %d in valid tasks", got, want)
+	}
+	if v := s.cp.Violations(); len(v) > 0 {
+		s.fail("the control plane saw a protocol violation: %+v", v[0])
+	}
+}
+
+// settle stops the faults, assigns what is left, and lets everything run to the end: every
+// task cleaned, every change settled, the control plane agreeing with the journal.
+func (s *sim) settle() {
+	s.faults, s.throttled = false, false
+	s.log("faults stop")
+	for len(s.assigned) < s.o.Tasks {
+		s.assign()
+	}
+	for _, arn := range s.assigned {
+		_ = s.cp.StopTask(arn)
+	}
+	for i := 0; i < 20000 && s.res.Failure == ""; i++ {
+		st := s.e.State()
+		if len(st.Tasks) == 0 && st.OutboxLen() == 0 && len(st.Tombstones) == len(s.assigned) {
+			break
+		}
+		if i%10 == 0 {
+			s.poll()
+		}
+		if !s.runWork() && !s.feedExits() {
+			s.advance(5 * time.Second)
+		}
+		s.check()
+	}
+	if s.res.Failure != "" {
+		return
+	}
+	st := s.e.State()
+	if len(st.Tasks) > 0 || st.OutboxLen() > 0 || len(st.Tombstones) != len(s.assigned) {
+		s.fail("did not settle: %d live, %d unsent, %d tombstones of %d tasks", len(st.Tasks), st.OutboxLen(), len(st.Tombstones), len(s.assigned))
+		return
+	}
+	view, _ := s.cp.Snapshot()
+	arns := make([]string, 0, len(view))
+	for arn := range view {
+		arns = append(arns, arn)
+	}
+	slices.Sort(arns)
+	for _, arn := range arns {
+		if view[arn].Status != "STOPPED" {
+			s.fail("the control plane has %s %q at the end", arn, view[arn].Status)
+		}
+	}
+	// The control plane's exit codes are the journal's.
+	err := s.j.Iterate(1, func(r event.Record) error {
+		if e, ok := r.Event.(*event.ContainerTransitioned); ok && e.To == event.StatusStopped && e.ExitCode != nil {
+			if c := view[r.Task].Containers[r.Container]; c == nil || c.ExitCode == nil || *c.ExitCode != *e.ExitCode {
+				s.fail("%s/%s: journal says exit %d, control plane %v", r.Task, r.Container, *e.ExitCode, c)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.fail("journal: %v", err)
+	}
+	s.log("settled: %d tasks cleaned, %d records", len(s.assigned), s.j.LastSeq())
+}
+
+// TempDir is where runs keep their files: memory-backed when the machine has it, so a
+// thousand seeds cost no disk writes (the files are still real bbolt files).
+func TempDir() string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		return "/dev/shm"
+	}
+	return os.TempDir()
+}

@@ -1,0 +1,94 @@
+package simulation
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+var (
+	seed  = flag.Uint64("seed", 0, "replay one seed")
+	seeds = flag.Int("seeds", 1000, "how many seeds TestSim runs")
+)
+
+func runSeed(t testing.TB, s uint64) Result {
+	dir, err := os.MkdirTemp(TempDir(), "agentd-sim-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	return Run(Options{Seed: s, Dir: dir})
+}
+
+func report(t *testing.T, r Result) {
+	t.Helper()
+	t.Errorf("seed %d failed: %s\nreplay: go test ./internal/simulation -run 'TestSim$' -seed %d -v\nlast steps:\n%s",
+		r.Seed, r.Failure, r.Seed, strings.Join(r.Trace, "\n"))
+}
+
+// TestSim runs many seeds of the whole agent under throttling, 5xx, lost answers, re-sent
+// payloads, stops and crashes: no seed may break the guard, run anything twice, or fail to
+// settle. -seed N replays one seed (and prints its trace with -v).
+func TestSim(t *testing.T) {
+	if *seed != 0 {
+		r := runSeed(t, *seed)
+		for _, l := range r.Trace {
+			t.Log(l)
+		}
+		if r.Failure != "" {
+			report(t, r)
+		}
+		return
+	}
+	n := *seeds
+	if testing.Short() {
+		n = 50
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []Result
+	var records, crashes atomic.Int64
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				r := runSeed(t, uint64(i))
+				records.Add(int64(r.Records))
+				crashes.Add(int64(r.Crashes))
+				if r.Failure != "" {
+					mu.Lock()
+					failed = append(failed, r)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d seeds, %d records journaled, %d crashes, %d failed", n, records.Load(), crashes.Load(), len(failed))
+	for i, r := range failed {
+		if i == 3 {
+			break
+		}
+		report(t, r)
+	}
+}
+
+// The same seed gives the same run, step by step.
+func TestSimIsDeterministic(t *testing.T) {
+	for _, s := range []uint64{7, 42, 1234} {
+		a, b := runSeed(t, s), runSeed(t, s)
+		if a.TraceHash != b.TraceHash || a.Records != b.Records || a.Steps != b.Steps {
+			t.Fatalf("seed %d ran two ways: %d/%d records, %d/%d steps\nfirst:\n%s\nsecond:\n%s", s, a.Records, b.Records, a.Steps, b.Steps,
+				strings.Join(a.Trace[max(0, len(a.Trace)-20):], "\n"), strings.Join(b.Trace[max(0, len(b.Trace)-20):], "\n"))
+		}
+	}
+}
