@@ -21,7 +21,7 @@ test-docker: testbox-image
 ## seed's bug when the guard is compiled out (-tags simbug). Replay one: -seed N.
 SEEDS ?= 1000
 test-sim:
-	$(GO) test -count=1 -timeout 0 -run 'TestSim$$|TestSimIsDeterministic' ./internal/simulation -seeds $(SEEDS) -v | grep -vE '^=== RUN'
+	$(GO) test -count=1 -timeout 0 -run 'TestSim$$|TestSimIsDeterministic' ./internal/simulation -seeds $(SEEDS) -v
 	$(GO) test -count=1 -tags simbug -run TestSimFindsTheSeedBug -v ./internal/simulation
 
 ## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.
