@@ -55,6 +55,7 @@ func TestFailpoints(t *testing.T) {
 		"report-after-send-before-journal",
 		"cleanup-between-removals",
 		"snapshot",
+		"compaction",
 	}
 	bin := failpointBinary(t)
 	defer os.RemoveAll(filepath.Dir(bin))
@@ -65,7 +66,7 @@ func TestFailpoints(t *testing.T) {
 			cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json", "--throttle-rps", "20")
 			cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
 			args := []string{"run", "--runtime", "sim", "--data-dir", data, "--backend", cpURL, "--listen", "127.0.0.1:0",
-				"--cleanup-wait", "200ms", "--log-format", "json", "--agent-id", "agent-fp", "--snapshot-every", "25"}
+				"--cleanup-wait", "200ms", "--log-format", "json", "--agent-id", "agent-fp", "--snapshot-every", "25", "--retention", "300ms"}
 			crashing := exec.Command(bin, args...)
 			crashing.Env = append(os.Environ(), "AGENTD_FAILPOINT="+point)
 			var stderr strings.Builder
@@ -78,8 +79,14 @@ func TestFailpoints(t *testing.T) {
 			// Work that reaches every point: tasks with two containers each, that exit and
 			// are cleaned up.
 			time.Sleep(300 * time.Millisecond)
-			const tasks = 4
+			tasks := 4
+			if strings.HasPrefix(point, "compaction") {
+				tasks = 12 // tasks cleaned long enough ago, then records enough for a snapshot
+			}
 			for i := 0; i < tasks; i++ {
+				if i == 4 {
+					time.Sleep(2 * time.Second)
+				}
 				postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": "agent-fp", "task": map[string]any{"arn": fmt.Sprintf("task/fp-%d", i),
 					"containers": []map[string]any{{"name": "app", "image": "web:1", "command": []string{"sleep", "300ms", "3"}},
 						{"name": "side", "image": "web:1", "command": []string{"run"}}}}})

@@ -32,6 +32,7 @@ type runCmd struct {
 	DockerHost    string        `env:"AGENTD_DOCKER_HOST" help:"Docker Engine address (default: the client's environment and defaults)."`
 	CleanupWait   time.Duration `default:"3h" env:"AGENTD_CLEANUP_WAIT" help:"How long a stopped, acknowledged task is kept before cleanup, from its journaled stop time."`
 	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
+	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept (a re-sent task is recognised for this long). Negative: forever."`
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
 	logFlags
 }
@@ -47,7 +48,7 @@ func (r *runCmd) Run(ctx context.Context) error {
 	a, err := startAgent(ctx, agentConfig{
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen,
-		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery},
+		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention},
 	}, log)
 	if err != nil {
 		return err

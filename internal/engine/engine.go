@@ -71,6 +71,7 @@ type Config struct {
 	CleanupWait    time.Duration // from the journaled stop time
 	StopTimeout    time.Duration // SIGTERM, then kill (default 10 s)
 	SnapshotEvery  uint64        // records between snapshots (default 20,000)
+	Retention      time.Duration // how long cleaned tasks' history and tombstones are kept (default 7 days; <0: forever)
 	Workers        int           // concurrent runtime calls (default 8)
 	CleanupWorkers int           // container removals at once (default 4)
 	CleanupJitter  time.Duration // spread of cleanup starts (default 50 ms)
@@ -85,6 +86,9 @@ func (c *Config) defaults() {
 	}
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = 20000
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
 	}
 	if c.Workers <= 0 {
 		c.Workers = 8
@@ -132,6 +136,7 @@ type Engine struct {
 	sub          *submit.Submitter
 	journalRetry time.Time              // when to decide again after the journal refused derived records
 	retryExits   []docker.Exit          // exits the journal refused, kept until it takes them
+	compacting   bool                   // a compaction runs on the executor
 	sent         []protocol.StateChange // the report in flight
 	snapSeq      uint64
 
@@ -179,6 +184,15 @@ type ReportInput struct {
 	Result protocol.ReportResult
 }
 
+// CompactInput is a finished compaction.
+type CompactInput struct {
+	UpTo     uint64
+	Tasks    []string
+	Messages []string
+	Records  int
+	Err      error
+}
+
 // tickInput wakes the loop for timers.
 type tickInput struct{}
 
@@ -186,6 +200,7 @@ func (PayloadInput) isInput() {}
 func (ActionResult) isInput() {}
 func (ExitInput) isInput()    {}
 func (ReportInput) isInput()  {}
+func (CompactInput) isInput() {}
 func (tickInput) isInput()    {}
 
 type query struct {

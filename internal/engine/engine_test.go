@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -251,5 +252,41 @@ func TestDiskFullStopsAcknowledgingAndRecovers(t *testing.T) {
 	r.crash()
 	if r.known("task/before") != event.StatusRunning || r.known("task/during") != event.StatusRunning {
 		t.Fatal("lost acknowledged work across a restart")
+	}
+}
+
+// Compaction: after the retention, a cleaned task's history and tombstone go; the journal
+// still verifies, a restart recovers, and live tasks keep their whole history.
+func TestCompactionDropsOnlyLongCleanedHistory(t *testing.T) {
+	r := newRig(t, 0)
+	r.cfg.Retention, r.cfg.SnapshotEvery = time.Minute, 10
+	r.crash() // take the new config
+	r.assign("task/old", "RUNNING", ctr("app", "exit", "0"))
+	r.assign("task/live", "RUNNING", ctr("app"))
+	r.advance(time.Second)
+	if r.known("task/old") != event.StatusCleaned {
+		t.Fatalf("task/old is %s", r.known("task/old"))
+	}
+	r.advance(2 * time.Minute)
+	for i := 0; i < 3; i++ { // enough new records for a snapshot, which triggers compaction
+		r.assign(fmt.Sprintf("task/new-%d", i), "RUNNING", ctr("app", "exit", "0"))
+		r.advance(time.Second)
+	}
+	if _, tomb := r.e.State().Tombstones["task/old"]; tomb {
+		t.Fatal("task/old's tombstone outlived the retention")
+	}
+	if n := len(r.records("task/old", event.TypeTaskAdded)); n != 0 {
+		t.Fatal("task/old's history outlived the retention")
+	}
+	if len(r.records("task/live", event.TypeTaskAdded)) != 1 || r.known("task/live") != event.StatusRunning {
+		t.Fatal("a live task lost its history")
+	}
+	res, err := r.j.Verify(nil)
+	if err != nil || len(res.Problems) > 0 || res.Holes == 0 {
+		t.Fatalf("verify after compaction: %v %v (holes %d)", res.Problems, err, res.Holes)
+	}
+	r.crash()
+	if r.known("task/live") != event.StatusRunning || r.known("task/new-0") != event.StatusCleaned {
+		t.Fatal("restart after compaction lost state")
 	}
 }

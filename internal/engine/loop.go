@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"github.com/agentd/agentd/internal/failpoint"
+	"github.com/agentd/agentd/internal/journal"
+	"slices"
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
@@ -125,6 +127,8 @@ func (e *Engine) handle(ctx context.Context, in Input) {
 		e.handleExit(ctx, in.Exit)
 	case ReportInput:
 		e.handleReport(ctx, in)
+	case CompactInput:
+		e.handleCompact(ctx, in)
 	case tickInput:
 	}
 }
@@ -446,7 +450,7 @@ func (e *Engine) handleReport(ctx context.Context, in ReportInput) {
 	}
 	var recs []event.Record
 	if o.Settled != nil {
-		recs = append(recs, event.Record{Event: o.Settled})
+		recs = append(recs, settledByTask(o.Settled, in.Sent)...)
 	}
 	if o.Attempt != nil {
 		recs = append(recs, event.Record{Event: o.Attempt})
@@ -464,6 +468,41 @@ func (e *Engine) handleReport(ctx context.Context, in ReportInput) {
 	} else {
 		e.clearHealth("control plane")
 	}
+}
+
+// settledByTask splits an answer into one changes_settled record per task, in the order the
+// tasks' changes were sent, all in one commit: each task's settlements then belong to its
+// history (dump --task, timeline) and go with it at compaction, so the history kept is always
+// whole.
+func settledByTask(s *event.ChangesSettled, sent []protocol.StateChange) []event.Record {
+	taskOf := make(map[string]string, len(sent))
+	var order []string
+	for _, c := range sent {
+		if _, seen := taskOf[c.ID]; !seen {
+			taskOf[c.ID] = c.TaskARN
+		}
+	}
+	per := map[string]*event.ChangesSettled{}
+	get := func(task string) *event.ChangesSettled {
+		if per[task] == nil {
+			per[task] = &event.ChangesSettled{}
+			order = append(order, task)
+		}
+		return per[task]
+	}
+	for _, id := range s.Accepted {
+		p := get(taskOf[id])
+		p.Accepted = append(p.Accepted, id)
+	}
+	for _, r := range s.Rejected {
+		p := get(taskOf[r.ID])
+		p.Rejected = append(p.Rejected, r)
+	}
+	recs := make([]event.Record, 0, len(order))
+	for _, task := range order {
+		recs = append(recs, event.Record{Task: task, Event: per[task]})
+	}
+	return recs
 }
 
 // maybeSnapshot stores the projection once enough records have passed since the last
@@ -490,4 +529,72 @@ func (e *Engine) maybeSnapshot(ctx context.Context) {
 	}
 	e.snapSeq = at
 	e.log.Debug().Uint64("at", at).Int("bytes", len(data)).Msg("snapshot stored")
+	e.maybeCompact()
+}
+
+// maybeCompact drops, after a snapshot, the history of tasks cleaned longer ago than the
+// retention, and records without a task older than it; their tombstones and message ids are
+// forgotten by the compaction_done record journaled when it finishes. The deletions run on
+// the executor in commits of their own, so appends wait at most one short commit.
+func (e *Engine) maybeCompact() {
+	if e.compacting || e.cfg.Retention < 0 {
+		return
+	}
+	horizon := e.clock.Now().Add(-e.cfg.Retention)
+	var tasks []string
+	for arn, ts := range e.st.Tombstones {
+		if ts.CleanedAt.Before(horizon) {
+			tasks = append(tasks, arn)
+		}
+	}
+	cut, err := e.j.SeqAt(horizon)
+	if err != nil {
+		e.log.Warn().Err(err).Msg("compaction skipped")
+		return
+	}
+	cut = min(cut, e.snapSeq)
+	var messages []string
+	for m, seq := range e.st.Messages {
+		if seq <= cut {
+			messages = append(messages, m)
+		}
+	}
+	if len(tasks) == 0 && len(messages) == 0 {
+		return
+	}
+	slices.Sort(tasks)
+	slices.Sort(messages)
+	drop := make(map[string]bool, len(tasks))
+	for _, t := range tasks {
+		drop[t] = true
+	}
+	e.compacting = true
+	j, upTo := e.j, e.snapSeq
+	e.exec.Go(func() Input {
+		res, err := j.Compact(context.Background(), upTo, func(h journal.Header) bool {
+			switch {
+			case h.Task != "":
+				return drop[h.Task]
+			case h.Type == event.TypeAgentStarted:
+				return false // few, and a replay from the start needs the journal id they carry
+			}
+			// Records without a task (payloads as received, failed report attempts, snapshot
+			// and compaction marks) change no task's state: only their age counts.
+			return h.Seq <= cut
+		})
+		return CompactInput{UpTo: upTo, Tasks: tasks, Messages: messages, Records: res.Records, Err: err}
+	})
+}
+
+func (e *Engine) handleCompact(ctx context.Context, in CompactInput) {
+	e.compacting = false
+	if in.Err != nil {
+		e.log.Warn().Err(in.Err).Msg("compaction failed; the next snapshot tries again")
+		return
+	}
+	if _, err := e.append(ctx, event.Record{Event: &event.CompactionDone{UpToSeq: in.UpTo, Tasks: in.Tasks, Messages: in.Messages, Records: in.Records}}); err != nil {
+		e.log.Warn().Err(err).Msg("cannot journal compaction_done; the next compaction repeats it")
+		return
+	}
+	e.log.Info().Int("records", in.Records).Int("tasks", len(in.Tasks)).Int("messages", len(in.Messages)).Msg("journal compacted")
 }

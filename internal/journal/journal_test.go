@@ -245,13 +245,13 @@ func TestCompactionKeepsLiveHistoryAndContinuity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := j.Compact(ctx, 300, func(event.Record) bool { return true }); err == nil {
+	if _, err := j.Compact(ctx, 300, func(journal.Header) bool { return true }); err == nil {
 		t.Fatal("compaction without a covering snapshot was allowed")
 	}
 	if _, err := j.SaveSnapshot(ctx, 300, []byte("s"), event.Record{Time: t0, Event: &event.SnapshotTaken{AtSeq: 300}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := j.Compact(ctx, 300, func(r event.Record) bool { return strings.HasPrefix(r.Task, "task/old-") })
+	res, err := j.Compact(ctx, 300, func(h journal.Header) bool { return strings.HasPrefix(h.Task, "task/old-") })
 	if err != nil {
 		t.Fatal(err)
 	}

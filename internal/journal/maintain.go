@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"github.com/agentd/agentd/internal/failpoint"
+	"time"
 
 	"github.com/agentd/agentd/internal/event"
 	bolt "go.etcd.io/bbolt"
@@ -135,10 +136,20 @@ type CompactResult struct {
 // one short commit behind it.
 const compactChunk = 4096
 
+// Header is a record's envelope without its body: what compaction decides by, read without
+// decoding bodies.
+type Header struct {
+	Seq  uint64
+	Time time.Time
+	Type event.Type
+	Task string
+}
+
 // Compact removes the records with sequence number ≤ upTo for which drop returns true, in
-// commits of its own between appends. A snapshot must cover upTo, or a restart could not skip
-// the cut. Every removed range is recorded, so continuity checks still hold.
-func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(event.Record) bool) (CompactResult, error) {
+// commits of its own between appends, so appends wait at most one short commit. A snapshot
+// must cover upTo, or a restart could not skip the cut. Every removed range is recorded, so
+// continuity checks still hold.
+func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(Header) bool) (CompactResult, error) {
 	var res CompactResult
 	snap, _, err := j.SnapshotAtOrBefore(^uint64(0))
 	if err != nil {
@@ -160,24 +171,24 @@ func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(event.Reco
 			var removed []uint64
 			k, v := c.Seek(seqKey(start))
 			for ; k != nil && examined < compactChunk; examined++ {
-				rec, err := DecodeRecord(k, v)
+				raw, err := decodeRaw(v)
 				if err != nil {
-					return err
+					return fmt.Errorf("record %d: %w", binary.BigEndian.Uint64(k), err)
 				}
-				if rec.Seq > upTo {
+				if raw.seq > upTo {
 					break
 				}
-				if drop(rec) {
-					removed = append(removed, rec.Seq)
-					if rec.Task != "" {
-						if err := indexRemove(tx, rec.Task, rec.Seq); err != nil {
+				if drop(Header{Seq: raw.seq, Time: raw.time, Type: raw.typ, Task: raw.task}) {
+					removed = append(removed, raw.seq)
+					if raw.task != "" {
+						if err := indexRemove(tx, raw.task, raw.seq); err != nil {
 							return err
 						}
 					}
 					if err := c.Delete(); err != nil {
 						return err
 					}
-					k, v = c.Seek(seqKey(rec.Seq + 1))
+					k, v = c.Seek(seqKey(raw.seq + 1))
 				} else {
 					k, v = c.Next()
 				}
