@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -31,6 +32,7 @@ type Sim struct {
 
 	mu      sync.Mutex
 	state   simFile
+	ops     int           // lines in the file after its state line
 	changed chan struct{} // closed and replaced on every change, for Exits
 }
 
@@ -64,40 +66,114 @@ func NewSim(dir, agent string, now func() time.Time) (*Sim, error) {
 		now = time.Now
 	}
 	s := &Sim{path: filepath.Join(dir, SimFileName), agent: agent, now: now, changed: make(chan struct{})}
-	b, err := os.ReadFile(s.path)
-	switch {
-	case os.IsNotExist(err):
-		s.state = simFile{Containers: map[string]*simContainer{}}
-	case err != nil:
-		return nil, fmt.Errorf("sim runtime: open %s: %w", s.path, err)
-	default:
-		if err := json.Unmarshal(b, &s.state); err != nil {
-			return nil, fmt.Errorf("sim runtime: read %s: %w", s.path, err)
-		}
-		if s.state.Containers == nil {
-			s.state.Containers = map[string]*simContainer{}
-		}
+	state, ops, err := readSimFile(s.path)
+	if err != nil {
+		return nil, err
 	}
+	s.state, s.ops = state, ops
 	return s, nil
+}
+
+// simOp is one line after the first: a container written or removed.
+type simOp struct {
+	Put  *simContainer `json:"put,omitempty"`
+	Del  string        `json:"del,omitempty"`
+	Next int64         `json:"next,omitempty"`
+}
+
+// readSimFile reads the state line and replays the operation lines after it. A last line cut
+// short by a crash mid-write is ignored: it was never acknowledged to anyone.
+func readSimFile(path string) (simFile, int, error) {
+	state := simFile{Containers: map[string]*simContainer{}}
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return state, 0, nil
+	}
+	if err != nil {
+		return state, 0, fmt.Errorf("sim runtime: open %s: %w", path, err)
+	}
+	lines := bytes.Split(b, []byte("\n"))
+	ops := 0
+	for i, l := range lines {
+		if len(bytes.TrimSpace(l)) == 0 {
+			continue
+		}
+		if i == 0 {
+			if err := json.Unmarshal(l, &state); err != nil {
+				return state, 0, fmt.Errorf("sim runtime: read %s: line 1: %w", path, err)
+			}
+			if state.Containers == nil {
+				state.Containers = map[string]*simContainer{}
+			}
+			continue
+		}
+		var op simOp
+		if err := json.Unmarshal(l, &op); err != nil {
+			if i == len(lines)-1 || (i == len(lines)-2 && len(bytes.TrimSpace(lines[len(lines)-1])) == 0) {
+				break // torn last line
+			}
+			return state, 0, fmt.Errorf("sim runtime: read %s: line %d: %w", path, i+1, err)
+		}
+		ops++
+		switch {
+		case op.Put != nil:
+			state.Containers[op.Put.ID] = op.Put
+		case op.Del != "":
+			delete(state.Containers, op.Del)
+		}
+		state.Next = max(state.Next, op.Next)
+	}
+	return state, ops, nil
+}
+
+// SimStats reads a simulated runtime's file: how many containers it ever created and how
+// many it holds now (for tests proving nothing was created twice).
+func SimStats(dir string) (created int64, live int, err error) {
+	st, _, err := readSimFile(filepath.Join(dir, SimFileName))
+	return st.Next, len(st.Containers), err
 }
 
 func (s *Sim) Name() string { return "sim" }
 
-// save writes the file atomically (temp file + rename), so a crash leaves the old or the new.
-func (s *Sim) save() error {
-	b, err := json.Marshal(s.state)
+// save appends one operation line; once the lines outnumber the containers by far, it
+// rewrites the file as one state line (temp file + rename: a crash leaves the old or the new).
+// Appending keeps each change O(1) however many containers live.
+func (s *Sim) save(op simOp) error {
+	defer func() {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}()
+	if s.ops > 2*len(s.state.Containers)+256 || s.ops == 0 {
+		b, err := json.Marshal(s.state)
+		if err != nil {
+			return err
+		}
+		tmp := s.path + ".tmp"
+		if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+			return fmt.Errorf("sim runtime: write %s: %w", tmp, err)
+		}
+		if err := os.Rename(tmp, s.path); err != nil {
+			return fmt.Errorf("sim runtime: write %s: %w", s.path, err)
+		}
+		s.ops = 1
+		return nil
+	}
+	b, err := json.Marshal(op)
 	if err != nil {
 		return err
 	}
-	tmp := s.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("sim runtime: write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
+	f, err := os.OpenFile(s.path, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
 		return fmt.Errorf("sim runtime: write %s: %w", s.path, err)
 	}
-	close(s.changed)
-	s.changed = make(chan struct{})
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sim runtime: write %s: %w", s.path, err)
+	}
+	s.ops++
 	return nil
 }
 
@@ -126,7 +202,7 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	c := &simContainer{ID: "sim-" + strconv.FormatInt(s.state.Next, 10), Agent: s.agent, Task: spec.Task,
 		Container: spec.Container.Name, Name: name, Image: spec.Container.Image, Command: spec.Container.Command}
 	s.state.Containers[c.ID] = c
-	return c.ID, s.save()
+	return c.ID, s.save(simOp{Put: c, Next: s.state.Next})
 }
 
 // plan reads a command into how long the container runs and how it ends.
@@ -179,7 +255,7 @@ func (s *Sim) Start(ctx context.Context, id string) error {
 	if !forever {
 		c.EndsAt, c.EndCode = c.StartedAt.Add(d), code
 	}
-	return s.save()
+	return s.save(simOp{Put: c})
 }
 
 // exitOf says whether and how a container has ended at now.
@@ -207,7 +283,7 @@ func (s *Sim) Stop(ctx context.Context, id string, timeout time.Duration) error 
 		return nil
 	}
 	c.StoppedAt, c.StopCode = now, 143 // SIGTERM obeyed at once
-	return s.save()
+	return s.save(simOp{Put: c})
 }
 
 func (s *Sim) Remove(ctx context.Context, id string) error {
@@ -221,7 +297,7 @@ func (s *Sim) Remove(ctx context.Context, id string) error {
 		return fmt.Errorf("remove %s: belongs to agent %q, not %q", id, c.Agent, s.agent)
 	}
 	delete(s.state.Containers, id)
-	return s.save()
+	return s.save(simOp{Del: id})
 }
 
 func (s *Sim) stateOf(c *simContainer, now time.Time) State {
