@@ -15,6 +15,26 @@ type benchCmd struct {
 	Journal   benchJournalCmd   `cmd:"" help:"Qualify a disk for the journal: one commit per event vs DB.Batch vs group commit."`
 	Throttled benchThrottledCmd `cmd:"" help:"Settle a backlog of state changes against a control plane throttled to --rps."`
 	Waiting   benchWaitingCmd   `cmd:"" help:"What tasks stopped and awaiting acknowledgement cost, and how soon cleanup follows the ack."`
+	Lifecycle benchLifecycleCmd `cmd:"" help:"Full task lifecycles through a real agent and an unthrottled in-process control plane."`
+}
+
+type benchLifecycleCmd struct {
+	Tasks int    `default:"10000" help:"Tasks to run from assignment to cleanup."`
+	Dir   string `help:"Directory for the temporary journal (default: the system's temp dir)."`
+	JSON  bool   `name:"json" help:"Print one JSON object."`
+}
+
+func (b *benchLifecycleCmd) Run(ctx context.Context) error {
+	res, err := benchmark.Lifecycle(ctx, b.Dir, b.Tasks)
+	if err != nil {
+		return err
+	}
+	if b.JSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	fmt.Printf("%d tasks assigned, run, stopped, reported, acknowledged and cleaned in %.1fs: %.0f tasks/s (target ≥ 1000); %d records in %d commits\n",
+		res.Tasks, res.Seconds, res.TasksPerSec, res.Records, res.Commits)
+	return nil
 }
 
 type benchWaitingCmd struct {

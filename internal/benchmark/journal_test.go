@@ -47,3 +47,13 @@ func TestWaitingBenchMeasures(t *testing.T) {
 		t.Fatalf("implausible: %+v", res)
 	}
 }
+
+func TestLifecycleBenchCleansEverything(t *testing.T) {
+	res, err := Lifecycle(context.Background(), t.TempDir(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TasksPerSec <= 0 || res.Records < 100*10 {
+		t.Fatalf("implausible: %+v", res)
+	}
+}

@@ -1,0 +1,96 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentd/agentd/internal/backend"
+	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
+	"github.com/rs/zerolog"
+)
+
+// LifecycleResult is full task lifecycles driven through a real agent.
+type LifecycleResult struct {
+	Tasks       int     `json:"tasks"`
+	Seconds     float64 `json:"seconds"`
+	TasksPerSec float64 `json:"tasks_per_sec"`
+	Records     uint64  `json:"records"`
+	Commits     uint64  `json:"commits"`
+}
+
+// Lifecycle assigns n tasks through an in-process control plane (unthrottled) to an agent on
+// the simulated runtime and measures until every one is cleaned: assign → run → stop →
+// reported → acknowledged → cleaned, every step journaled.
+func Lifecycle(ctx context.Context, dirParent string, n int) (LifecycleResult, error) {
+	res := LifecycleResult{Tasks: n}
+	dir, err := os.MkdirTemp(dirParent, "agentd-bench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	cp := controlplane.New("", controlplane.Faults{})
+	srv := httptest.NewServer(cp.Handler())
+	defer srv.Close()
+	const agentID = "agent-bench"
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	if err != nil {
+		return res, err
+	}
+	defer j.Close()
+	if _, err := engine.ResolveAgentID(ctx, j, agentID); err != nil {
+		return res, err
+	}
+	rt, err := docker.NewSim(dir, agentID, nil)
+	if err != nil {
+		return res, err
+	}
+	client, err := backend.New(backend.Config{URL: srv.URL, AgentID: agentID})
+	if err != nil {
+		return res, err
+	}
+	defer client.Close()
+	eng := engine.New(engine.Config{AgentID: agentID, CleanupWait: 0, CleanupJitter: -1, PollWait: time.Second}, j, rt, client, nil, nil, zerolog.Nop())
+	if err := eng.Recover(ctx); err != nil {
+		return res, err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	start := time.Now()
+	before := j.Stats()
+	for i := 0; i < n; i++ {
+		t := protocol.Task{ARN: fmt.Sprintf("task/life-%06d", i), DesiredStatus: "RUNNING",
+			Containers: []protocol.Container{{Name: "app", Image: "x", Command: []string{"exit", "0"}}}}
+		if err := cp.AddTask(agentID, t, nil); err != nil {
+			return res, err
+		}
+	}
+	for {
+		var cleaned int
+		if err := eng.Query(ctx, func(st *fsm.State) { cleaned = len(st.Tombstones) }); err != nil {
+			return res, err
+		}
+		if cleaned == n {
+			break
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	res.TasksPerSec = float64(n) / res.Seconds
+	after := j.Stats()
+	res.Records, res.Commits = after.Records-before.Records, after.Commits-before.Commits
+	return res, nil
+}
