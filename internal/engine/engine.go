@@ -137,6 +137,7 @@ type Engine struct {
 	journalRetry time.Time              // when to decide again after the journal refused derived records
 	retryExits   []docker.Exit          // exits the journal refused, kept until it takes them
 	compacting   bool                   // a compaction runs on the executor
+	burst        *burst                 // the round being made, while one is
 	sent         []protocol.StateChange // the report in flight
 	snapSeq      uint64
 
@@ -380,6 +381,9 @@ func (e *Engine) append(ctx context.Context, recs ...event.Record) ([]event.Reco
 			recs[i].Time = now
 		}
 	}
+	if e.burst != nil {
+		return e.stage(recs), nil
+	}
 	start := time.Now()
 	stored, err := e.j.Append(ctx, recs...)
 	e.metrics.commitLatency.Observe(time.Since(start).Seconds())
@@ -422,7 +426,8 @@ func (e *Engine) afterApply(r event.Record) {
 				if c := t.Container(r.Container); c != nil {
 					if x, ok := e.early[c.RuntimeID]; ok {
 						delete(e.early, c.RuntimeID)
-						e.exec.Go(func() Input { return ExitInput{Exit: x} })
+						e.goWork(func() Input { return ExitInput{Exit: x} })
+						e.onDrop(func() { e.early[x.ID] = x })
 					}
 				}
 			}

@@ -31,7 +31,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.wg.Add(1)
 	go e.watchExits(ctx)
-	e.react(loopCtx)
+	e.Step(loopCtx, nil)
 	for {
 		var timer <-chan time.Time
 		if next := e.nextWake(); !next.IsZero() {
@@ -39,8 +39,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		select {
 		case in := <-e.inputs:
+			e.beginBurst()
 			e.handle(loopCtx, in)
-			// Drain what else is waiting before deciding: one decision round for a burst.
+			// Take what else is waiting into the same burst: one decision round and one
+			// commit for all of it.
 			for n := 0; n < 256; n++ {
 				select {
 				case in := <-e.inputs:
@@ -50,15 +52,16 @@ func (e *Engine) Run(ctx context.Context) error {
 				}
 				break
 			}
+			e.react(loopCtx)
+			e.endBurst(loopCtx)
 		case q := <-e.queries:
 			q.f(e.st)
 			close(q.done)
-			continue
 		case <-timer:
+			e.Step(loopCtx, nil)
 		case <-ctx.Done():
 			return e.shutdown(loopCtx)
 		}
-		e.react(loopCtx)
 	}
 }
 
@@ -81,12 +84,15 @@ func (e *Engine) shutdown(ctx context.Context) error {
 	}
 }
 
-// Step handles one input and reacts: the single-goroutine driver's entry (tests, simulation).
+// Step handles one input and reacts, as one burst: the single-goroutine driver's entry
+// (tests, simulation) and the loop's for timer wakes.
 func (e *Engine) Step(ctx context.Context, in Input) {
+	e.beginBurst()
 	if in != nil {
 		e.handle(ctx, in)
 	}
 	e.react(ctx)
+	e.endBurst(ctx)
 }
 
 // NextWake is when the engine next has something to do by time alone (zero: nothing).
@@ -119,7 +125,11 @@ func (e *Engine) handle(ctx context.Context, in Input) {
 	case PayloadInput:
 		err := e.handlePayload(ctx, in.Payload)
 		if in.Done != nil {
-			in.Done <- err
+			if e.burst != nil && err == nil {
+				e.burst.done = append(e.burst.done, in.Done) // acknowledged once durable
+			} else {
+				in.Done <- err
+			}
 		}
 	case ActionResult:
 		e.handleAction(ctx, in)
@@ -178,7 +188,6 @@ func (e *Engine) react(ctx context.Context) {
 		}
 	}
 	e.report(now)
-	e.maybeSnapshot(ctx)
 	e.metrics.update(e)
 }
 
@@ -224,11 +233,13 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 			return
 		}
 		e.removing++
+		e.onDrop(func() { e.removing-- })
 	}
 	failpoint.Hit("engine-after-apply-before-runtime-call")
 	e.inflight[key] = true
+	e.onDrop(func() { delete(e.inflight, key) })
 	rt, timeout := e.rt, e.cfg.StopTimeout
-	e.exec.Go(func() Input { return runAction(rt, a, timeout) })
+	e.goWork(func() Input { return runAction(rt, a, timeout) })
 }
 
 // runAction is the runtime call for one action, on the executor.
@@ -404,6 +415,8 @@ func (e *Engine) handleExit(ctx context.Context, x docker.Exit) {
 			// keep it until the journal takes it.
 			e.retryExits = append(e.retryExits, x)
 			e.journalRetry = e.clock.Now().Add(time.Second)
+		} else if e.burst != nil {
+			e.burst.exits = append(e.burst.exits, x)
 		}
 	case event.StatusCreated:
 		e.early[x.ID] = x // its start is not journaled yet
@@ -420,9 +433,10 @@ func (e *Engine) report(now time.Time) {
 		return
 	}
 	sent := e.sub.Begin(batch)
+	e.onDrop(e.sub.Abort)
 	e.sent = sent
 	cp := e.cp
-	e.exec.Go(func() Input {
+	e.goWork(func() Input {
 		res := cp.Report(context.Background(), sent)
 		if res.Outcome == protocol.Settled {
 			failpoint.Hit("report-after-send-before-journal") // settled there, not yet here
@@ -569,8 +583,9 @@ func (e *Engine) maybeCompact() {
 		drop[t] = true
 	}
 	e.compacting = true
+	e.onDrop(func() { e.compacting = false })
 	j, upTo := e.j, e.snapSeq
-	e.exec.Go(func() Input {
+	e.goWork(func() Input {
 		res, err := j.Compact(context.Background(), upTo, func(h journal.Header) bool {
 			switch {
 			case h.Task != "":
