@@ -43,10 +43,10 @@ test-short:
 run: build
 	./$(BIN) dev
 
+## bench: every benchmark, one table (figure, baseline, ratio, target, pass/fail); several
+## minutes. BENCH_FLAGS=--quick for smaller sizes.
 bench: build
-	./$(BIN) bench journal
-	./$(BIN) bench throttled --rps 10 --tasks 5000
-	./$(BIN) bench waiting --tasks 10000
+	./$(BIN) bench all $(BENCH_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -57,3 +57,15 @@ func TestLifecycleBenchCleansEverything(t *testing.T) {
 		t.Fatalf("implausible: %+v", res)
 	}
 }
+
+func TestRecoveryBenchBuildsAndRecovers(t *testing.T) {
+	res, err := Recovery(context.Background(), t.TempDir(), []int{30000, 60000}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Rows {
+		if r.LiveTasks != 100 || r.ReadyMs <= 0 || r.BaselineMs <= 0 {
+			t.Fatalf("implausible row %+v", r)
+		}
+	}
+}

@@ -1,0 +1,264 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/rs/zerolog"
+)
+
+// RecoveryRow is one journal size: the time from open to a ready agent, with snapshots and
+// compaction as the daemon keeps them, and without (the baseline: replay of all history).
+type RecoveryRow struct {
+	Records        int     `json:"records"`
+	LiveTasks      int     `json:"live_tasks"`
+	Tombstones     int     `json:"tombstones"`
+	FileBytes      int64   `json:"file_bytes"`
+	BytesPerRecord float64 `json:"bytes_per_record"`
+	ReadyMs        float64 `json:"ready_ms"`
+	BaselineMs     float64 `json:"baseline_ready_ms"`
+	SizeOverTime   []int64 `json:"used_bytes_each_million"`
+}
+
+// RecoveryResult holds the rows and the ratio the target is stated in.
+type RecoveryResult struct {
+	Rows         []RecoveryRow `json:"rows"`
+	LargeVsSmall float64       `json:"ready_ratio_largest_vs_smallest"`
+}
+
+const (
+	snapshotEvery = 20000
+	recordStep    = time.Millisecond  // virtual time between records
+	retention     = 100 * time.Second // in virtual time: about 100k records of history kept
+)
+
+// builder writes a journal as a busy agent would: live tasks that keep running, and a churn
+// of tasks through their whole life, 14 records each; with the daemon's snapshots and
+// compaction when keep is set.
+type builder struct {
+	j        *journal.Journal
+	st       *fsm.State
+	now      time.Time
+	buf      []event.Record
+	keep     bool
+	sizes    []int64
+	lastSnap uint64
+}
+
+func (b *builder) add(task, container string, e event.Event) {
+	b.now = b.now.Add(recordStep)
+	b.buf = append(b.buf, event.Record{Time: b.now, Task: task, Container: container, Event: e})
+}
+
+func (b *builder) flush(ctx context.Context) error {
+	if len(b.buf) == 0 {
+		return nil
+	}
+	stored, err := b.j.Append(ctx, b.buf...)
+	if err != nil {
+		return err
+	}
+	b.buf = b.buf[:0]
+	if !b.keep {
+		return nil
+	}
+	for _, r := range stored {
+		if err := b.st.Apply(r); err != nil {
+			return err
+		}
+	}
+	if b.st.LastSeq-b.lastSnap >= snapshotEvery {
+		b.lastSnap = b.st.LastSeq
+		return b.snapshot(ctx)
+	}
+	return nil
+}
+
+// snapshot and compact as the engine does after each snapshot.
+func (b *builder) snapshot(ctx context.Context) error {
+	at := b.st.LastSeq
+	data, err := b.st.Snapshot()
+	if err != nil {
+		return err
+	}
+	rec, err := b.j.SaveSnapshot(ctx, at, data, event.Record{Time: b.now, Event: &event.SnapshotTaken{AtSeq: at, Bytes: len(data)}})
+	if err != nil {
+		return err
+	}
+	if err := b.st.Apply(rec); err != nil {
+		return err
+	}
+	horizon := b.now.Add(-retention)
+	drop := map[string]bool{}
+	var tasks []string
+	for arn, ts := range b.st.Tombstones {
+		if ts.CleanedAt.Before(horizon) {
+			drop[arn] = true
+			tasks = append(tasks, arn)
+		}
+	}
+	cut, err := b.j.SeqAt(horizon)
+	if err != nil {
+		return err
+	}
+	cut = min(cut, at)
+	res, err := b.j.Compact(ctx, at, func(h journal.Header) bool {
+		if h.Task != "" {
+			return drop[h.Task]
+		}
+		return h.Type != event.TypeAgentStarted && h.Seq <= cut
+	})
+	if err != nil {
+		return err
+	}
+	done, err := b.j.Append(ctx, event.Record{Time: b.now, Event: &event.CompactionDone{UpToSeq: at, Tasks: tasks, Records: res.Records}})
+	if err != nil {
+		return err
+	}
+	return b.st.Apply(done[0])
+}
+
+// build writes a journal of about total records with live long-running tasks.
+func build(ctx context.Context, path string, total, live int, keep bool) (*builder, error) {
+	j, err := journal.Open(path, journal.Options{})
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{j: j, st: fsm.New(), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), keep: keep}
+	if _, err := engine.ResolveAgentID(ctx, j, "agent-bench"); err != nil {
+		return nil, err
+	}
+	b.add("", "", &event.AgentStarted{AgentID: "agent-bench", JournalID: j.ID(), Version: "bench"})
+	spec := []event.ContainerSpec{{Name: "app", Image: "registry.example/web:3", Essential: true}}
+	tr := func(from, to event.Status) *event.ContainerTransitioned {
+		return &event.ContainerTransitioned{From: from, To: to}
+	}
+	tk := func(from, to event.Status) *event.TaskTransitioned {
+		return &event.TaskTransitioned{From: from, To: to}
+	}
+	up := func(arn string) {
+		b.add(arn, "", &event.TaskAdded{Desired: event.StatusRunning, Containers: spec})
+		b.add(arn, "app", tr("NONE", "PULLED"))
+		b.add(arn, "", tk("NONE", "PULLED"))
+		b.add(arn, "app", &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "rt-" + arn})
+		b.add(arn, "", tk("PULLED", "CREATED"))
+		b.add(arn, "app", tr("CREATED", "RUNNING"))
+		b.add(arn, "", tk("CREATED", "RUNNING"))
+	}
+	for i := 0; i < live; i++ {
+		up(fmt.Sprintf("arn:agentd:task/live-%06d", i))
+		if len(b.buf) >= 5000 {
+			if err := b.flush(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := b.flush(ctx); err != nil {
+		return nil, err
+	}
+	code := 0
+	for i := 0; int(b.j.LastSeq()) < total; i++ {
+		arn := fmt.Sprintf("arn:agentd:task/churn-%08d", i)
+		base := b.j.LastSeq() + uint64(len(b.buf)) + 1 // this task's first record's sequence number
+		up(arn)
+		b.add(arn, "app", &event.ContainerTransitioned{From: "RUNNING", To: "STOPPED", ExitCode: &code})
+		b.add(arn, "", tk("RUNNING", "STOPPED"))
+		id := func(off uint64) string { return "c-" + j.ID() + "-" + strconv.FormatUint(base+off, 10) }
+		b.add(arn, "", &event.ChangesSettled{Accepted: []string{id(7), id(8)}})
+		b.add(arn, "", &event.StoppedAcked{ChangeID: id(8)})
+		b.add(arn, "", &event.CleanupStarted{})
+		b.add(arn, "app", &event.ContainerRemoved{})
+		b.add(arn, "", &event.TaskCleaned{})
+		if len(b.buf) >= 5000 {
+			if err := b.flush(ctx); err != nil {
+				return nil, err
+			}
+			if n := b.j.LastSeq(); n/1000000 > uint64(len(b.sizes)) {
+				size, _ := b.j.Size()
+				b.sizes = append(b.sizes, size)
+			}
+		}
+	}
+	return b, b.flush(ctx)
+}
+
+// inventory is a runtime that has every container the journal names, running: recovery is
+// measured without the cost of a runtime.
+type inventory struct{ docker.Runtime }
+
+func (inventory) Name() string                                 { return "inventory" }
+func (inventory) List(context.Context) ([]docker.State, error) { return nil, nil }
+func (inventory) Inspect(_ context.Context, id string) (docker.State, error) {
+	return docker.State{ID: id, Running: true}, nil
+}
+func (inventory) Find(context.Context, string, string) (docker.State, error) {
+	return docker.State{}, docker.ErrNotFound
+}
+
+// ready opens the journal and recovers an agent: the time to a ready agent.
+func ready(ctx context.Context, path string) (time.Duration, *fsm.State, error) {
+	start := time.Now()
+	j, err := journal.Open(path, journal.Options{})
+	if err != nil {
+		return 0, nil, err
+	}
+	defer j.Close()
+	e := engine.New(engine.Config{AgentID: "agent-bench"}, j, inventory{}, nil, nil, nil, zerolog.Nop())
+	if err := e.Recover(ctx); err != nil {
+		return 0, nil, err
+	}
+	return time.Since(start), e.State(), nil
+}
+
+// Recovery builds journals of each size (with snapshots and compaction, and without as the
+// baseline) with live long-running tasks, and measures open → projection rebuilt → ready.
+func Recovery(ctx context.Context, dirParent string, sizes []int, live int) (RecoveryResult, error) {
+	var res RecoveryResult
+	dir, err := os.MkdirTemp(dirParent, "agentd-bench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	for _, n := range sizes {
+		row := RecoveryRow{Records: n}
+		for _, keep := range []bool{true, false} {
+			path := filepath.Join(dir, fmt.Sprintf("j-%d-%v.db", n, keep))
+			b, err := build(ctx, path, n, live, keep)
+			if err != nil {
+				return res, err
+			}
+			if keep {
+				row.SizeOverTime = b.sizes
+			}
+			used, _ := b.j.Size()
+			b.j.Close()
+			took, st, err := ready(ctx, path)
+			if err != nil {
+				return res, err
+			}
+			if keep {
+				row.ReadyMs = float64(took.Microseconds()) / 1000
+				row.LiveTasks, row.Tombstones = len(st.Tasks), len(st.Tombstones)
+				row.FileBytes = used
+				row.BytesPerRecord = float64(used) / float64(n)
+			} else {
+				row.BaselineMs = float64(took.Microseconds()) / 1000
+			}
+			os.Remove(path)
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	if len(res.Rows) > 1 {
+		res.LargeVsSmall = res.Rows[len(res.Rows)-1].ReadyMs / res.Rows[0].ReadyMs
+	}
+	return res, nil
+}
