@@ -76,7 +76,7 @@ func (b *builder) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	if b.st.LastSeq-b.lastSnap >= snapshotEvery {
+	if b.st.LastSeq-b.lastSnap >= engine.SnapshotInterval(b.st, snapshotEvery) {
 		b.lastSnap = b.st.LastSeq
 		return b.snapshot(ctx)
 	}

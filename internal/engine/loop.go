@@ -519,11 +519,18 @@ func settledByTask(s *event.ChangesSettled, sent []protocol.StateChange) []event
 	return recs
 }
 
+// SnapshotInterval is how many records pass between snapshots: at least every, and at least
+// four records for each task and tombstone the snapshot holds — so writing snapshots never
+// costs more than the history they save replaying, however much state a host keeps.
+func SnapshotInterval(st *fsm.State, every uint64) uint64 {
+	return max(every, 4*uint64(len(st.Tasks)+len(st.Tombstones)))
+}
+
 // maybeSnapshot stores the projection once enough records have passed since the last
 // snapshot, so a restart replays only the tail. The snapshot and its snapshot_taken record go
 // in one commit.
 func (e *Engine) maybeSnapshot(ctx context.Context) {
-	if e.st.LastSeq-e.snapSeq < e.cfg.SnapshotEvery {
+	if e.st.LastSeq-e.snapSeq < SnapshotInterval(e.st, e.cfg.SnapshotEvery) {
 		return
 	}
 	at := e.st.LastSeq

@@ -37,23 +37,10 @@ func (j *Journal) SaveSnapshot(ctx context.Context, atSeq uint64, data []byte, r
 		bodies: [][]byte{body},
 		done:   make(chan error, 1),
 		op: func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketSnapshots)
-			v := binary.BigEndian.AppendUint32(nil, crcOf(data))
-			if err := b.Put(seqKey(atSeq), append(v, data...)); err != nil {
+			if err := putSnapshot(tx, atSeq, data); err != nil {
 				return err
 			}
 			failpoint.Hit("snapshot") // inside the snapshot's commit: all of it or none
-			n := 0
-			c := b.Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				n++
-			}
-			for k, _ := c.First(); k != nil && n > keepSnapshots; k, _ = c.First() {
-				if err := c.Delete(); err != nil {
-					return err
-				}
-				n--
-			}
 			return nil
 		},
 	}
@@ -75,18 +62,17 @@ func (j *Journal) LatestSnapshot() (snap *Snapshot, skipped []error, err error) 
 // SnapshotAtOrBefore returns the newest sound snapshot covering at most record seq.
 func (j *Journal) SnapshotAtOrBefore(seq uint64) (snap *Snapshot, skipped []error, err error) {
 	err = j.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketSnapshots).Cursor()
-		k, v := c.Seek(seqKey(seq))
-		if k == nil || binary.BigEndian.Uint64(k) > seq {
-			k, v = c.Prev()
-		}
-		for ; k != nil; k, v = c.Prev() {
-			at := binary.BigEndian.Uint64(k)
-			if len(v) < 4 || crcOf(v[4:]) != binary.BigEndian.Uint32(v) {
-				skipped = append(skipped, fmt.Errorf("journal: snapshot at %d: %w", at, ErrChecksum))
+		seqs := snapshotSeqs(tx)
+		for i := len(seqs) - 1; i >= 0; i-- {
+			if seqs[i] > seq {
 				continue
 			}
-			snap = &Snapshot{AtSeq: at, Data: append([]byte(nil), v[4:]...)}
+			data, err := readSnapshot(tx, seqs[i])
+			if err != nil {
+				skipped = append(skipped, fmt.Errorf("journal: snapshot at %d: %w", seqs[i], err))
+				continue
+			}
+			snap = &Snapshot{AtSeq: seqs[i], Data: data}
 			return nil
 		}
 		return nil

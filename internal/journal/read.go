@@ -220,10 +220,8 @@ func (j *Journal) CopyTo(w io.Writer) (int64, error) {
 func (j *Journal) SnapshotSeqs() ([]uint64, error) {
 	var out []uint64
 	err := j.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSnapshots).ForEach(func(k, _ []byte) error {
-			out = append(out, binary.BigEndian.Uint64(k))
-			return nil
-		})
+		out = snapshotSeqs(tx)
+		return nil
 	})
 	return out, err
 }

@@ -98,14 +98,13 @@ func (j *Journal) Verify(visit func(event.Record)) (VerifyResult, error) {
 			}
 			return nil
 		})
-		return tx.Bucket(bucketSnapshots).ForEach(func(k, v []byte) error {
+		for _, at := range snapshotSeqs(tx) {
 			res.Snapshots++
-			at := binary.BigEndian.Uint64(k)
-			if len(v) < 4 || crcOf(v[4:]) != binary.BigEndian.Uint32(v) {
-				res.Problems = append(res.Problems, Problem{Seq: at, What: "snapshot checksum mismatch"})
+			if _, err := readSnapshot(tx, at); err != nil {
+				res.Problems = append(res.Problems, Problem{Seq: at, What: "snapshot at this record: " + err.Error()})
 			}
-			return nil
-		})
+		}
+		return nil
 	})
 	return res, err
 }

@@ -1,0 +1,110 @@
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Snapshots are stored in chunks: key = sequence number (8 bytes) + chunk number (4 bytes).
+// Chunk 0 starts with the CRC32C of the whole snapshot and its length. A snapshot of a busy
+// host is megabytes; as one value it would need a contiguous run of free pages every time,
+// which a file with compacted history rarely has, and the file would grow by a snapshot at
+// every snapshot. Chunks fit the holes compaction leaves.
+const snapshotChunk = 32 << 10
+
+func snapshotKey(seq uint64, chunk uint32) []byte {
+	return binary.BigEndian.AppendUint32(seqKey(seq), chunk)
+}
+
+// putSnapshot writes data as the snapshot at seq and keeps only the newest keepSnapshots.
+func putSnapshot(tx *bolt.Tx, seq uint64, data []byte) error {
+	b := tx.Bucket(bucketSnapshots)
+	head := binary.BigEndian.AppendUint32(nil, crcOf(data))
+	head = binary.BigEndian.AppendUint64(head, uint64(len(data)))
+	rest := data
+	for i := uint32(0); ; i++ {
+		n := min(len(rest), snapshotChunk)
+		v := rest[:n]
+		if i == 0 {
+			v = append(head, v...)
+		}
+		if err := b.Put(snapshotKey(seq, i), v); err != nil {
+			return err
+		}
+		rest = rest[n:]
+		if len(rest) == 0 {
+			break
+		}
+	}
+	seqs := snapshotSeqs(tx)
+	for len(seqs) > keepSnapshots {
+		if err := deleteSnapshot(tx, seqs[0]); err != nil {
+			return err
+		}
+		seqs = seqs[1:]
+	}
+	return nil
+}
+
+func deleteSnapshot(tx *bolt.Tx, seq uint64) error {
+	c := tx.Bucket(bucketSnapshots).Cursor()
+	prefix := seqKey(seq)
+	for k, _ := c.Seek(prefix); k != nil && len(k) == 12 && string(k[:8]) == string(prefix); k, _ = c.Seek(prefix) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// snapshotSeqs lists the stored snapshots' sequence numbers, ascending.
+func snapshotSeqs(tx *bolt.Tx) []uint64 {
+	var out []uint64
+	c := tx.Bucket(bucketSnapshots).Cursor()
+	for k, _ := c.First(); k != nil; {
+		if len(k) < 8 {
+			k, _ = c.Next()
+			continue
+		}
+		seq := binary.BigEndian.Uint64(k)
+		out = append(out, seq)
+		k, _ = c.Seek(seqKey(seq + 1))
+	}
+	return out
+}
+
+var errSnapshotDamaged = errors.New("snapshot damaged")
+
+// readSnapshot assembles and checks the snapshot at seq.
+func readSnapshot(tx *bolt.Tx, seq uint64) ([]byte, error) {
+	c := tx.Bucket(bucketSnapshots).Cursor()
+	prefix := seqKey(seq)
+	var data []byte
+	var sum uint32
+	var size uint64
+	i := uint32(0)
+	for k, v := c.Seek(prefix); k != nil && string(k[:min(8, len(k))]) == string(prefix); k, v = c.Next() {
+		if len(k) != 12 || binary.BigEndian.Uint32(k[8:]) != i {
+			return nil, fmt.Errorf("%w: chunk %d missing", errSnapshotDamaged, i)
+		}
+		if i == 0 {
+			if len(v) < 12 {
+				return nil, fmt.Errorf("%w: header", errSnapshotDamaged)
+			}
+			sum, size = binary.BigEndian.Uint32(v), binary.BigEndian.Uint64(v[4:])
+			v = v[12:]
+		}
+		data = append(data, v...)
+		i++
+	}
+	if i == 0 {
+		return nil, fmt.Errorf("%w: not found", errSnapshotDamaged)
+	}
+	if uint64(len(data)) != size || crcOf(data) != sum {
+		return nil, fmt.Errorf("%w: %w", errSnapshotDamaged, ErrChecksum)
+	}
+	return data, nil
+}
