@@ -26,36 +26,42 @@ import (
 // The end-to-end tests run the real binary as processes against the reference control plane
 // on loopback, and kill the agent with SIGKILL.
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// builds caches the binaries the process-level tests run, by build tags.
+var builds struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string
+}
 
-func agentdBinary(t *testing.T) string {
+// buildAgentd builds agentd once per set of build tags ("" or e.g. "failpoints").
+func buildAgentd(t *testing.T, tags string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	builds.Lock()
+	defer builds.Unlock()
+	if bin, ok := builds.bins[tags]; ok {
+		return bin
+	}
+	if builds.dir == "" {
 		dir, err := os.MkdirTemp("", "agentd-e2e-bin-")
 		if err != nil {
-			buildErr = err
-			return
+			t.Fatal(err)
 		}
-		binPath = filepath.Join(dir, "agentd")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+		builds.dir, builds.bins = dir, map[string]string{}
 	}
-	return binPath
+	bin := filepath.Join(builds.dir, "agentd"+tags)
+	if out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags %q: %v\n%s", tags, err, out)
+	}
+	builds.bins[tags] = bin
+	return bin
 }
+
+func agentdBinary(t *testing.T) string { return buildAgentd(t, "") }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
 	}
 	os.Exit(code)
 }

@@ -8,38 +8,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-var (
-	fpOnce sync.Once
-	fpBin  string
-	fpErr  error
-)
-
-// failpointBinary builds agentd with -tags failpoints.
-func failpointBinary(t *testing.T) string {
-	t.Helper()
-	fpOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agentd-fp-bin-")
-		if err != nil {
-			fpErr = err
-			return
-		}
-		fpBin = filepath.Join(dir, "agentd")
-		if out, err := exec.Command("go", "build", "-tags", "failpoints", "-o", fpBin, ".").CombinedOutput(); err != nil {
-			fpErr = fmt.Errorf("go build -tags failpoints: %v\n%s", err, out)
-		}
-	})
-	if fpErr != nil {
-		t.Fatal(fpErr)
-	}
-	t.Cleanup(func() {})
-	return fpBin
-}
 
 // TestFailpoints drives a real agent to each named crash point, where it SIGKILLs itself,
 // restarts it, and checks that everything still ends cleaned, that the journal verifies, that
@@ -58,8 +30,7 @@ func TestFailpoints(t *testing.T) {
 		"snapshot",
 		"compaction",
 	}
-	bin := failpointBinary(t)
-	defer os.RemoveAll(filepath.Dir(bin))
+	bin := buildAgentd(t, "failpoints")
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
 			dir := t.TempDir()

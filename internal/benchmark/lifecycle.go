@@ -3,19 +3,12 @@ package benchmark
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/agentd/agentd/internal/backend"
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/fsm"
-	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/rs/zerolog"
 )
 
 // LifecycleResult is full task lifecycles driven through a real agent.
@@ -32,40 +25,16 @@ type LifecycleResult struct {
 // reported → acknowledged → cleaned, every step journaled.
 func Lifecycle(ctx context.Context, dirParent string, n int) (LifecycleResult, error) {
 	res := LifecycleResult{Tasks: n}
-	dir, err := os.MkdirTemp(dirParent, "agentd-bench-")
+	r, err := newAgentRig(ctx, dirParent, controlplane.Faults{}, nil)
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(dir)
-	cp := controlplane.New("", controlplane.Faults{})
-	srv := httptest.NewServer(cp.Handler())
-	defer srv.Close()
-	const agentID = "agent-bench"
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
+	defer r.close()
+	if err := r.start(ctx, engine.Config{CleanupWait: 0, CleanupJitter: -1, PollWait: time.Second}); err != nil {
 		return res, err
 	}
-	defer j.Close()
-	if _, err := engine.ResolveAgentID(ctx, j, agentID); err != nil {
-		return res, err
-	}
-	rt, err := docker.NewSim(dir, agentID, nil)
-	if err != nil {
-		return res, err
-	}
-	client, err := backend.New(backend.Config{URL: srv.URL, AgentID: agentID})
-	if err != nil {
-		return res, err
-	}
-	defer client.Close()
-	eng := engine.New(engine.Config{AgentID: agentID, CleanupWait: 0, CleanupJitter: -1, PollWait: time.Second}, j, rt, client, nil, nil, zerolog.Nop())
-	if err := eng.Recover(ctx); err != nil {
-		return res, err
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	cp, j, eng := r.cp, r.j, r.e
+	const agentID = benchAgent
 	start := time.Now()
 	before := j.Stats()
 	for i := 0; i < n; i++ {

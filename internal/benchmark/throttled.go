@@ -3,19 +3,12 @@ package benchmark
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/agentd/agentd/internal/backend"
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
-	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/rs/zerolog"
 )
 
 // ThrottledOptions configure the throttled-reporting benchmark.
@@ -45,20 +38,13 @@ func Throttled(ctx context.Context, o ThrottledOptions) (ThrottledResult, error)
 	if o.RPS <= 0 || o.Tasks <= 0 {
 		return ThrottledResult{}, fmt.Errorf("bench throttled: --rps and --tasks must be positive")
 	}
-	dir, err := os.MkdirTemp(o.Dir, "agentd-bench-")
+	r, err := newAgentRig(ctx, o.Dir, controlplane.Faults{ThrottleRPS: o.RPS, ThrottleBurst: 1}, nil)
 	if err != nil {
 		return ThrottledResult{}, err
 	}
-	defer os.RemoveAll(dir)
-	cp := controlplane.New("", controlplane.Faults{ThrottleRPS: o.RPS, ThrottleBurst: 1})
-	srv := httptest.NewServer(cp.Handler())
-	defer srv.Close()
-	const agentID = "agent-bench"
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
-		return ThrottledResult{}, err
-	}
-	defer j.Close()
+	defer r.close()
+	cp, j := r.cp, r.j
+	const agentID = benchAgent
 	// The backlog: tasks the control plane assigned, journaled as stopped before they ran.
 	var recs []event.Record
 	now := time.Now()
@@ -73,27 +59,11 @@ func Throttled(ctx context.Context, o ThrottledOptions) (ThrottledResult, error)
 	if _, err := j.Append(ctx, recs...); err != nil {
 		return ThrottledResult{}, err
 	}
-	if _, err := engine.ResolveAgentID(ctx, j, agentID); err != nil {
-		return ThrottledResult{}, err
-	}
-	rt, err := docker.NewSim(dir, agentID, nil)
-	if err != nil {
-		return ThrottledResult{}, err
-	}
-	client, err := backend.New(backend.Config{URL: srv.URL, AgentID: agentID})
-	if err != nil {
-		return ThrottledResult{}, err
-	}
-	defer client.Close()
-	eng := engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Hour, PollWait: time.Second}, j, rt, client, nil, nil, zerolog.Nop())
 	before := cp.Stats()
 	start := time.Now()
-	if err := eng.Recover(ctx); err != nil {
+	if err := r.start(ctx, engine.Config{CleanupWait: time.Hour, PollWait: time.Second}); err != nil {
 		return ThrottledResult{}, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
 	want := 2 * o.Tasks
 	var st controlplane.Stats
 	for {
@@ -104,8 +74,6 @@ func Throttled(ctx context.Context, o ThrottledOptions) (ThrottledResult, error)
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	stop()
-	<-done
 	res := ThrottledResult{RPS: o.RPS, Changes: st.ChangesAccepted, Seconds: elapsed.Seconds(),
 		Requests: st.Reports - before.Reports, Throttled: st.Throttled - before.Throttled}
 	res.SettledPerSec = float64(res.Changes) / elapsed.Seconds()

@@ -4,23 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/agentd/agentd/internal/backend"
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
-	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/rs/zerolog"
 )
 
 // WaitingResult is what N tasks stopped and awaiting their acknowledgement cost, and how soon
@@ -40,32 +33,24 @@ type WaitingResult struct {
 // through and measures, per task, the time from its stopped-acked record to its cleanup start.
 func Waiting(ctx context.Context, dirParent string, n int) (WaitingResult, error) {
 	res := WaitingResult{Tasks: n}
-	dir, err := os.MkdirTemp(dirParent, "agentd-bench-")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(dir)
 	var open atomic.Bool
-	cp := controlplane.New("", controlplane.Faults{})
-	gate := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !open.Load() && r.Method == http.MethodPost {
-			w.Header().Set("Retry-After", "0.2")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return
-		}
-		cp.Handler().ServeHTTP(w, r)
-	})
-	srv := httptest.NewServer(gate)
-	defer srv.Close()
-	const agentID = "agent-bench"
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	gate := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !open.Load() && r.Method == http.MethodPost {
+				w.Header().Set("Retry-After", "0.2")
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	rig, err := newAgentRig(ctx, dirParent, controlplane.Faults{}, gate)
 	if err != nil {
 		return res, err
 	}
-	defer j.Close()
-	if _, err := engine.ResolveAgentID(ctx, j, agentID); err != nil {
-		return res, err
-	}
+	defer rig.close()
+	cp, j := rig.cp, rig.j
+	const agentID = benchAgent
 	var recs []event.Record
 	now := time.Now()
 	for i := 0; i < n; i++ {
@@ -79,25 +64,12 @@ func Waiting(ctx context.Context, dirParent string, n int) (WaitingResult, error
 	if _, err := j.Append(ctx, recs...); err != nil {
 		return res, err
 	}
-	rt, err := docker.NewSim(dir, agentID, nil)
-	if err != nil {
-		return res, err
-	}
-	client, err := backend.New(backend.Config{URL: srv.URL, AgentID: agentID})
-	if err != nil {
-		return res, err
-	}
-	defer client.Close()
 	runtime.GC()
 	res.GoroutinesIdle = runtime.NumGoroutine()
-	eng := engine.New(engine.Config{AgentID: agentID, CleanupWait: 0, PollWait: 5 * time.Second}, j, rt, client, nil, nil, zerolog.Nop())
-	if err := eng.Recover(ctx); err != nil {
+	if err := rig.start(ctx, engine.Config{CleanupWait: 0, PollWait: 5 * time.Second}); err != nil {
 		return res, err
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	eng := rig.e
 	// Let the throttled reports go round a few times, then measure the cost of waiting.
 	time.Sleep(time.Second)
 	runtime.GC()

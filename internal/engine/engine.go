@@ -134,11 +134,10 @@ type Engine struct {
 	waitQ        []string               // the same, in order
 	early        map[string]docker.Exit // exits seen before their start was journaled, by runtime id
 	sub          *submit.Submitter
-	journalRetry time.Time              // when to decide again after the journal refused derived records
-	retryExits   []docker.Exit          // exits the journal refused, kept until it takes them
-	compacting   bool                   // a compaction runs on the executor
-	burst        *burst                 // the round being made, while one is
-	sent         []protocol.StateChange // the report in flight
+	journalRetry time.Time     // when to decide again after the journal refused derived records
+	retryExits   []docker.Exit // exits the journal refused, kept until it takes them
+	compacting   bool          // a compaction runs on the executor
+	burst        *burst        // the round being made, while one is
 	snapSeq      uint64
 
 	inputs  chan Input
@@ -147,7 +146,6 @@ type Engine struct {
 	health  atomic.Pointer[string]
 	metrics *Metrics
 
-	exitCursor      int64
 	startedAt       time.Time // when recovery began (wall clock): the exit stream starts just before
 	journaledCursor int64     // the exit stream position the journal holds at recovery
 	wg              sync.WaitGroup

@@ -394,9 +394,6 @@ func taskOfKey(key string) string {
 
 // handleExit journals a container's exit from the event stream, once.
 func (e *Engine) handleExit(ctx context.Context, x docker.Exit) {
-	if x.Cursor > e.exitCursor {
-		e.exitCursor = x.Cursor
-	}
 	t := e.st.Tasks[x.Task]
 	if t == nil {
 		return
@@ -434,7 +431,6 @@ func (e *Engine) report(now time.Time) {
 	}
 	sent := e.sub.Begin(batch)
 	e.onDrop(e.sub.Abort)
-	e.sent = sent
 	cp := e.cp
 	e.goWork(func() Input {
 		res := cp.Report(context.Background(), sent)
