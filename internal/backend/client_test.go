@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -127,5 +128,28 @@ func TestBadConfigNamesTheFlag(t *testing.T) {
 		if _, err := backend.New(cfg); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%+v: %v; want an error naming %s", cfg, err, want)
 		}
+	}
+}
+
+// An https backend is verified: against the system roots by default (a private CA fails),
+// and with --ca-file against that CA.
+func TestHTTPSBackendIsVerified(t *testing.T) {
+	srv := httptest.NewTLSServer(controlplane.New("", controlplane.Faults{}).Handler())
+	defer srv.Close()
+	if _, err := newClient(t, srv.URL, "").Poll(context.Background(), 0); err == nil {
+		t.Fatal("a backend with a certificate from an unknown CA was trusted")
+	}
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	if err := os.WriteFile(ca, pemBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "agent-1", CAFile: ca, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Poll(context.Background(), 0); err != nil {
+		t.Fatalf("poll with --ca-file: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package benchmark
 import (
 	"context"
 	"fmt"
+	"github.com/agentd/agentd/internal/forensics"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,6 +27,7 @@ type RecoveryRow struct {
 	BytesPerRecord float64 `json:"bytes_per_record"`
 	ReadyMs        float64 `json:"ready_ms"`
 	BaselineMs     float64 `json:"baseline_ready_ms"`
+	ReplayAtMs     float64 `json:"replay_at_middle_ms"` // agentd journal replay --at, halfway through the history
 	SizeOverTime   []int64 `json:"used_bytes_each_million"`
 }
 
@@ -240,6 +242,14 @@ func Recovery(ctx context.Context, dirParent string, sizes []int, live int) (Rec
 				row.SizeOverTime = b.sizes
 			}
 			used, _ := b.j.Size()
+			if keep {
+				// The forensics question "what did the agent believe at …": halfway back.
+				start := time.Now()
+				if _, err := forensics.ReplayAt(b.j, b.now.Add(-time.Duration(n/2)*recordStep)); err != nil {
+					return res, err
+				}
+				row.ReplayAtMs = float64(time.Since(start).Microseconds()) / 1000
+			}
 			b.j.Close()
 			took, st, err := ready(ctx, path)
 			if err != nil {
