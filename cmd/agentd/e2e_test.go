@@ -175,6 +175,42 @@ type cpTask struct {
 	} `json:"containers"`
 }
 
+// awaitSettled waits until the control plane has every one of tasks STOPPED and the agent
+// lists none: everything cleaned.
+func awaitSettled(t *testing.T, cpURL, api string, tasks int, within time.Duration, diag func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var view struct{ Tasks []cpTask }
+		getJSON(t, cpURL+"/v1/tasks", &view)
+		var live struct{ Tasks []json.RawMessage }
+		code := getJSON(t, api+"/v1/tasks", &live)
+		stopped := 0
+		for _, task := range view.Tasks {
+			if task.Status == "STOPPED" {
+				stopped++
+			}
+		}
+		if stopped == tasks && code == 200 && len(live.Tasks) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled after %v: %d of %d STOPPED at the control plane, %d live at the agent (HTTP %d)\n%s", within, stopped, tasks, len(live.Tasks), code, diag())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// noViolations fails the test if the control plane saw a protocol rule broken.
+func noViolations(t *testing.T, cpURL string) {
+	t.Helper()
+	var v struct{ Violations []map[string]any }
+	getJSON(t, cpURL+"/v1/violations", &v)
+	if len(v.Violations) > 0 {
+		t.Fatalf("control plane saw protocol violations: %v", v.Violations)
+	}
+}
+
 // startAgentProc runs `agentd run` (the simulated runtime unless extra says otherwise) and
 // waits until it serves.
 func startAgentProc(t *testing.T, dataDir, backend string, extra ...string) (*proc, string) {
@@ -272,31 +308,8 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 		postJSON(t, cpURL+"/v1/tasks/"+runners[stopped]+"/stop", nil)
 	}
 	// Everything settles: the control plane knows every task STOPPED, the agent cleaned all.
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		var view struct{ Tasks []cpTask }
-		getJSON(t, cpURL+"/v1/tasks", &view)
-		var live struct{ Tasks []json.RawMessage }
-		code := getJSON(t, api+"/v1/tasks", &live)
-		stopped := 0
-		for _, task := range view.Tasks {
-			if task.Status == "STOPPED" {
-				stopped++
-			}
-		}
-		if stopped == tasks && code == 200 && len(live.Tasks) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled after 120 s: %d of %d STOPPED at the control plane, %d live at the agent (HTTP %d)\n%s", stopped, tasks, len(live.Tasks), code, agent.log())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	var v struct{ Violations []map[string]any }
-	getJSON(t, cpURL+"/v1/violations", &v)
-	if len(v.Violations) > 0 {
-		t.Fatalf("control plane saw protocol violations: %v", v.Violations)
-	}
+	awaitSettled(t, cpURL, api, tasks, 120*time.Second, agent.log)
+	noViolations(t, cpURL)
 	var view struct{ Tasks []cpTask }
 	getJSON(t, cpURL+"/v1/tasks", &view)
 	for _, task := range view.Tasks {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"github.com/agentd/agentd/internal/docker"
 	"os"
@@ -74,31 +73,8 @@ func TestFailpoints(t *testing.T) {
 				t.Fatalf("the agent never reached %s\n%s", point, stderr.String())
 			}
 			_, api := startAgentProc(t, data, cpURL, "--agent-id", "agent-fp", "--cleanup-wait", "200ms")
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				var view struct{ Tasks []cpTask }
-				getJSON(t, cpURL+"/v1/tasks", &view)
-				var live struct{ Tasks []json.RawMessage }
-				code := getJSON(t, api+"/v1/tasks", &live)
-				stopped := 0
-				for _, v := range view.Tasks {
-					if v.Status == "STOPPED" {
-						stopped++
-					}
-				}
-				if stopped == tasks && code == 200 && len(live.Tasks) == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("after the crash at %s: %d of %d STOPPED, %d live", point, stopped, tasks, len(live.Tasks))
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			var v struct{ Violations []map[string]any }
-			getJSON(t, cpURL+"/v1/violations", &v)
-			if len(v.Violations) > 0 {
-				t.Fatalf("violations after the crash at %s: %v", point, v.Violations)
-			}
+			awaitSettled(t, cpURL, api, tasks, 60*time.Second, func() string { return "after the crash at " + point })
+			noViolations(t, cpURL)
 			copyPath := filepath.Join(dir, "copy.db")
 			if out, err := exec.Command(bin, "journal", "export", "--live", api, "--out", copyPath).CombinedOutput(); err != nil {
 				t.Fatalf("export: %v\n%s", err, out)
