@@ -34,6 +34,7 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 	if !end.After(start) {
 		end = start.Add(time.Second)
 	}
+	end = end.Add(end.Sub(start) / 20) // room to see the final state
 	const left, width, rowH, top = 140.0, 820.0, 28.0, 60.0
 	x := func(t time.Time) float64 { return left + width*float64(t.Sub(start))/float64(end.Sub(start)) }
 	rows := append([]string{"task"}, tl.Containers...)
@@ -79,6 +80,17 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 <text x="10" y="38" fill="#555">%s .. %s (%s)</text>
 `, left+width+20, height, left+width+20, height, esc(tl.Task), left+width+20, height, esc(tl.Task),
 		start.UTC().Format(time.RFC3339Nano), end.UTC().Format(time.RFC3339Nano), end.Sub(start).Round(time.Millisecond))
+	// A time axis: five ticks, labelled by the time since the first record.
+	axisY := top + rowH*float64(len(rows)) + 2
+	for i := 0; i <= 4; i++ {
+		at := start.Add(end.Sub(start) * time.Duration(i) / 4)
+		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`+"\n", x(at), top-2, x(at), axisY)
+		anchor, dx := "start", 2.0
+		if i == 4 {
+			anchor, dx = "end", -2
+		}
+		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" fill="#777" font-size="9" text-anchor="%s">+%s</text>`+"\n", x(at)+dx, top-4, anchor, at.Sub(start).Round(time.Millisecond))
+	}
 	for i, r := range rows {
 		y := top + rowH*float64(i)
 		fmt.Fprintf(w, `<text x="10" y="%.1f">%s</text>`+"\n", y+rowH/2+4, esc(r))
