@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentd/agentd/internal/forensics"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -126,7 +127,21 @@ func (d *devCmd) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(out, "\ndone in %s: %d tasks run and cleaned; %d changes accepted (%d re-sent and de-duplicated); %d report requests throttled; %d protocol violations\n",
 		time.Since(start).Round(100*time.Millisecond), p.cleaned, p.stats.ChangesAccepted, p.stats.ChangesDuplicate, p.stats.Throttled, p.violations)
-	fmt.Fprintf(out, "no task was cleaned before the control plane acknowledged its STOPPED; the longest wait for an acknowledgement was %s\n\n", p.longestWait.Round(time.Millisecond))
+	// The claim is checked, not assumed: every invariant replayed over the journal left behind.
+	j, closeJ, err := forensics.Open(ctx, forensics.Source{DataDir: d.DataDir})
+	if err != nil {
+		return err
+	}
+	rep, err := forensics.Verify(j)
+	closeJ()
+	if err != nil {
+		return err
+	}
+	if len(rep.Findings) > 0 {
+		rep.Write(out)
+		return fmt.Errorf("the journal breaks %d invariants", len(rep.Findings))
+	}
+	fmt.Fprintf(out, "journal verified: no task was cleaned before the control plane acknowledged its STOPPED; the longest wait for an acknowledgement was %s\n\n", p.longestWait.Round(time.Millisecond))
 	fmt.Fprintf(out, "The journal is left in %s. Explore it:\n", d.DataDir)
 	fmt.Fprintf(out, "  agentd journal stats    --data-dir %s\n", d.DataDir)
 	fmt.Fprintf(out, "  agentd journal dump     --data-dir %s --task task/dev-007\n", d.DataDir)

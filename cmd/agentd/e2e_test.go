@@ -393,7 +393,7 @@ func TestDevDemoFinishes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agentd dev: %v\n%s", err, out)
 	}
-	for _, want := range []string{"done in", "12 tasks run and cleaned", "0 protocol violations", "agentd journal verify"} {
+	for _, want := range []string{"done in", "12 tasks run and cleaned", "0 protocol violations", "journal verified: no task was cleaned before", "agentd journal verify"} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("output lacks %q:\n%s", want, out)
 		}
