@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/agentd/agentd/internal/backend"
@@ -73,10 +74,9 @@ func (e *Engine) poller(ctx context.Context) {
 	}
 }
 
-func (e *Engine) jitter() float64 {
-	// The poller's own generator: the loop's belongs to the loop's goroutine.
-	return float64(time.Now().UnixNano()%1000) / 1000
-}
+// jitter draws from the global generator (safe for concurrent use): the loop's own seeded
+// generator belongs to the loop's goroutine, and the poller runs beside it.
+func (e *Engine) jitter() float64 { return rand.Float64() }
 
 // watchExits follows the runtime's exit stream and resubscribes from the last cursor when it
 // ends, with backoff, until ctx ends.
