@@ -4,7 +4,7 @@ BIN       := bin/agentd
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 
-.PHONY: build test test-short test-docker test-sim test-crash testbox-image run bench lint fuzz clean
+.PHONY: build test test-short test-race test-docker test-sim test-crash testbox-image run bench lint fuzz clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -35,6 +35,10 @@ testbox-image:
 	CGO_ENABLED=0 $(GO) build -o bin/testbox/testbox ./testdata/testbox
 	tar -C bin/testbox -cf bin/testbox.tar testbox
 	docker import --change 'ENTRYPOINT ["/testbox"]' bin/testbox.tar agentd-testbox:latest
+
+## test-race: the packages with goroutines, under the race detector.
+test-race:
+	$(GO) test -race -count=1 -short ./internal/journal ./internal/engine ./internal/introspect ./internal/backend ./internal/controlplane ./internal/benchmark
 
 test-short:
 	$(GO) test -count=1 -short ./...
