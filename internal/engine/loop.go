@@ -549,6 +549,9 @@ func (e *Engine) maybeSnapshot(ctx context.Context) {
 	e.maybeCompact()
 }
 
+// maxCompactTasks bounds the tasks (and message ids) one compaction forgets.
+const maxCompactTasks = 5000
+
 // maybeCompact drops, after a snapshot, the history of tasks cleaned longer ago than the
 // retention, and records without a task older than it; their tombstones and message ids are
 // forgotten by the compaction_done record journaled when it finishes. The deletions run on
@@ -579,8 +582,15 @@ func (e *Engine) maybeCompact() {
 	if len(tasks) == 0 && len(messages) == 0 {
 		return
 	}
+	// Oldest first, and a bounded number a round, so one compaction_done record stays small
+	// even after a long downtime; the next snapshot takes the rest.
+	slices.SortFunc(tasks, func(a, b string) int {
+		return e.st.Tombstones[a].CleanedAt.Compare(e.st.Tombstones[b].CleanedAt)
+	})
+	tasks = tasks[:min(len(tasks), maxCompactTasks)]
 	slices.Sort(tasks)
 	slices.Sort(messages)
+	messages = messages[:min(len(messages), maxCompactTasks)]
 	drop := make(map[string]bool, len(tasks))
 	for _, t := range tasks {
 		drop[t] = true
