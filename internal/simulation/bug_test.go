@@ -15,7 +15,14 @@ func TestSimFindsTheSeedBug(t *testing.T) {
 	for s := uint64(1); s <= bound; s++ {
 		r := runSeed(t, s)
 		if strings.HasPrefix(r.Failure, "GUARD") {
-			t.Logf("seed %d finds the planted bug after %d steps: %s", s, r.Steps, r.Failure)
+			t.Logf("seed %d finds the planted bug after %d steps: %s\nthe steps about it:\n%s", s, r.Steps, r.Failure, strings.Join(r.Focus, "\n"))
+			if len(r.Focus) == 0 || len(r.Focus) >= r.Steps {
+				t.Fatalf("the focused trace (%d lines of %d) does not narrow the run down", len(r.Focus), r.Steps)
+			}
+			// A failing seed replays exactly, failure and all.
+			if again := runSeed(t, s); again.TraceHash != r.TraceHash || again.Failure != r.Failure {
+				t.Fatalf("seed %d failed two ways:\n%s\n%s", s, r.Failure, again.Failure)
+			}
 			return
 		}
 	}

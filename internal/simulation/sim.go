@@ -21,6 +21,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -50,6 +51,7 @@ type Result struct {
 	Seed      uint64
 	Failure   string   // "" when every check held
 	Trace     []string // the last steps, to read a failure by
+	Focus     []string // on failure: only the steps about the task at fault, and the faults and crashes around them
 	TraceHash uint64   // of the whole trace: equal for equal seeds
 	Records   uint64
 	Crashes   int
@@ -110,6 +112,7 @@ type sim struct {
 	n      int
 	cursor int64
 	trace  []string
+	full   []string
 	hash   uint64
 	all    int
 	res    *Result
@@ -157,6 +160,7 @@ func (s *sim) log(format string, a ...any) {
 	h.Write([]byte(line))
 	s.hash = s.hash*31 + h.Sum64()
 	s.all++
+	s.full = append(s.full, line)
 	s.trace = append(s.trace, line)
 	if len(s.trace) > s.o.MaxTrace {
 		s.trace = s.trace[len(s.trace)-s.o.MaxTrace:]
@@ -213,6 +217,15 @@ func (s *sim) fail(format string, a ...any) {
 	if s.res.Failure == "" {
 		s.res.Failure = fmt.Sprintf(format, a...)
 		s.log("FAILURE: %s", s.res.Failure)
+		s.res.Focus = focus(s.full, s.res.Failure)
+		// And what the journal holds of that task: its story, record by record.
+		if task := taskInFailure.FindString(s.res.Failure); task != "" && s.j != nil {
+			s.res.Focus = append(s.res.Focus, "the journal's records of "+task+":")
+			_ = s.j.TaskRecords(task, func(r event.Record) error {
+				s.res.Focus = append(s.res.Focus, fmt.Sprintf("  #%d %s %s %s %s", r.Seq, r.Time.Format("15:04:05.000"), r.Type(), r.Container, event.Describe(r.Event)))
+				return nil
+			})
+		}
 	}
 }
 
@@ -431,12 +444,17 @@ func (s *sim) check() {
 			s.fail("GUARD: %s cleaned up while the control plane has it %q, not STOPPED", arn, v.Status)
 		}
 	}
-	for arn, t := range st.Tasks {
+	for _, t := range st.SortedTasks() { // in order: the failure names the same task every run
 		if t.Known == event.StatusCleaning {
-			cleaned(arn)
+			cleaned(t.ARN)
 		}
 	}
+	tombs := make([]string, 0, len(st.Tombstones))
 	for arn := range st.Tombstones {
+		tombs = append(tombs, arn)
+	}
+	slices.Sort(tombs)
+	for _, arn := range tombs {
 		cleaned(arn)
 	}
 	want := 0
@@ -516,4 +534,21 @@ func TempDir() string {
 		return "/dev/shm"
 	}
 	return os.TempDir()
+}
+
+var taskInFailure = regexp.MustCompile(`task/sim-[0-9]+`)
+
+// focus cuts a failing run's trace down to what a reader needs: the lines about the task the
+// failure names, and the faults and crashes (which concern every task).
+func focus(lines []string, failure string) []string {
+	task := taskInFailure.FindString(failure)
+	var out []string
+	for _, l := range lines {
+		if (task != "" && strings.Contains(l, task+" ")) || (task != "" && strings.Contains(l, task+"/")) ||
+			strings.Contains(l, "CRASH") || strings.Contains(l, "throttling") || strings.Contains(l, "connection breaks") ||
+			strings.Contains(l, "answer lost") || strings.Contains(l, "FAILURE") || strings.Contains(l, "faults stop") {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -25,8 +25,8 @@ func runSeed(t testing.TB, s uint64) Result {
 
 func report(t *testing.T, r Result) {
 	t.Helper()
-	t.Errorf("seed %d failed: %s\nreplay: go test ./internal/simulation -run 'TestSim$' -seed %d -v\nlast steps:\n%s",
-		r.Seed, r.Failure, r.Seed, strings.Join(r.Trace, "\n"))
+	t.Errorf("seed %d failed: %s\nreplay: go test ./internal/simulation -run 'TestSim$' -seed %d -v\nthe steps about it:\n%s",
+		r.Seed, r.Failure, r.Seed, strings.Join(r.Focus, "\n"))
 }
 
 // TestSim runs many seeds of the whole agent under throttling, 5xx, lost answers, re-sent
