@@ -146,6 +146,9 @@ func (e *PollError) Error() string {
 
 func (e *PollError) Unwrap() error { return e.Err }
 
+// HTTPStatus is the answer's status (0 when no answer came).
+func (e *PollError) HTTPStatus() int { return e.Status }
+
 // Poll long-polls for payloads, waiting at most wait on the server side.
 func (c *Client) Poll(ctx context.Context, wait time.Duration) ([]protocol.Payload, error) {
 	secs := int(wait.Seconds())

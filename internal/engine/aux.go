@@ -5,8 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
-
-	"github.com/agentd/agentd/internal/backend"
 )
 
 // poller long-polls the control plane, hands each payload to the loop, and acknowledges it
@@ -29,8 +27,8 @@ func (e *Engine) poller(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			var pe *backend.PollError
-			if errors.As(err, &pe) && pe.Status != 0 {
+			var answered interface{ HTTPStatus() int }
+			if errors.As(err, &answered) && answered.HTTPStatus() != 0 {
 				e.metrics.pollErrors.WithLabelValues("http").Inc()
 			} else {
 				e.metrics.pollErrors.WithLabelValues("transport").Inc()
