@@ -44,7 +44,7 @@ func (e *Engine) beginBurst() {
 }
 
 // stage assigns sequence numbers, applies and keeps records for the burst's commit.
-func (e *Engine) stage(recs []event.Record) []event.Record {
+func (e *Engine) stage(recs []event.Record) {
 	b := e.burst
 	for i := range recs {
 		recs[i].Seq = b.next
@@ -57,7 +57,6 @@ func (e *Engine) stage(recs []event.Record) []event.Record {
 		}
 	}
 	b.records = append(b.records, recs...)
-	return recs
 }
 
 // goWork hands work to the executor — after the burst's commit when one is open.
@@ -85,6 +84,7 @@ func (e *Engine) endBurst(ctx context.Context) {
 			e.setHealth("journal: " + err.Error())
 			e.metrics.journalErrors.Inc()
 			e.log.Error().Err(err).Int("records", len(b.records)).Msg("burst not journaled; its effects are dropped and the projection rebuilt from the journal")
+			e.metrics.payloads.WithLabelValues("journal_failed").Add(float64(len(b.done)))
 			for _, d := range b.done {
 				d <- err
 			}

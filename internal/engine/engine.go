@@ -345,7 +345,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	case st.AgentID != "" && st.AgentID != e.cfg.AgentID:
 		return fmt.Errorf("--agent-id %q: the journal in %s belongs to agent %q; use that id or another data dir", e.cfg.AgentID, e.j.Path(), st.AgentID)
 	}
-	if _, err := e.append(ctx, event.Record{Event: &event.AgentStarted{Version: e.cfg.Version, PID: os.Getpid(), AgentID: e.cfg.AgentID, JournalID: e.j.ID(), Runtime: e.cfg.RuntimeName}}); err != nil {
+	if _, err := e.commit(ctx, event.Record{Event: &event.AgentStarted{Version: e.cfg.Version, PID: os.Getpid(), AgentID: e.cfg.AgentID, JournalID: e.j.ID(), Runtime: e.cfg.RuntimeName}}); err != nil {
 		return err
 	}
 	for _, t := range st.SortedTasks() { // in order: cleanup jitter is drawn per task
@@ -369,19 +369,33 @@ func newAgentID(r *rand.Rand) string {
 	return fmt.Sprintf("agent-%08x%08x", r.Uint32(), r.Uint32())
 }
 
-// append journals records (time stamped now when unset) and applies them. A record the
-// projection refuses after it is durable is a bug in the engine: it is logged loudly and
-// the journal keeps it for the forensics tools.
-func (e *Engine) append(ctx context.Context, recs ...event.Record) ([]event.Record, error) {
-	now := e.clock.Now()
+// record adds records (time stamped now when unset) to the open burst: applied at once,
+// journaled with the burst's one commit, before any effect leaves the engine. Every input
+// and decision is handled inside a burst; outside one (a bug) the records are committed on
+// the spot rather than lost.
+func (e *Engine) record(recs ...event.Record) {
+	stampNow(recs, e.clock.Now())
+	if e.burst == nil {
+		e.log.Error().Int("records", len(recs)).Msg("BUG: records made outside a burst")
+		_, _ = e.commit(context.Background(), recs...)
+		return
+	}
+	e.stage(recs)
+}
+
+func stampNow(recs []event.Record, now time.Time) {
 	for i := range recs {
 		if recs[i].Time.IsZero() {
 			recs[i].Time = now
 		}
 	}
-	if e.burst != nil {
-		return e.stage(recs), nil
-	}
+}
+
+// commit journals records and applies them, now: for recovery, reconciliation and shutdown,
+// which run outside the loop's bursts. A record the projection refuses after it is durable is
+// a bug in the engine: it is logged loudly and the journal keeps it for the forensics tools.
+func (e *Engine) commit(ctx context.Context, recs ...event.Record) ([]event.Record, error) {
+	stampNow(recs, e.clock.Now())
 	start := time.Now()
 	stored, err := e.j.Append(ctx, recs...)
 	e.metrics.commitLatency.Observe(time.Since(start).Seconds())

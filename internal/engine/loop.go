@@ -40,19 +40,19 @@ func (e *Engine) Run(ctx context.Context) error {
 		select {
 		case in := <-e.inputs:
 			e.beginBurst()
-			e.handle(loopCtx, in)
+			e.handle(in)
 			// Take what else is waiting into the same burst: one decision round and one
 			// commit for all of it.
 			for n := 0; n < 256; n++ {
 				select {
 				case in := <-e.inputs:
-					e.handle(loopCtx, in)
+					e.handle(in)
 					continue
 				default:
 				}
 				break
 			}
-			e.react(loopCtx)
+			e.react()
 			e.endBurst(loopCtx)
 		case q := <-e.queries:
 			q.f(e.st)
@@ -74,7 +74,7 @@ func (e *Engine) shutdown(ctx context.Context) error {
 	for {
 		select {
 		case <-done:
-			_, err := e.append(ctx, event.Record{Event: &event.AgentStopped{Reason: "signal"}})
+			_, err := e.commit(ctx, event.Record{Event: &event.AgentStopped{Reason: "signal"}})
 			e.log.Info().Uint64("seq", e.st.LastSeq).Msg("agent stopped")
 			return err
 		case <-e.inputs:
@@ -89,9 +89,9 @@ func (e *Engine) shutdown(ctx context.Context) error {
 func (e *Engine) Step(ctx context.Context, in Input) {
 	e.beginBurst()
 	if in != nil {
-		e.handle(ctx, in)
+		e.handle(in)
 	}
-	e.react(ctx)
+	e.react()
 	e.endBurst(ctx)
 }
 
@@ -120,32 +120,28 @@ func (e *Engine) nextWake() time.Time {
 	return next
 }
 
-func (e *Engine) handle(ctx context.Context, in Input) {
+func (e *Engine) handle(in Input) {
 	switch in := in.(type) {
 	case PayloadInput:
-		err := e.handlePayload(ctx, in.Payload)
+		e.handlePayload(in.Payload)
 		if in.Done != nil {
-			if e.burst != nil && err == nil {
-				e.burst.done = append(e.burst.done, in.Done) // acknowledged once durable
-			} else {
-				in.Done <- err
-			}
+			e.burst.done = append(e.burst.done, in.Done) // answered once the burst is durable
 		}
 	case ActionResult:
-		e.handleAction(ctx, in)
+		e.handleAction(in)
 	case ExitInput:
-		e.handleExit(ctx, in.Exit)
+		e.handleExit(in.Exit)
 	case ReportInput:
-		e.handleReport(ctx, in)
+		e.handleReport(in)
 	case CompactInput:
-		e.handleCompact(ctx, in)
+		e.handleCompact(in)
 	case tickInput:
 	}
 }
 
 // react decides and acts until nothing more follows from the journal alone: derived records
 // are journaled and applied at once; runtime actions, cleanups and reports are started.
-func (e *Engine) react(ctx context.Context) {
+func (e *Engine) react() {
 	now := e.clock.Now()
 	for top, ok := e.due.peek(); ok && !top.at.After(now); top, ok = e.due.peek() {
 		e.due.pop()
@@ -162,26 +158,17 @@ func (e *Engine) react(ctx context.Context) {
 		exits := e.retryExits
 		e.retryExits = nil
 		for _, x := range exits {
-			e.handleExit(ctx, x)
+			e.handleExit(x)
 		}
 	}
 	for round := 0; len(e.dirty) > 0 && round < 64; round++ {
 		arns := e.sortedDirty()
 		d := e.st.Decide(now, e.fcfg, arns...)
 		if len(d.Records) > 0 {
-			if _, err := e.append(ctx, d.Records...); err != nil {
-				// Nothing acts on what is not durable: decide these again once the journal
-				// takes writes.
-				for _, a := range arns {
-					e.dirty[a] = true
-				}
-				e.journalRetry = now.Add(time.Second)
-				e.log.Error().Err(err).Msg("cannot journal derived records; retrying")
-				return
-			}
+			e.record(d.Records...)
 		}
 		if len(d.Cleanups) > 0 {
-			e.startCleanups(ctx, d.Cleanups)
+			e.startCleanups(d.Cleanups)
 		}
 		for _, a := range d.Actions {
 			e.dispatch(now, a)
@@ -194,20 +181,14 @@ func (e *Engine) react(ctx context.Context) {
 // startCleanups journals cleanup_started for every task whose cleanup is due, in one commit:
 // the projection accepts it only from STOPPED_ACKED, so this is where the guard bites. The
 // I/O of cleaning — container removals — is what is bounded (CleanupWorkers), in dispatch.
-func (e *Engine) startCleanups(ctx context.Context, arns []string) {
+func (e *Engine) startCleanups(arns []string) {
 	recs := make([]event.Record, 0, len(arns))
 	for _, arn := range arns {
 		if t := e.st.Tasks[arn]; t != nil && t.CleanupAllowed() {
 			recs = append(recs, event.Record{Task: arn, Event: &event.CleanupStarted{}})
 		}
 	}
-	if _, err := e.append(ctx, recs...); err != nil {
-		e.log.Error().Err(err).Int("tasks", len(recs)).Msg("cannot journal cleanup starts; retrying")
-		for _, r := range recs {
-			e.due.push(dueEntry{at: e.clock.Now().Add(time.Second), arn: r.Task})
-		}
-		return
-	}
+	e.record(recs...)
 	for _, r := range recs {
 		e.log.Info().Str("task", r.Task).Msg("cleanup started")
 	}
@@ -290,7 +271,7 @@ func runAction(rt docker.Runtime, a fsm.Action, stopTimeout time.Duration) Actio
 }
 
 // handleAction journals what a runtime call did, if it still applies.
-func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
+func (e *Engine) handleAction(r ActionResult) {
 	a := r.Action
 	key := a.Key()
 	delete(e.inflight, key)
@@ -313,7 +294,7 @@ func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
 		}
 		delete(e.retryAt, key)
 		if t.Known == event.StatusCleaning && !c.Removed {
-			_, _ = e.append(ctx, event.Record{Task: a.Task, Container: a.Container, Event: &event.ContainerRemoved{RuntimeID: c.RuntimeID}})
+			e.record(event.Record{Task: a.Task, Container: a.Container, Event: &event.ContainerRemoved{RuntimeID: c.RuntimeID}})
 			failpoint.Hit("cleanup-between-removals")
 		}
 		return
@@ -356,10 +337,10 @@ func (e *Engine) handleAction(ctx context.Context, r ActionResult) {
 			code := r.Exited.ExitCode
 			recs = append(recs, event.Record{Task: a.Task, Container: a.Container, Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: &code}})
 		}
-		_, _ = e.append(ctx, recs...)
+		e.record(recs...)
 		return
 	}
-	_, _ = e.append(ctx, rec)
+	e.record(rec)
 }
 
 // freeRemovalSlot ends a removal and gives its slot to the task that has waited longest.
@@ -393,7 +374,7 @@ func taskOfKey(key string) string {
 }
 
 // handleExit journals a container's exit from the event stream, once.
-func (e *Engine) handleExit(ctx context.Context, x docker.Exit) {
+func (e *Engine) handleExit(x docker.Exit) {
 	t := e.st.Tasks[x.Task]
 	if t == nil {
 		return
@@ -405,14 +386,11 @@ func (e *Engine) handleExit(ctx context.Context, x docker.Exit) {
 	switch c.Known {
 	case event.StatusRunning:
 		code := x.ExitCode
-		_, err := e.append(ctx, event.Record{Task: x.Task, Container: x.Container,
+		e.record(event.Record{Task: x.Task, Container: x.Container,
 			Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: &code, Cursor: x.Cursor}})
-		if err != nil {
+		if e.burst != nil {
 			// An exit is a fact from outside that nothing else re-derives until a restart:
-			// keep it until the journal takes it.
-			e.retryExits = append(e.retryExits, x)
-			e.journalRetry = e.clock.Now().Add(time.Second)
-		} else if e.burst != nil {
+			// should the burst's commit fail, it is kept and handled again.
 			e.burst.exits = append(e.burst.exits, x)
 		}
 	case event.StatusCreated:
@@ -445,7 +423,7 @@ const submitBatch = protocol.MaxChangesPerRequest
 
 // handleReport journals what the control plane settled; only a settled task STOPPED opens the
 // door to cleanup (the projection then decides stopped_acked).
-func (e *Engine) handleReport(ctx context.Context, in ReportInput) {
+func (e *Engine) handleReport(in ReportInput) {
 	o := e.sub.Done(e.clock.Now(), in.Sent, in.Result)
 	for _, c := range in.Sent {
 		e.dirty[c.TaskARN] = true // a settled STOPPED makes stopped_acked due
@@ -466,9 +444,7 @@ func (e *Engine) handleReport(ctx context.Context, in ReportInput) {
 		recs = append(recs, event.Record{Event: o.Attempt})
 	}
 	if len(recs) > 0 {
-		if _, err := e.append(ctx, recs...); err != nil {
-			e.log.Error().Err(err).Msg("cannot journal the control plane's answer; the changes will be sent again")
-		}
+		e.record(recs...) // lost with a failed commit: the changes are sent again, same ids
 	}
 	// The next batch goes out now, before the decisions this answer unlocks are journaled:
 	// under throttling the request slot is the scarce thing, not the disk.
@@ -614,15 +590,13 @@ func (e *Engine) maybeCompact() {
 	})
 }
 
-func (e *Engine) handleCompact(ctx context.Context, in CompactInput) {
+func (e *Engine) handleCompact(in CompactInput) {
 	e.compacting = false
 	if in.Err != nil {
 		e.log.Warn().Err(in.Err).Msg("compaction failed; the next snapshot tries again")
 		return
 	}
-	if _, err := e.append(ctx, event.Record{Event: &event.CompactionDone{UpToSeq: in.UpTo, Tasks: in.Tasks, Messages: in.Messages, Records: in.Records}}); err != nil {
-		e.log.Warn().Err(err).Msg("cannot journal compaction_done; the next compaction repeats it")
-		return
-	}
+	// Lost with a failed commit, the next compaction repeats it (the records are gone already).
+	e.record(event.Record{Event: &event.CompactionDone{UpToSeq: in.UpTo, Tasks: in.Tasks, Messages: in.Messages, Records: in.Records}})
 	e.log.Info().Int("records", in.Records).Int("tasks", len(in.Tasks)).Int("messages", len(in.Messages)).Msg("journal compacted")
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"encoding/json"
 
 	"github.com/agentd/agentd/internal/event"
@@ -12,15 +11,15 @@ import (
 // before the poller may acknowledge it. A message id the journal already holds is not applied
 // again (the poller acknowledges it again). A task whose ARN is live or tombstoned is never
 // started again: only a forward move of its desired status is taken.
-func (e *Engine) handlePayload(ctx context.Context, p protocol.Payload) error {
+func (e *Engine) handlePayload(p protocol.Payload) {
 	log := e.log.With().Str("message", p.MessageID).Logger()
 	if p.MessageID == "" {
 		log.Warn().Int("tasks", len(p.Tasks)).Msg("payload without message_id skipped: it cannot be acknowledged")
-		return nil
+		return
 	}
 	if _, seen := e.st.Messages[p.MessageID]; seen {
 		e.metrics.payloads.WithLabelValues("duplicate").Inc()
-		return nil
+		return
 	}
 	raws := make([]json.RawMessage, 0, len(p.Tasks))
 	recs := []event.Record{{Event: &event.PayloadReceived{MessageID: p.MessageID}}}
@@ -70,13 +69,8 @@ func (e *Engine) handlePayload(ctx context.Context, p protocol.Payload) error {
 		desired[d.ARN] = d.Desired
 	}
 	recs[0].Event.(*event.PayloadReceived).Tasks = compact(raws)
-	if _, err := e.append(ctx, recs...); err != nil {
-		e.metrics.payloads.WithLabelValues("journal_failed").Inc()
-		log.Error().Err(err).Msg("payload not journaled, so not acknowledged")
-		return err
-	}
+	e.record(recs...) // acknowledged by the poller only once the burst's commit returns
 	e.metrics.payloads.WithLabelValues("journaled").Inc()
-	return nil
 }
 
 // compact re-encodes raw tasks without insignificant space, so the journal holds them

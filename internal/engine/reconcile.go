@@ -83,7 +83,7 @@ func (e *Engine) reconcile(ctx context.Context) error {
 	if len(recs) == 0 {
 		return nil
 	}
-	if _, err := e.append(ctx, recs...); err != nil {
+	if _, err := e.commit(ctx, recs...); err != nil {
 		return fmt.Errorf("engine: reconcile: %w", err)
 	}
 	e.log.Info().Int("records", len(recs)).Msg("runtime reconciled")
