@@ -99,30 +99,16 @@ func (b *builder) snapshot(ctx context.Context) error {
 	if err := b.st.Apply(rec); err != nil {
 		return err
 	}
-	horizon := b.now.Add(-retention)
-	drop := map[string]bool{}
-	var tasks []string
-	for arn, ts := range b.st.Tombstones {
-		if ts.CleanedAt.Before(horizon) {
-			drop[arn] = true
-			tasks = append(tasks, arn)
-		}
+	// The daemon's own compaction plan, as it runs after each snapshot.
+	plan, err := engine.PlanCompaction(b.st, b.j, b.now, retention, at)
+	if err != nil || plan.Empty() {
+		return err
 	}
-	cut, err := b.j.SeqAt(horizon)
+	res, err := b.j.Compact(ctx, at, plan.Drop)
 	if err != nil {
 		return err
 	}
-	cut = min(cut, at)
-	res, err := b.j.Compact(ctx, at, func(h journal.Header) bool {
-		if h.Task != "" {
-			return drop[h.Task]
-		}
-		return h.Type != event.TypeAgentStarted && h.Seq <= cut
-	})
-	if err != nil {
-		return err
-	}
-	done, err := b.j.Append(ctx, event.Record{Time: b.now, Event: &event.CompactionDone{UpToSeq: at, Tasks: tasks, Records: res.Records}})
+	done, err := b.j.Append(ctx, event.Record{Time: b.now, Event: plan.Done(res.Records)})
 	if err != nil {
 		return err
 	}

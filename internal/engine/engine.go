@@ -183,13 +183,10 @@ type ReportInput struct {
 	Result protocol.ReportResult
 }
 
-// CompactInput is a finished compaction.
+// CompactInput is a finished compaction and the record that closes it.
 type CompactInput struct {
-	UpTo     uint64
-	Tasks    []string
-	Messages []string
-	Records  int
-	Err      error
+	Done *event.CompactionDone
+	Err  error
 }
 
 // tickInput wakes the loop for timers.

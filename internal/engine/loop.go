@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/agentd/agentd/internal/failpoint"
-	"github.com/agentd/agentd/internal/journal"
-	"slices"
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
@@ -523,80 +521,4 @@ func (e *Engine) maybeSnapshot(ctx context.Context) {
 	e.snapSeq = at
 	e.log.Debug().Uint64("at", at).Int("bytes", len(data)).Msg("snapshot stored")
 	e.maybeCompact()
-}
-
-// maxCompactTasks bounds the tasks (and message ids) one compaction forgets.
-const maxCompactTasks = 5000
-
-// maybeCompact drops, after a snapshot, the history of tasks cleaned longer ago than the
-// retention, and records without a task older than it; their tombstones and message ids are
-// forgotten by the compaction_done record journaled when it finishes. The deletions run on
-// the executor in commits of their own, so appends wait at most one short commit.
-func (e *Engine) maybeCompact() {
-	if e.compacting || e.cfg.Retention < 0 {
-		return
-	}
-	horizon := e.clock.Now().Add(-e.cfg.Retention)
-	var tasks []string
-	for arn, ts := range e.st.Tombstones {
-		if ts.CleanedAt.Before(horizon) {
-			tasks = append(tasks, arn)
-		}
-	}
-	cut, err := e.j.SeqAt(horizon)
-	if err != nil {
-		e.log.Warn().Err(err).Msg("compaction skipped")
-		return
-	}
-	cut = min(cut, e.snapSeq)
-	var messages []string
-	for m, seq := range e.st.Messages {
-		if seq <= cut {
-			messages = append(messages, m)
-		}
-	}
-	if len(tasks) == 0 && len(messages) == 0 {
-		return
-	}
-	// Oldest first, and a bounded number a round, so one compaction_done record stays small
-	// even after a long downtime; the next snapshot takes the rest.
-	slices.SortFunc(tasks, func(a, b string) int {
-		return e.st.Tombstones[a].CleanedAt.Compare(e.st.Tombstones[b].CleanedAt)
-	})
-	tasks = tasks[:min(len(tasks), maxCompactTasks)]
-	slices.Sort(tasks)
-	slices.Sort(messages)
-	messages = messages[:min(len(messages), maxCompactTasks)]
-	drop := make(map[string]bool, len(tasks))
-	for _, t := range tasks {
-		drop[t] = true
-	}
-	e.compacting = true
-	e.onDrop(func() { e.compacting = false })
-	j, upTo := e.j, e.snapSeq
-	e.goWork(func() Input {
-		res, err := j.Compact(context.Background(), upTo, func(h journal.Header) bool {
-			switch {
-			case h.Task != "":
-				return drop[h.Task]
-			case h.Type == event.TypeAgentStarted:
-				return false // few, and a replay from the start needs the journal id they carry
-			}
-			// Records without a task (payloads as received, failed report attempts, snapshot
-			// and compaction marks) change no task's state: only their age counts.
-			return h.Seq <= cut
-		})
-		return CompactInput{UpTo: upTo, Tasks: tasks, Messages: messages, Records: res.Records, Err: err}
-	})
-}
-
-func (e *Engine) handleCompact(in CompactInput) {
-	e.compacting = false
-	if in.Err != nil {
-		e.log.Warn().Err(in.Err).Msg("compaction failed; the next snapshot tries again")
-		return
-	}
-	// Lost with a failed commit, the next compaction repeats it (the records are gone already).
-	e.record(event.Record{Event: &event.CompactionDone{UpToSeq: in.UpTo, Tasks: in.Tasks, Messages: in.Messages, Records: in.Records}})
-	e.log.Info().Int("records", in.Records).Int("tasks", len(in.Tasks)).Int("messages", len(in.Messages)).Msg("journal compacted")
 }
