@@ -2,8 +2,8 @@ package forensics
 
 import (
 	"fmt"
+	"github.com/agentd/agentd/internal/fsm"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -61,10 +61,7 @@ func BuildTimeline(j *journal.Journal, task string) (*Timeline, error) {
 		return nil, fmt.Errorf("task %q: no record in the journal (a typo, or compacted away)", task)
 	}
 	var stepsFromScan []Step
-	idSeq := func(id string) uint64 {
-		n, _ := strconv.ParseUint(id[strings.LastIndexByte(id, '-')+1:], 10, 64)
-		return n
-	}
+	idSeq := func(id string) uint64 { seq, _ := fsm.ChangeSeq(id); return seq }
 	// Pass 1: the task's own records tell which change ids are its own.
 	for _, r := range recs {
 		switch e := r.Event.(type) {

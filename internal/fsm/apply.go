@@ -353,7 +353,7 @@ func (s *State) settle(rec event.Record, e *event.ChangesSettled) error {
 	}
 	var found []*Change
 	for _, id := range ids {
-		seq, ok := s.changeSeq(id)
+		seq, ok := ChangeSeq(id)
 		if !ok || seq >= rec.Seq {
 			return fmt.Errorf("%w: %q", ErrSentAhead, id)
 		}

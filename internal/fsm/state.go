@@ -140,10 +140,10 @@ func (s *State) ChangeID(seq uint64) string {
 	return "c-" + s.JournalID + "-" + strconv.FormatUint(seq, 10)
 }
 
-// changeSeq reads the sequence number of the record that caused a change out of its id: the
+// ChangeSeq reads the sequence number of the record that caused a change out of its id: the
 // digits after the last dash. It does not depend on the journal id, so ids made before the
 // first agent_started (or by an older build) still resolve; callers compare the whole id.
-func (s *State) changeSeq(id string) (uint64, bool) {
+func ChangeSeq(id string) (uint64, bool) {
 	if !strings.HasPrefix(id, "c-") {
 		return 0, false
 	}
