@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"time"
 
@@ -54,16 +55,10 @@ func Name(task, container string) string {
 	if len(short) > 40 {
 		short = short[len(short)-40:]
 	}
-	return fmt.Sprintf("agentd-%s-%s-%08x", short, container, fnv32(task))
-}
-
-func fnv32(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
+	// The whole ARN's hash keeps two tasks with the same short id apart.
+	h := fnv.New32a()
+	h.Write([]byte(task))
+	return fmt.Sprintf("agentd-%s-%s-%08x", short, container, h.Sum32())
 }
 
 // State is what the runtime knows of one container.
