@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,29 +135,9 @@ func TestDockerAgentEndToEnd(t *testing.T) {
 	agent, api = startDocker()
 	postJSON(t, cpURL+"/v1/tasks/task/d-run/stop", nil)
 	// Everything ends cleaned, every container removed — only after its acknowledgement.
-	deadline = time.Now().Add(120 * time.Second)
-	for {
-		checkGuard()
-		var view struct{ Tasks []cpTask }
-		getJSON(t, cpURL+"/v1/tasks", &view)
-		var live struct{ Tasks []json.RawMessage }
-		code := getJSON(t, api+"/v1/tasks", &live)
-		done := 0
-		for _, v := range view.Tasks {
-			if v.Status == "STOPPED" {
-				done++
-			}
-		}
-		if done == len(tasks) && code == 200 && len(live.Tasks) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled: %d of %d STOPPED at the control plane, %d live\n%s", done, len(tasks), len(live.Tasks), agent.log())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitSettled(t, cpURL, api, len(tasks), 120*time.Second, agent.log, checkGuard)
 	if !sawBlocked {
-		t.Log("note: no task was seen blocked on its acknowledgement with containers (throttling too light?)")
+		t.Fatal("no task was ever seen stopped, unacknowledged and with its containers: the guard check above proved nothing")
 	}
 	var view struct{ Tasks []cpTask }
 	getJSON(t, cpURL+"/v1/tasks", &view)

@@ -176,11 +176,14 @@ type cpTask struct {
 }
 
 // awaitSettled waits until the control plane has every one of tasks STOPPED and the agent
-// lists none: everything cleaned.
-func awaitSettled(t *testing.T, cpURL, api string, tasks int, within time.Duration, diag func() string) {
+// lists none: everything cleaned. Each look runs the checks in during first.
+func awaitSettled(t *testing.T, cpURL, api string, tasks int, within time.Duration, diag func() string, during ...func()) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
+		for _, check := range during {
+			check()
+		}
 		var view struct{ Tasks []cpTask }
 		getJSON(t, cpURL+"/v1/tasks", &view)
 		var live struct{ Tasks []json.RawMessage }

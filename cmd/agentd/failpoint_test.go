@@ -48,8 +48,7 @@ func TestFailpoints(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- crashing.Wait() }()
 			// Work that reaches every point: tasks with two containers each, that exit and
-			// are cleaned up.
-			time.Sleep(300 * time.Millisecond)
+			// are cleaned up. (The control plane queues them until the agent polls.)
 			tasks := 4
 			if strings.HasPrefix(point, "compaction") {
 				tasks = 12 // tasks cleaned long enough ago, then records enough for a snapshot

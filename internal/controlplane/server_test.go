@@ -70,7 +70,12 @@ func TestLongPollAnswersWhenATaskArrives(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&pr)
 		got <- pr
 	}()
-	time.Sleep(50 * time.Millisecond) // let the poll start waiting; the answer below is awaited on an event
+	// Assign only once the poll is in (it waits then, having nothing to answer with).
+	for deadline := time.Now().Add(10 * time.Second); s.Stats().Polls == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the poll never arrived")
+		}
+	}
 	_ = s.AddTask("a1", protocol.Task{ARN: "task/x", DesiredStatus: "RUNNING", Containers: []protocol.Container{{Name: "app", Image: "web"}}}, nil)
 	select {
 	case pr := <-got:
