@@ -121,16 +121,21 @@ func newWorld(t *rapid.T) *world {
 		cfg: fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}}
 }
 
+// run takes between one and most steps, as many as rapid draws.
+func (w *world) run(most int) {
+	steps := rapid.IntRange(1, most).Draw(w.t, "steps")
+	for i := 0; i < steps; i++ {
+		w.step()
+	}
+}
+
 // Random valid histories keep every invariant, checked the way `agentd journal verify` does,
 // plus the guard stated directly: a task's cleanup starts only after its STOPPED change was
 // settled and only once the wait since its journaled stop has passed.
 func TestPropertyInvariantsHold(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		w := newWorld(rt)
-		steps := rapid.IntRange(1, 300).Draw(rt, "steps")
-		for i := 0; i < steps; i++ {
-			w.step()
-		}
+		w.run(300)
 		c := fsm.NewChecker(nil)
 		stoppedAt := map[string]time.Time{}
 		for _, r := range w.history {
@@ -159,10 +164,7 @@ func TestPropertyInvariantsHold(t *testing.T) {
 func TestPropertySnapshotPlusTailEqualsReplay(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		w := newWorld(rt)
-		steps := rapid.IntRange(1, 200).Draw(rt, "steps")
-		for i := 0; i < steps; i++ {
-			w.step()
-		}
+		w.run(200)
 		want, _ := w.st.Snapshot()
 		replay := func(recs []event.Record, from *fsm.State) []byte {
 			for _, r := range recs {
@@ -199,10 +201,7 @@ func TestPropertySnapshotPlusTailEqualsReplay(t *testing.T) {
 func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		w := newWorld(rt)
-		steps := rapid.IntRange(1, 150).Draw(rt, "steps")
-		for i := 0; i < steps; i++ {
-			w.step()
-		}
+		w.run(150)
 		for _, task := range w.st.SortedTasks() {
 			if task.Desired == event.StatusRunning {
 				w.apply(task.ARN, "", &event.DesiredChanged{To: event.StatusStopped})
