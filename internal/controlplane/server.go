@@ -407,21 +407,13 @@ func (s *Server) acceptLocked(agentID string, t *Task, c protocol.StateChange, n
 			ct = &Container{}
 			t.Containers[c.Container] = ct
 		}
-		switch {
-		case statusRank[c.Status] == statusRank[ct.Status]:
-			s.violate(agentID, c, "container status "+c.Status+" reported twice")
-		case statusRank[c.Status] < statusRank[ct.Status]:
-			s.violate(agentID, c, "container status moved back from "+ct.Status+" to "+c.Status)
+		if !s.forward(agentID, c, "container", ct.Status) {
 			return
 		}
 		ct.Status, ct.ExitCode, ct.At = c.Status, c.ExitCode, c.At
 		return
 	}
-	switch {
-	case statusRank[c.Status] == statusRank[t.Status]:
-		s.violate(agentID, c, "task status "+c.Status+" reported twice")
-	case statusRank[c.Status] < statusRank[t.Status]:
-		s.violate(agentID, c, "task status moved back from "+t.Status+" to "+c.Status)
+	if !s.forward(agentID, c, "task", t.Status) {
 		return
 	}
 	// An invalid task is never run: its STOPPED comes alone. A valid one's comes last.
@@ -433,6 +425,19 @@ func (s *Server) acceptLocked(agentID string, t *Task, c protocol.StateChange, n
 		}
 	}
 	t.Status, t.StatusAt, t.Reason = c.Status, c.At, c.Reason
+}
+
+// forward checks that a subject's status moves forward: the same status again is reported
+// twice (a violation, but recorded), a lower one moves back (a violation, not recorded).
+func (s *Server) forward(agentID string, c protocol.StateChange, subject, from string) bool {
+	switch {
+	case statusRank[c.Status] == statusRank[from]:
+		s.violate(agentID, c, subject+" status "+c.Status+" reported twice")
+	case statusRank[c.Status] < statusRank[from]:
+		s.violate(agentID, c, subject+" status moved back from "+from+" to "+c.Status)
+		return false
+	}
+	return true
 }
 
 func (s *Server) violate(agentID string, c protocol.StateChange, rule string) {
