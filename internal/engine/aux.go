@@ -94,8 +94,9 @@ func (e *Engine) watchExits(ctx context.Context) {
 		ch, err := e.rt.Exits(ctx, cursor)
 		if err != nil {
 			e.log.Warn().Err(err).Msg("runtime event stream unavailable; retrying")
-			e.setHealth("runtime: event stream: " + err.Error())
+			e.setHealth(HealthExitStream, err.Error())
 		} else {
+			e.clearHealth(HealthExitStream)
 			for x := range ch {
 				cursor = max(cursor, x.Cursor)
 				select {
@@ -108,7 +109,7 @@ func (e *Engine) watchExits(ctx context.Context) {
 				return
 			}
 			if time.Since(began) < time.Second {
-				e.setHealth("runtime: event stream keeps breaking (is the engine down?)")
+				e.setHealth(HealthExitStream, "the runtime's event stream keeps breaking (is the engine down?)")
 			} else {
 				wait = 250 * time.Millisecond
 			}

@@ -81,7 +81,7 @@ func (e *Engine) endBurst(ctx context.Context) {
 			err = fmt.Errorf("journal assigned sequence %d where the engine expected %d", stored[0].Seq, b.records[0].Seq)
 		}
 		if err != nil {
-			e.setHealth("journal: " + err.Error())
+			e.setHealth(HealthJournal, err.Error())
 			e.metrics.journalErrors.Inc()
 			e.log.Error().Err(err).Int("records", len(b.records)).Msg("burst not journaled; its effects are dropped and the projection rebuilt from the journal")
 			e.metrics.payloads.WithLabelValues("journal_failed").Add(float64(len(b.done)))
@@ -100,7 +100,7 @@ func (e *Engine) endBurst(ctx context.Context) {
 			}
 			return
 		}
-		e.clearHealth("journal:")
+		e.clearHealth(HealthJournal)
 		e.metrics.appends.Add(float64(len(stored)))
 		failpoint.Hit("engine-after-commit-before-apply") // durable; nothing acted on yet
 	}

@@ -22,7 +22,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,7 +142,7 @@ type Engine struct {
 	inputs  chan Input
 	queries chan query
 	ready   atomic.Bool
-	health  atomic.Pointer[string]
+	health  health
 	metrics *Metrics
 
 	startedAt       time.Time // when recovery began (wall clock): the exit stream starts just before
@@ -252,22 +251,12 @@ func (e *Engine) AgentID() string { return e.cfg.AgentID }
 // Ready reports whether recovery has finished and the loop runs.
 func (e *Engine) Ready() bool { return e.ready.Load() }
 
-// Health is "" when all is well, else what is wrong.
-func (e *Engine) Health() string {
-	if p := e.health.Load(); p != nil && *p != "" {
-		return *p
-	}
-	return ""
+// setHealth records a problem of one source; clearHealth marks it healthy again.
+func (e *Engine) setHealth(src HealthSource, problem string) {
+	e.health.set(src, problem, e.clock.Now())
 }
 
-func (e *Engine) setHealth(s string) { e.health.Store(&s) }
-
-// clearHealth clears a problem of the given kind (its prefix), leaving others standing.
-func (e *Engine) clearHealth(kind string) {
-	if h := e.Health(); strings.HasPrefix(h, kind) {
-		e.setHealth("")
-	}
-}
+func (e *Engine) clearHealth(src HealthSource) { e.health.clear(src) }
 
 // Query runs f on the loop's goroutine with the projection, read-only, and waits for it.
 func (e *Engine) Query(ctx context.Context, f func(*fsm.State)) error {
@@ -397,11 +386,11 @@ func (e *Engine) commit(ctx context.Context, recs ...event.Record) ([]event.Reco
 	stored, err := e.j.Append(ctx, recs...)
 	e.metrics.commitLatency.Observe(time.Since(start).Seconds())
 	if err != nil {
-		e.setHealth("journal: " + err.Error())
+		e.setHealth(HealthJournal, err.Error())
 		e.metrics.journalErrors.Inc()
 		return nil, err
 	}
-	e.clearHealth("journal:")
+	e.clearHealth(HealthJournal)
 	e.metrics.appends.Add(float64(len(stored)))
 	failpoint.Hit("engine-after-commit-before-apply")
 	for _, r := range stored {

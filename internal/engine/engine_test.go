@@ -225,7 +225,7 @@ func TestDiskFullStopsAcknowledgingAndRecovers(t *testing.T) {
 	if _, err := r.deliver("task/during", "RUNNING", ctr("app")); err == nil {
 		t.Fatal("a payload was journaled (and would be acknowledged) on a full disk")
 	}
-	if r.e.Health() == "" {
+	if r.e.Unhealthy() == "" {
 		t.Fatal("healthy on a full disk")
 	}
 	r.advance(time.Minute)
@@ -242,8 +242,8 @@ func TestDiskFullStopsAcknowledgingAndRecovers(t *testing.T) {
 	if _, err := r.deliver("task/during", "RUNNING", ctr("app")); err != nil {
 		t.Fatalf("after space returned: %v", err)
 	}
-	if r.e.Health() != "" {
-		t.Fatalf("still unhealthy after space returned: %s", r.e.Health())
+	if r.e.Unhealthy() != "" {
+		t.Fatalf("still unhealthy after space returned: %s", r.e.Unhealthy())
 	}
 	r.advance(time.Second)
 	if r.known("task/during") != event.StatusRunning || r.known("task/before") != event.StatusRunning {

@@ -304,7 +304,7 @@ func (e *Engine) handleAction(r ActionResult) {
 	switch {
 	case errors.Is(r.Err, docker.ErrUnavailable):
 		// The runtime is down, not the container: try again later, fail nothing.
-		e.setHealth("runtime: " + r.Err.Error())
+		e.setHealth(HealthRuntime, r.Err.Error())
 		e.backoffAction(key, r.Err)
 		return
 	case a.Kind == fsm.ActStop && r.Err != nil:
@@ -312,7 +312,7 @@ func (e *Engine) handleAction(r ActionResult) {
 		return
 	case a.Kind == fsm.ActStop:
 		delete(e.retryAt, key)
-		e.clearHealth("runtime:")
+		e.clearHealth(HealthRuntime)
 		ev := &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "stopped by agentd: " + t.StopCause}
 		if r.Vanished {
 			ev.Reason = "container vanished from the runtime"
@@ -325,7 +325,7 @@ func (e *Engine) handleAction(r ActionResult) {
 		log.Warn().Err(r.Err).Msg("runtime call failed; the container is recorded STOPPED")
 		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: fmt.Sprintf("%s failed: %v", a.Kind, r.Err)}
 	case a.Kind == fsm.ActPull:
-		e.clearHealth("runtime:")
+		e.clearHealth(HealthRuntime)
 		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusPulled}
 	case a.Kind == fsm.ActCreate:
 		rec.Event = &event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.ID}
@@ -447,10 +447,16 @@ func (e *Engine) handleReport(in ReportInput) {
 	// The next batch goes out now, before the decisions this answer unlocks are journaled:
 	// under throttling the request slot is the scarce thing, not the disk.
 	e.report(e.clock.Now())
-	if h := e.sub.Health(); h != "" {
-		e.setHealth(h)
-	} else {
-		e.clearHealth("control plane")
+	switch problem, credentials := e.sub.Health(); {
+	case problem == "":
+		e.clearHealth(HealthControlPlane)
+		e.clearHealth(HealthCredentials)
+	case credentials:
+		e.setHealth(HealthCredentials, problem)
+		e.clearHealth(HealthControlPlane)
+	default:
+		e.setHealth(HealthControlPlane, problem)
+		e.clearHealth(HealthCredentials)
 	}
 }
 

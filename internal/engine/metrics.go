@@ -85,7 +85,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	healthy := 0.0
-	if c.e.Ready() && c.e.Health() == "" {
+	if c.e.Ready() && c.e.Unhealthy() == "" {
 		healthy = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, healthy)

@@ -80,8 +80,8 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"healthy": false, "detail": "recovering"})
 			return
 		}
-		if h := e.Health(); h != "" {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"healthy": false, "detail": h})
+		if h := e.Unhealthy(); h != "" {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"healthy": false, "detail": h, "sources": e.Health()})
 			return
 		}
 		// Prove the loop answers, not just that it once did.

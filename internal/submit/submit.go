@@ -214,8 +214,11 @@ func (s *Submitter) jittered(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.5 + s.rng.Float64()))
 }
 
-// Health is "" when reporting works, else what is wrong (for /healthz and metrics).
-func (s *Submitter) Health() string { return s.health }
+// Health is "" when reporting works, else what is wrong (for /healthz and metrics), and
+// whether the problem is the agent's credentials rather than the reports themselves.
+func (s *Submitter) Health() (problem string, credentials bool) {
+	return s.health, s.streak == protocol.Unauthorized
+}
 
 // Streak is the outcome of the current failure streak and since when ("" when none).
 func (s *Submitter) Streak() (protocol.Outcome, time.Time) { return s.streak, s.streakSince }

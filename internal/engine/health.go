@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// HealthSource names one thing the agent depends on. Each source's slot is set and cleared
+// only by the code that owns that source, so a success of one never hides a failure of
+// another (a runtime call that works says nothing about the exit stream).
+type HealthSource string
+
+const (
+	HealthJournal      HealthSource = "journal"       // commits to the journal file
+	HealthRuntime      HealthSource = "runtime"       // runtime calls (pull, create, start, stop, remove)
+	HealthExitStream   HealthSource = "exit_stream"   // the runtime's stream of container exits
+	HealthControlPlane HealthSource = "control_plane" // reports answered, not refused as malformed
+	HealthCredentials  HealthSource = "credentials"   // the control plane accepts the agent's token
+)
+
+// HealthSources are every source, in the order /healthz and the status page list them.
+var HealthSources = []HealthSource{HealthJournal, HealthRuntime, HealthExitStream, HealthControlPlane, HealthCredentials}
+
+// HealthSlot is one source's state: Problem is "" while it works; Since is when the current
+// problem began (zero while healthy).
+type HealthSlot struct {
+	Source  HealthSource `json:"source"`
+	Problem string       `json:"problem,omitempty"`
+	Since   time.Time    `json:"since,omitzero"`
+}
+
+// health holds one slot per source. It is written by the loop and its helpers (poller, exit
+// watcher) and read by the introspection API and metrics, so it has its own lock.
+type health struct {
+	mu    sync.Mutex
+	slots map[HealthSource]HealthSlot
+}
+
+// set records a problem of a source; a repeat of a standing problem keeps its Since.
+func (h *health) set(src HealthSource, problem string, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.slots == nil {
+		h.slots = map[HealthSource]HealthSlot{}
+	}
+	since := now
+	if old, ok := h.slots[src]; ok && old.Problem != "" {
+		since = old.Since
+	}
+	h.slots[src] = HealthSlot{Source: src, Problem: problem, Since: since}
+}
+
+// clear marks a source healthy.
+func (h *health) clear(src HealthSource) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.slots, src)
+}
+
+// snapshot is every source's slot, healthy ones included, in HealthSources order.
+func (h *health) snapshot() []HealthSlot {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]HealthSlot, 0, len(HealthSources))
+	for _, src := range HealthSources {
+		if s, ok := h.slots[src]; ok {
+			out = append(out, s)
+		} else {
+			out = append(out, HealthSlot{Source: src})
+		}
+	}
+	return out
+}
+
+// Health is every source's slot, healthy ones included, in HealthSources order.
+func (e *Engine) Health() []HealthSlot { return e.health.snapshot() }
+
+// Unhealthy is "" when every source works, else each problem prefixed by its source, in
+// HealthSources order ("runtime: ...; control_plane: ...").
+func (e *Engine) Unhealthy() string {
+	var parts []string
+	for _, s := range e.health.snapshot() {
+		if s.Problem != "" {
+			parts = append(parts, string(s.Source)+": "+s.Problem)
+		}
+	}
+	return strings.Join(slices.Clip(parts), "; ")
+}
