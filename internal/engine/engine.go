@@ -105,16 +105,16 @@ type Engine struct {
 	fcfg  fsm.Config
 
 	st           *fsm.State
-	burst        *burst                        // the round being made, while one is
-	dirty        map[string]bool               // tasks touched since the last decision
-	inflight     map[fsm.ActionKey]bool        // runtime calls on the executor
-	retryAt      map[fsm.ActionKey]retry       // failed calls waiting out their backoff
-	due          dueHeap                       // cleanup deadlines of STOPPED_ACKED tasks
-	removing     int                           // removals in flight (bounded by CleanupWorkers)
-	waiting      map[string]bool               // CLEANING tasks waiting for a removal slot
-	waitQ        []string                      // the same, in order
-	held         map[string]docker.Exit        // exits seen before their start was journaled, by runtime id
-	released     []docker.Exit                 // held exits whose start is now journaled, to hand in again
+	burst        *burst                  // the round being made, while one is
+	dirty        map[string]bool         // tasks touched since the last decision
+	inflight     map[fsm.ActionKey]bool  // runtime calls on the executor
+	retryAt      map[fsm.ActionKey]retry // failed calls waiting out their backoff
+	due          dueHeap                 // cleanup deadlines of STOPPED_ACKED tasks
+	removing     int                     // removals in flight (bounded by CleanupWorkers)
+	waiting      map[string]bool         // CLEANING tasks waiting for a removal slot
+	waitQ        []string                // the same, in order
+	held         map[string]docker.Exit  // exits seen before their start was journaled, by runtime id
+	released     []docker.Exit           // held exits whose start is now journaled, to hand in again
 	sub          *submit.Submitter
 	journalRetry time.Time     // when to decide again after the journal refused a burst
 	retryExits   []docker.Exit // exits the journal refused, kept until it takes them
@@ -228,4 +228,3 @@ func (e *Engine) Logger() *zerolog.Logger { return &e.log }
 
 // Metrics are the engine's Prometheus metrics.
 func (e *Engine) Metrics() *Metrics { return e.metrics }
-
