@@ -1,7 +1,9 @@
-// Package fsm is agentd's projection: it turns journal records into what the agent believes
+// Package fsm is agentd's pure core: it turns journal records into what the agent believes
 // now — per task and per container the known status (what the runtime did), the desired status
 // (what the control plane wants) and the sent status (what the control plane has settled) —
-// and decides, given a "now" passed in, what should happen next.
+// maps every input from outside (a payload, a runtime call's outcome, an exit, a report's
+// answer, what the runtime holds after a restart) to the records that say so (Step), and
+// decides, given a "now" passed in, what should happen next (Decide).
 //
 // It promises:
 //   - Purity: no I/O, no clock, no goroutines, no logging. Replay and live operation run the
