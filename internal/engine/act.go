@@ -18,6 +18,9 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	if e.inflight[key] {
 		return
 	}
+	if a.Kind == fsm.ActInspect && e.inflight[fsm.ActionKey{Kind: fsm.ActStart, Task: a.Task, Container: a.Container}] {
+		return // the start itself is still out: its outcome will come
+	}
 	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
 		return
 	}
@@ -34,6 +37,7 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	}
 	e.inflight[key] = true
 	e.onDrop(func() { delete(e.inflight, key) })
+	e.record(a.Intent()...) // journaled with the burst, before the call can be made
 	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
 }
 
@@ -74,6 +78,14 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 				res.Exited, res.ExitCode = st.Exited, st.ExitCode
 			}
 		}
+	case fsm.ActInspect:
+		var st docker.State
+		if id == "" {
+			st, err = rt.Find(ctx, a.Task, a.Container)
+		} else {
+			st, err = rt.Inspect(ctx, id)
+		}
+		res.Running, res.Exited, res.ExitCode = st.Running, st.Exited, st.ExitCode
 	case fsm.ActRemove:
 		if id == "" {
 			// Never journaled an id (a crash after create, or a stop before it): find it by name.
@@ -93,6 +105,8 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		res.Kind = fsm.Succeeded
 	case errors.Is(err, docker.ErrUnavailable):
 		res.Kind, res.Err = fsm.Unavailable, err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		res.Kind, res.Err = fsm.Unknown, err.Error() // it may still take effect
 	case errors.Is(err, docker.ErrNotFound):
 		res.Kind, res.Err = fsm.Vanished, err.Error()
 	default:
@@ -107,6 +121,7 @@ func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	a, r := in.Action, in.Result
 	key := a.Key()
 	delete(e.inflight, key)
+	e.dirty[a.Task] = true // decided again: an outcome that settles nothing may still free a next step
 	if a.Kind == fsm.ActRemove {
 		e.freeRemovalSlot()
 	}

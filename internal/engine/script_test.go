@@ -31,7 +31,7 @@ import (
 //
 //	agent [wait=3h] [retention=D] [snapshot-every=N]   start the engine on a fresh journal
 //	payload id=M                          a payload; one raw task (JSON) per input line
-//	outcome KIND TASK/CTR [ok|failed|unavailable|vanished] [id=X] [exit=N] [err=TEXT]
+//	outcome KIND TASK/CTR [ok|failed|unavailable|unknown|vanished] [id=X] [exit=N] [running] [err=TEXT]
 //	exit TASK/CTR [code=N]                an exit from the runtime's event stream
 //	answer [accept=all|ID,..] [reject=ID,..] | answer status=429|500|400
 //	tick DURATION                         time passes; the engine does what is due
@@ -234,8 +234,10 @@ func (s *script) outcome(t testing.TB, d *datadriven.TestData) string {
 	for _, arg := range d.CmdArgs[2:] {
 		switch arg.Key {
 		case "ok":
-		case "failed", "unavailable", "vanished":
-			res.Kind = fsm.ResultKind(map[string]string{"failed": "failed", "unavailable": "unavailable", "vanished": "vanished"}[arg.Key])
+		case "failed", "unavailable", "vanished", "unknown":
+			res.Kind = fsm.ResultKind(arg.Key)
+		case "running":
+			res.Running = true
 		case "id":
 			res.RuntimeID = arg.Vals[0]
 		case "exit":

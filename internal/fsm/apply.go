@@ -107,6 +107,27 @@ func (s *State) apply(rec event.Record) error {
 		return s.transitionContainer(rec, e)
 	case *event.TaskTransitioned:
 		return s.transitionTask(rec, e)
+	case *event.CallStarted:
+		t, c, err := s.container(rec)
+		if err != nil {
+			return err
+		}
+		if ActionKind(e.Call) != ActStart || c.Known != event.StatusCreated || t.Known.Rank() >= event.StatusStopped.Rank() {
+			return fmt.Errorf("%w: %s started for a container that is %s in a task that is %s (needs a CREATED container)", ErrIllegalTransition, e.Call, c.Known, t.Known)
+		}
+		if c.InFlight != "" {
+			return fmt.Errorf("%w: %s started while %s is in flight", ErrRunTwice, e.Call, c.InFlight)
+		}
+		c.InFlight = ActionKind(e.Call)
+	case *event.CallEnded:
+		_, c, err := s.container(rec)
+		if err != nil {
+			return err
+		}
+		if c.InFlight != ActionKind(e.Call) {
+			return fmt.Errorf("%s ended, but the call in flight is %q", e.Call, c.InFlight)
+		}
+		c.InFlight = ""
 	case *event.ChangesSettled:
 		return s.settle(rec, e)
 	case *event.StoppedAcked:
@@ -240,7 +261,12 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 	if err := s.containerM.check(c.Known, e.To); err != nil {
 		return err
 	}
-	c.Known = e.To
+	if c.InFlight != "" && e.To != event.StatusRunning && e.From != event.StatusRunning {
+		// Only a start's outcome (RUNNING) or an exit after it settles a start in flight:
+		// anything else would declare a container stopped that may be running.
+		return fmt.Errorf("%w: container %s → %s while a %s is in flight", ErrIllegalTransition, e.From, e.To, c.InFlight)
+	}
+	c.Known, c.InFlight = e.To, ""
 	s.ExitCursor = max(s.ExitCursor, e.Cursor)
 	if e.RuntimeID != "" {
 		c.RuntimeID = e.RuntimeID

@@ -16,6 +16,11 @@ const (
 	ActStart  ActionKind = "start"
 	ActStop   ActionKind = "stop"
 	ActRemove ActionKind = "remove"
+	// ActInspect asks the runtime what became of a start whose outcome is not journaled (it
+	// timed out, the runtime did not answer, the process crashed, the commit of its outcome
+	// failed). It has no effect, so it needs no intent; the engine makes it only while the
+	// start itself is not in flight.
+	ActInspect ActionKind = "inspect"
 )
 
 // Action asks the runtime to do something to one container. The engine runs it and hands the
@@ -52,6 +57,15 @@ type Config struct {
 type Decisions struct {
 	Records []event.Record // to journal now (Time is now; Seq is assigned when journaled)
 	Actions []Action       // runtime operations
+}
+
+// Intent is the record journaled before an action's call is made, for calls that must never
+// be made twice (a start); none for the others, which are safe to repeat.
+func (a Action) Intent() []event.Record {
+	if a.Kind != ActStart {
+		return nil
+	}
+	return []event.Record{{Task: a.Task, Container: a.Container, Event: &event.CallStarted{Call: string(ActStart)}}}
 }
 
 // CleanupAllowed reports whether a task may enter CLEANING: it is STOPPED_ACKED (and, in a
@@ -137,10 +151,14 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 		if t.Stopping() {
 			why := stopReason(t)
 			for _, c := range t.Containers {
-				switch c.Known {
-				case event.StatusRunning:
+				switch {
+				case c.Known == event.StatusRunning:
 					act(ActStop, c)
-				case event.StatusStopped:
+				case c.Known == event.StatusStopped:
+				case c.InFlight != "":
+					// A start may have happened: the container is not declared stopped
+					// until the runtime says what became of it.
+					act(ActInspect, c)
 				default:
 					rec(c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "not started: " + why})
 				}
@@ -148,12 +166,14 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			return
 		}
 		for _, c := range t.Containers {
-			switch c.Known {
-			case event.StatusNone:
+			switch {
+			case c.InFlight != "":
+				act(ActInspect, c)
+			case c.Known == event.StatusNone:
 				act(ActPull, c)
-			case event.StatusPulled:
+			case c.Known == event.StatusPulled:
 				act(ActCreate, c)
-			case event.StatusCreated:
+			case c.Known == event.StatusCreated:
 				act(ActStart, c)
 			}
 		}

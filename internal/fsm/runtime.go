@@ -23,10 +23,9 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 	if c == nil {
 		return v
 	}
-	rec := func(e event.Event) {
-		v.Records = append(v.Records, event.Record{Task: a.Task, Container: a.Container, Event: e})
-	}
-	if a.Kind == ActRemove {
+	rec := func(e event.Event) { v.Records = append(v.Records, event.Record{Task: a.Task, Container: a.Container, Event: e}) }
+	switch a.Kind {
+	case ActRemove:
 		switch {
 		case r.Kind != Succeeded && r.Kind != Vanished:
 			v.Retry = true
@@ -34,13 +33,29 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 			rec(&event.ContainerRemoved{RuntimeID: c.RuntimeID})
 		}
 		return v
+	case ActInspect:
+		if c.InFlight != ActStart {
+			return v // settled meanwhile
+		}
+		switch r.Kind {
+		case Vanished:
+			rec(&event.CallEnded{Call: string(ActStart), Reason: "container vanished from the runtime"})
+			rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "container vanished from the runtime"})
+		case Succeeded:
+			s.startSettled(c, r.Running, r.Exited, r.ExitCode, "", rec)
+		default:
+			v.Retry = true
+		}
+		return v
 	}
 	if c.Known != a.From {
 		return v // overtaken: the projection decides again
 	}
 	switch {
-	case r.Kind == Unavailable:
-		v.Retry = true // the runtime is down, not the container: fail nothing
+	case a.Kind == ActStart && (r.Kind == Unavailable || r.Kind == Unknown):
+		// It may have run: the container stays in flight and the runtime is asked.
+	case r.Kind == Unavailable || r.Kind == Unknown:
+		v.Retry = true // nothing is known of the container: the call is safe to make again
 	case a.Kind == ActStop && r.Kind == Failed:
 		v.Retry = true
 	case a.Kind == ActStop:
@@ -56,18 +71,32 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		if r.Kind == Vanished {
 			why = "container vanished from the runtime"
 		}
+		if a.Kind == ActStart {
+			rec(&event.CallEnded{Call: string(ActStart), Reason: "failed: " + why})
+		}
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: fmt.Sprintf("%s failed: %s", a.Kind, why)})
 	case a.Kind == ActPull:
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusPulled})
 	case a.Kind == ActCreate:
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.RuntimeID})
 	case a.Kind == ActStart:
-		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning})
-		if r.Exited { // it ended before its start was journaled
-			rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(r.ExitCode)})
-		}
+		s.startSettled(c, true, r.Exited, r.ExitCode, "", rec)
 	}
 	return v
+}
+
+// startSettled records what became of a start: it runs, or ran and ended, or — the runtime
+// shows it never started — the start is over and may be made again.
+func (s *State) startSettled(c *Container, running, exited bool, code int, reason string, rec func(event.Event)) {
+	switch {
+	case exited:
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, Reason: reason})
+		rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(code), Reason: reason})
+	case running:
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, Reason: reason})
+	default:
+		rec(&event.CallEnded{Call: string(ActStart), Reason: "the runtime shows it never started"})
+	}
 }
 
 // exited maps an exit from the runtime's event stream to a record, once: an exit of a
@@ -136,6 +165,9 @@ func (s *State) reconcile(in RuntimeObserved) Verdict {
 				// Neither listed nor known to be gone (the runtime hiccuped): the event
 				// stream will tell.
 			case o.Gone:
+				if c.InFlight != "" {
+					rec(&event.CallEnded{Call: string(c.InFlight), Reason: "container vanished from the runtime"})
+				}
 				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "container vanished from the runtime while the agent was down"})
 			case o.Exited && c.Known == event.StatusRunning:
 				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, ExitCode: exitCode(o.ExitCode), Reason: "exited while the agent was down"})

@@ -227,6 +227,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			return b.String()
 		}
 		for _, a := range dec.Actions {
+			for _, r := range a.Intent() {
+				b.WriteString(h.record(r.Task, r.Container, r.Event))
+			}
 			res := succeed(a)
 			if fail[a.Container+":"+string(a.Kind)] {
 				res = fsm.Result{Kind: fsm.Failed, Err: "injected"}

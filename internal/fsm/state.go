@@ -56,6 +56,7 @@ type Container struct {
 	Reason    string       `json:"reason,omitempty"`
 	RuntimeID string       `json:"runtime_id,omitempty"`
 	Removed   bool         `json:"removed,omitempty"`
+	InFlight  ActionKind   `json:"in_flight,omitempty"` // a call journaled as started whose outcome is not journaled yet
 	StoppedAt time.Time    `json:"stopped_at,omitzero"`
 	StopSeq   uint64       `json:"stop_seq,omitempty"`
 	Pending   []uint64     `json:"pending,omitempty"` // unsettled changes, by seq

@@ -36,6 +36,7 @@ const (
 	Succeeded   ResultKind = "ok"          // the call did what it was asked
 	Failed      ResultKind = "failed"      // the call failed for this container
 	Unavailable ResultKind = "unavailable" // the runtime did not answer: nothing is known
+	Unknown     ResultKind = "unknown"     // the call timed out, or the runtime refused a second start: it may have taken effect
 	Vanished    ResultKind = "vanished"    // the container is gone from the runtime
 )
 
@@ -43,7 +44,8 @@ const (
 type Result struct {
 	Kind      ResultKind
 	RuntimeID string // create: the new container's id
-	Exited    bool   // start and stop: the container has ended, with ExitCode
+	Running   bool   // inspect: the container runs
+	Exited    bool   // start, stop and inspect: the container has run and ended, with ExitCode
 	ExitCode  int
 	Err       string // Failed and Unavailable: the cause
 }
