@@ -25,6 +25,7 @@ test-sim:
 	$(GO) test -count=1 -timeout 0 -run 'TestSim$$|TestSimIsDeterministic' ./internal/simulation -seeds $(SEEDS) -v
 	$(GO) test -count=1 -tags simbug -run TestSimFindsTheSeedBug -v ./internal/simulation
 	$(GO) test -count=1 -tags simbug -run TestScriptsFailWithoutTheGuard -v ./internal/engine
+	$(GO) test -count=1 -tags startbug -run TestSimFindsTheStartBug -v ./internal/simulation
 
 ## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.
 test-crash:

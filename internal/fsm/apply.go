@@ -261,7 +261,7 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 	if err := s.containerM.check(c.Known, e.To); err != nil {
 		return err
 	}
-	if c.InFlight != "" && e.To != event.StatusRunning && e.From != event.StatusRunning {
+	if inFlightGuard && c.InFlight != "" && e.To != event.StatusRunning && e.From != event.StatusRunning {
 		// Only a start's outcome (RUNNING) or an exit after it settles a start in flight:
 		// anything else would declare a container stopped that may be running.
 		return fmt.Errorf("%w: container %s → %s while a %s is in flight", ErrIllegalTransition, e.From, e.To, c.InFlight)

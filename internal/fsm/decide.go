@@ -155,7 +155,7 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 				case c.Known == event.StatusRunning:
 					act(ActStop, c)
 				case c.Known == event.StatusStopped:
-				case c.InFlight != "":
+				case c.InFlight != "" && inFlightGuard:
 					// A start may have happened: the container is not declared stopped
 					// until the runtime says what became of it.
 					act(ActInspect, c)

@@ -432,7 +432,7 @@ func (s *sim) step() {
 	}
 }
 
-// check runs after every step: the guard and nothing run twice.
+// check runs after every step: the guard, STOPPED means stopped, and nothing run twice.
 func (s *sim) check() {
 	if s.bugs > 0 {
 		s.fail("the projection refused %d records the engine journaled", s.bugs)
@@ -448,6 +448,16 @@ func (s *sim) check() {
 	for _, t := range st.SortedTasks() { // in order: the failure names the same task every run
 		if t.Known == event.StatusCleaning {
 			cleaned(t.ARN)
+		}
+		for _, c := range t.Containers {
+			// What the projection holds STOPPED may be reported STOPPED: the runtime must
+			// have nothing of it running (invariant 7).
+			if c.Known != event.StatusStopped || c.RuntimeID == "" {
+				continue
+			}
+			if rs, err := s.rt.Inspect(context.Background(), c.RuntimeID); err == nil && rs.Running {
+				s.fail("STOPPED BUT RUNNING: %s/%s is STOPPED in the journal while the runtime runs it", t.ARN, c.Name)
+			}
 		}
 	}
 	tombs := make([]string, 0, len(st.Tombstones))
