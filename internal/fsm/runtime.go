@@ -23,7 +23,9 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 	if c == nil {
 		return v
 	}
-	rec := func(e event.Event) { v.Records = append(v.Records, event.Record{Task: a.Task, Container: a.Container, Event: e}) }
+	rec := func(e event.Event) {
+		v.Records = append(v.Records, event.Record{Task: a.Task, Container: a.Container, Event: e})
+	}
 	switch a.Kind {
 	case ActRemove:
 		switch {
