@@ -123,7 +123,9 @@ func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	delete(e.inflight, key)
 	e.dirty[a.Task] = true // decided again: an outcome that settles nothing may still free a next step
 	if a.Kind == fsm.ActRemove {
-		e.freeRemovalSlot()
+		// The slot is handed on once this outcome is recorded: the hand-off must see this
+		// container removed (or backing off), not as a removal still to make.
+		defer e.freeRemovalSlot(now)
 	}
 	switch r.Kind {
 	case fsm.Unavailable:
@@ -146,18 +148,40 @@ func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	}
 }
 
-// freeRemovalSlot ends a removal and gives its slot to the task that has waited longest.
-func (e *Engine) freeRemovalSlot() {
+// freeRemovalSlot ends a removal and gives its slot to the task that has waited longest and
+// can still use it. Queue entries go stale: a queued task also gets slots without being woken
+// (its own removal finishes and makes it dirty first), so when its entry comes up it may have
+// nothing left to remove; waking it would waste the slot, and once no removal is in flight
+// nothing would wake the tasks behind it (simulation seed 11716).
+func (e *Engine) freeRemovalSlot(now time.Time) {
 	e.removing--
 	for len(e.waitQ) > 0 {
 		arn := e.waitQ[0]
 		e.waitQ = e.waitQ[1:]
 		delete(e.waiting, arn)
-		if _, live := e.st.Tasks[arn]; live {
+		if e.wantsRemovalSlot(arn, now) {
 			e.dirty[arn] = true
 			return
 		}
 	}
+}
+
+// wantsRemovalSlot reports whether a task has a removal to make now: decided, and neither in
+// flight nor waiting out a backoff (those make the task dirty again when they end).
+func (e *Engine) wantsRemovalSlot(arn string, now time.Time) bool {
+	if _, live := e.st.Tasks[arn]; !live {
+		return false
+	}
+	for _, a := range e.st.Decide(now, e.fcfg, arn).Actions {
+		if a.Kind != fsm.ActRemove || e.inflight[a.Key()] {
+			continue
+		}
+		if r, ok := e.retryAt[a.Key()]; ok && r.at.After(now) {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // backoffAction schedules a failed call again, later each time it fails.
