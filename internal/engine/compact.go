@@ -14,7 +14,9 @@ const maxCompactTasks = 5000
 
 // CompactionPlan is what one compaction drops: the history of tasks cleaned longer ago than
 // the retention, and records without a task older than it, up to a snapshot's sequence
-// number. The compaction_done record it makes forgets those tombstones and message ids.
+// number. The compaction_done record it makes forgets those tombstones and message ids — but
+// never the id of a payload that holds a live task: the control plane may re-send such a
+// payload, and its tasks cleaned long ago must then not run again (issue 13, item 3).
 type CompactionPlan struct {
 	UpTo     uint64   // the snapshot covering the cut
 	Cut      uint64   // records without a task at or before this go
@@ -39,8 +41,14 @@ func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention 
 		return p, err
 	}
 	p.Cut = min(cut, upTo)
+	held := map[string]bool{} // payloads that hold a live task: a re-send of one must stay recognised
+	for _, t := range st.Tasks {
+		for _, m := range t.Messages {
+			held[m] = true
+		}
+	}
 	for m, seq := range st.Messages {
-		if seq <= p.Cut {
+		if seq <= p.Cut && !held[m] {
 			p.Messages = append(p.Messages, m)
 		}
 	}

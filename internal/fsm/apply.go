@@ -70,10 +70,12 @@ func (s *State) apply(rec event.Record) error {
 		t := &Task{ARN: rec.Task, Known: event.StatusStopped, Desired: event.StatusStopped, Sent: event.StatusNone,
 			Reason: e.Reason, Rejected: true, AddedSeq: rec.Seq, AddedAt: rec.Time, StoppedAt: rec.Time, StopSeq: rec.Seq,
 			Containers: []*Container{}}
+		t.heldBy(e.MessageID)
 		s.Tasks[t.ARN] = t
 		s.addChange(rec, t, nil, event.StatusStopped, nil, e.Reason)
 	case *event.TaskResent:
-		if _, ok := s.Tasks[rec.Task]; ok {
+		if t, ok := s.Tasks[rec.Task]; ok {
+			t.heldBy(e.MessageID)
 			return nil
 		}
 		ts, ok := s.Tombstones[rec.Task]
@@ -243,6 +245,7 @@ func (s *State) addTask(rec event.Record, e *event.TaskAdded) error {
 	if e.Desired == event.StatusStopped {
 		t.StopCause = "desired status STOPPED on arrival"
 	}
+	t.heldBy(e.MessageID)
 	s.Tasks[t.ARN] = t
 	return nil
 }

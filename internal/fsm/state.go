@@ -45,6 +45,16 @@ type Task struct {
 	CleaningAt time.Time    `json:"cleaning_at,omitzero"`
 	Rejected   bool         `json:"rejected,omitempty"` // broke a protocol rule: recorded STOPPED, never run
 	Pending    []uint64     `json:"pending,omitempty"`  // unsettled task-level changes, by seq
+	// Messages are the payloads that hold this task: while it is live their ids are kept, so
+	// a re-send of one is recognised whole — also the tasks in it that are long forgotten.
+	Messages []string `json:"messages,omitempty"`
+}
+
+// heldBy notes a payload that holds the task.
+func (t *Task) heldBy(message string) {
+	if message != "" && !slices.Contains(t.Messages, message) {
+		t.Messages = append(t.Messages, message)
+	}
 }
 
 // Container is one container of a live task.
