@@ -142,13 +142,12 @@ func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
 	for _, s := range v.Skipped {
 		e.log.Warn().Str("message", p.MessageID).Str("problem", s).Msg("skipped")
 	}
-	switch {
-	case v.Duplicate:
+	if v.Duplicate {
 		e.metrics.payloads.WithLabelValues("duplicate").Inc()
-	case len(v.Records) > 0:
-		e.record(v.Records...)
+	} else if len(v.Records) > 0 {
 		e.metrics.payloads.WithLabelValues("journaled").Inc()
 	}
+	e.record(v.Records...)
 	if p.MessageID != "" {
 		e.burst.ready.Acks = append(e.burst.ready.Acks, p.MessageID)
 	}
@@ -247,9 +246,16 @@ func (e *Engine) afterApply(r event.Record) {
 	case *event.TaskCleaned:
 		e.metrics.cleanups.Inc()
 		e.log.Info().Str("task", r.Task).Msg("task cleaned")
+		// What the engine kept about the task goes with it: held exits (its start was never
+		// journaled and never will be) and backoffs of calls it no longer needs.
 		for id, x := range e.held {
 			if x.Task == r.Task {
-				delete(e.held, id) // its start was never journaled and never will be
+				delete(e.held, id)
+			}
+		}
+		for k := range e.retryAt {
+			if k.Task == r.Task {
+				delete(e.retryAt, k)
 			}
 		}
 	case *event.ContainerTransitioned:

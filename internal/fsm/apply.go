@@ -76,20 +76,18 @@ func (s *State) apply(rec event.Record) error {
 	case *event.TaskResent:
 		if t, ok := s.Tasks[rec.Task]; ok {
 			t.heldBy(e.MessageID)
+			if t.Known == event.StatusStoppedAcked || t.Known == event.StatusCleaning {
+				// Its STOPPED was settled, yet the control plane sends it again: it lost
+				// track. Report the final STOPPED again, same ids.
+				s.requeue(finalChanges(s, t))
+			}
 			return nil
 		}
 		ts, ok := s.Tombstones[rec.Task]
 		if !ok {
 			return fmt.Errorf("%w: re-sent task is neither live nor tombstoned", ErrUnknownTask)
 		}
-		// The control plane lost track: report the final STOPPED again, same ids.
-		for i := range ts.Final {
-			c := ts.Final[i]
-			if _, queued := s.Outbox[c.Seq]; !queued {
-				s.Outbox[c.Seq] = &c
-				s.insertOrder(c.Seq)
-			}
-		}
+		s.requeue(ts.Final) // the control plane lost track: the final STOPPED again, same ids
 	case *event.DesiredChanged:
 		t, err := s.task(rec)
 		if err != nil {
@@ -331,12 +329,9 @@ func (s *State) clean(rec event.Record) error {
 			return fmt.Errorf("task cleaned while container %s is not removed", c.Name)
 		}
 	}
-	ts := &Tombstone{ARN: t.ARN, Family: t.Family, Reason: t.Reason, StoppedAt: t.StoppedAt, CleanedAt: rec.Time, CleanSeq: rec.Seq}
+	ts := &Tombstone{ARN: t.ARN, Family: t.Family, Reason: t.Reason, StoppedAt: t.StoppedAt, CleanedAt: rec.Time, CleanSeq: rec.Seq,
+		Final: finalChanges(s, t)}
 	for _, c := range t.Containers {
-		if c.StopSeq != 0 {
-			ts.Final = append(ts.Final, Change{ID: s.ChangeID(c.StopSeq), Seq: c.StopSeq, Task: t.ARN, Container: c.Name,
-				Status: event.StatusStopped, ExitCode: c.ExitCode, Reason: c.Reason, At: c.StoppedAt})
-		}
 		if c.ExitCode != nil {
 			if ts.Exits == nil {
 				ts.Exits = map[string]int{}
@@ -344,7 +339,6 @@ func (s *State) clean(rec event.Record) error {
 			ts.Exits[c.Name] = *c.ExitCode
 		}
 	}
-	ts.Final = append(ts.Final, Change{ID: s.ChangeID(t.StopSeq), Seq: t.StopSeq, Task: t.ARN, Status: event.StatusStopped, Reason: t.Reason, At: t.StoppedAt})
 	delete(s.Tasks, t.ARN)
 	s.Tombstones[t.ARN] = ts
 	return nil

@@ -123,6 +123,31 @@ func (s *State) addChange(rec event.Record, t *Task, c *Container, status event.
 	s.order = append(s.order, rec.Seq)
 }
 
+// finalChanges are a stopped task's last changes — each container's STOPPED, then the task's —
+// under the ids they were first reported with.
+func finalChanges(s *State, t *Task) []Change {
+	var out []Change
+	for _, c := range t.Containers {
+		if c.StopSeq != 0 {
+			out = append(out, Change{ID: s.ChangeID(c.StopSeq), Seq: c.StopSeq, Task: t.ARN, Container: c.Name,
+				Status: event.StatusStopped, ExitCode: c.ExitCode, Reason: c.Reason, At: c.StoppedAt})
+		}
+	}
+	return append(out, Change{ID: s.ChangeID(t.StopSeq), Seq: t.StopSeq, Task: t.ARN, Status: event.StatusStopped, Reason: t.Reason, At: t.StoppedAt})
+}
+
+// requeue puts settled changes back in the outbox, under their own ids, for a control plane
+// that lost track of them; the ones still queued stay as they are.
+func (s *State) requeue(changes []Change) {
+	for i := range changes {
+		c := changes[i]
+		if _, queued := s.Outbox[c.Seq]; !queued {
+			s.Outbox[c.Seq] = &c
+			s.insertOrder(c.Seq)
+		}
+	}
+}
+
 func (s *State) insertOrder(seq uint64) {
 	s.sweep()
 	i, found := slices.BinarySearch(s.order, seq)

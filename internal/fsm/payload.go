@@ -22,7 +22,15 @@ func (s *State) payload(p PayloadArrived) Verdict {
 		return v
 	}
 	if _, seen := s.Messages[p.MessageID]; seen {
+		// Applied before: acknowledged again, nothing applied twice. But a task of it whose
+		// STOPPED the control plane settled, sent again, means it lost track: say so, and
+		// the STOPPED is reported again under its ids.
 		v.Duplicate = true
+		for _, raw := range p.Tasks {
+			if arn := protocol.DecodeTask(raw).ARN; s.settledStopped(arn) {
+				v.Records = append(v.Records, event.Record{Task: arn, Event: &event.TaskResent{MessageID: p.MessageID}})
+			}
+		}
 		return v
 	}
 	received := &event.PayloadReceived{MessageID: p.MessageID, Tasks: compactRaw(p.Tasks)}
@@ -65,6 +73,16 @@ func (s *State) payload(p PayloadArrived) Verdict {
 		desired[d.ARN] = d.Desired
 	}
 	return v
+}
+
+// settledStopped reports whether the control plane settled the task's STOPPED: tombstoned,
+// or live past it.
+func (s *State) settledStopped(arn string) bool {
+	if t, live := s.Tasks[arn]; live {
+		return t.Known == event.StatusStoppedAcked || t.Known == event.StatusCleaning
+	}
+	_, tomb := s.Tombstones[arn]
+	return tomb
 }
 
 // knownDesired is the desired status of an ARN the agent knows, live or tombstoned.
