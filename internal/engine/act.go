@@ -15,8 +15,8 @@ import (
 // together queue for CleanupWorkers slots instead of storming the runtime.
 func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	key := a.Key()
-	if e.inflight[key] {
-		return
+	if e.inflight[key] || e.reconcilePending {
+		return // the runtime is not reconciled yet: the task is decided again once it is
 	}
 	if a.Kind == fsm.ActInspect && e.inflight[fsm.ActionKey{Kind: fsm.ActStart, Task: a.Task, Container: a.Container}] {
 		return // the start itself is still out: its outcome will come

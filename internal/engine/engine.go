@@ -119,7 +119,13 @@ type Engine struct {
 	journalRetry time.Time     // when to decide again after the journal refused a burst
 	retryExits   []docker.Exit // exits the journal refused, kept until it takes them
 	compacting   bool          // a compaction runs on the executor
-	snapSeq      uint64
+	// reconcilePending: the runtime did not answer at recovery; no runtime call is made
+	// until a reconcile succeeds (retried with backoff, reconcileAt).
+	reconcilePending bool
+	reconciling      bool
+	reconcileAt      time.Time
+	reconcileTries   int
+	snapSeq          uint64
 
 	inputs  chan Input
 	queries chan query

@@ -38,8 +38,15 @@ type CompactInput struct {
 	Err  error
 }
 
-func (PayloadInput) isInput() {}
-func (ActionResult) isInput() {}
-func (ExitInput) isInput()    {}
-func (ReportInput) isInput()  {}
-func (CompactInput) isInput() {}
+// ReconcileInput is what the runtime holds, asked again after it did not answer at recovery.
+type ReconcileInput struct {
+	Observed []fsm.Observed
+	Err      error
+}
+
+func (ReconcileInput) isInput() {}
+func (PayloadInput) isInput()   {}
+func (ActionResult) isInput()   {}
+func (ExitInput) isInput()      {}
+func (ReportInput) isInput()    {}
+func (CompactInput) isInput()   {}

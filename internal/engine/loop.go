@@ -114,6 +114,9 @@ func (e *Engine) NextWake() time.Time {
 	if len(e.dirty) > 0 || len(e.retryExits) > 0 {
 		earliest(e.journalRetry)
 	}
+	if e.reconcilePending && !e.reconciling {
+		earliest(e.reconcileAt)
+	}
 	return next
 }
 
@@ -131,6 +134,20 @@ func (e *Engine) handle(in Input) {
 		e.handleReport(now, in)
 	case CompactInput:
 		e.handleCompact(now, in)
+	case ReconcileInput:
+		e.reconciling = false
+		if in.Err != nil {
+			e.reconcileTries++
+			e.reconcileAt = now.Add(exponential(e.reconcileTries, time.Second, 30*time.Second))
+			e.setHealth(HealthRuntime, "not reconciled yet: "+in.Err.Error())
+			return
+		}
+		e.reconcilePending = false
+		e.clearHealth(HealthRuntime)
+		e.reconciled(now, in.Observed)
+		for arn := range e.st.Tasks {
+			e.dirty[arn] = true // decisions held back while unreconciled
+		}
 	}
 }
 
@@ -220,6 +237,14 @@ func (e *Engine) react() {
 		e.record(d.Records...)
 		for _, a := range d.Actions {
 			e.dispatch(now, a)
+		}
+	}
+	if e.reconcilePending && !e.reconciling && !e.reconcileAt.After(now) {
+		e.reconciling = true
+		e.onDrop(func() { e.reconciling = false })
+		e.burst.ready.Reconcile = e.probes()
+		if e.burst.ready.Reconcile == nil {
+			e.burst.ready.Reconcile = []probe{}
 		}
 	}
 	e.report(now)

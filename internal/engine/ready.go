@@ -22,7 +22,10 @@ type Ready struct {
 	Acks    []string               // payloads (message ids) the poller may acknowledge
 	Actions []fsm.Action           // runtime calls
 	Compact *CompactionPlan        // a compaction to run
-	Err     error                  // the commit failed: nothing was released
+	// Reconcile asks the runtime again what it holds (non-nil: ask), after it did not
+	// answer at recovery: the containers to probe beyond its list.
+	Reconcile []probe
+	Err       error // the commit failed: nothing was released
 }
 
 // String lists the Ready one item a line, for scripts and logs.
@@ -46,6 +49,9 @@ func (r Ready) String() string {
 	}
 	if r.Compact != nil {
 		fmt.Fprintf(&b, "compact up to %d: %d tasks, %d messages\n", r.Compact.UpTo, len(r.Compact.Tasks), len(r.Compact.Messages))
+	}
+	if r.Reconcile != nil {
+		fmt.Fprintf(&b, "reconcile (%d containers to probe)\n", len(r.Reconcile))
 	}
 	return b.String()
 }
@@ -152,6 +158,15 @@ func (e *Engine) release(r Ready) {
 	}
 	if r.Compact != nil {
 		e.exec.Go(e.compaction(*r.Compact))
+	}
+	if r.Reconcile != nil {
+		rt, probes := e.rt, r.Reconcile
+		e.exec.Go(func() Input {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			observed, err := observe(ctx, rt, probes)
+			return ReconcileInput{Observed: observed, Err: err}
+		})
 	}
 }
 

@@ -42,19 +42,22 @@ func (e *Engine) Recover(ctx context.Context) error {
 		return fmt.Errorf("--agent-id %q: the journal in %s belongs to agent %q; use that id or another data dir", id, e.j.Path(), e.st.AgentID)
 	}
 	e.cfg.AgentID = id
-	observed, err := e.observe(ctx)
-	if err != nil {
+	observed, err := observe(ctx, e.rt, e.probes())
+	switch {
+	case errors.Is(err, docker.ErrUnavailable):
+		// The agent stays up without its runtime: it journals payloads, reports what is
+		// pending and tries the runtime again; no runtime call is made before the runtime
+		// has been reconciled.
+		e.reconcilePending = true
+		e.setHealth(HealthRuntime, "not reconciled yet: "+err.Error())
+		e.log.Warn().Err(err).Msg("the runtime does not answer; running unreconciled, no runtime call until it does")
+	case err != nil:
 		return fmt.Errorf("engine: reconcile with the %s runtime: %w", e.rt.Name(), err)
 	}
 	e.beginBurst(ctx)
 	e.record(event.Record{Event: &event.AgentStarted{Version: e.cfg.Version, PID: os.Getpid(), AgentID: id, JournalID: e.j.ID(), Runtime: e.cfg.RuntimeName}})
-	v := e.st.Step(e.clock.Now(), fsm.RuntimeObserved{Containers: observed})
-	for _, o := range v.Strangers {
-		e.log.Warn().Str("id", o.ID).Str("task", o.Task).Str("container", o.Container).Msg("container of this agent unknown to the journal; left alone")
-	}
-	e.record(v.Records...)
-	if len(v.Records) > 0 {
-		e.log.Info().Int("records", len(v.Records)).Msg("runtime reconciled")
+	if !e.reconcilePending {
+		e.reconciled(e.clock.Now(), observed)
 	}
 	for _, t := range e.st.SortedTasks() { // in order: cleanup jitter is drawn per task
 		e.dirty[t.ARN] = true
@@ -72,11 +75,48 @@ func (e *Engine) Recover(ctx context.Context) error {
 	return nil
 }
 
+// reconciled records what the runtime holds, as the core reads it.
+func (e *Engine) reconciled(now time.Time, observed []fsm.Observed) {
+	v := e.st.Step(now, fsm.RuntimeObserved{Containers: observed})
+	for _, o := range v.Strangers {
+		e.log.Warn().Str("id", o.ID).Str("task", o.Task).Str("container", o.Container).Msg("container of this agent unknown to the journal; left alone")
+	}
+	e.record(v.Records...)
+	if len(v.Records) > 0 {
+		e.log.Info().Int("records", len(v.Records)).Msg("runtime reconciled")
+	}
+}
+
+// probe is a container reconcile must ask about beyond the runtime's list: one created but
+// never journaled (found by name), or one known by id (gone, or just not listed).
+type probe struct {
+	task, container, id string
+}
+
+// probes are read from the projection on the loop, so that observe can run anywhere.
+func (e *Engine) probes() []probe {
+	var out []probe
+	for _, t := range e.st.SortedTasks() {
+		if t.Known.Rank() >= event.StatusStopped.Rank() {
+			continue
+		}
+		for _, c := range t.Containers {
+			switch {
+			case c.Known == event.StatusPulled && c.RuntimeID == "":
+				out = append(out, probe{task: t.ARN, container: c.Name})
+			case c.RuntimeID != "" && (c.Known == event.StatusCreated || c.Known == event.StatusRunning):
+				out = append(out, probe{task: t.ARN, container: c.Name, id: c.RuntimeID})
+			}
+		}
+	}
+	return out
+}
+
 // observe asks the runtime what it holds of this agent's containers, for reconcile: every
 // container it lists; a container created but never journaled, found by name; and, for each
-// container the projection knows by id that the runtime does not list, whether it is gone.
-func (e *Engine) observe(ctx context.Context) ([]fsm.Observed, error) {
-	owned, err := e.rt.List(ctx)
+// container known by id that the runtime does not list, whether it is gone.
+func observe(ctx context.Context, rt docker.Runtime, probes []probe) ([]fsm.Observed, error) {
+	owned, err := rt.List(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -86,21 +126,19 @@ func (e *Engine) observe(ctx context.Context) ([]fsm.Observed, error) {
 		listed[s.ID] = true
 		out = append(out, observed(s))
 	}
-	for _, t := range e.st.SortedTasks() {
-		if t.Known.Rank() >= event.StatusStopped.Rank() {
-			continue
-		}
-		for _, c := range t.Containers {
-			switch {
-			case c.Known == event.StatusPulled && c.RuntimeID == "":
-				if s, err := e.rt.Find(ctx, t.ARN, c.Name); err == nil && !listed[s.ID] {
-					listed[s.ID] = true
-					out = append(out, observed(s))
-				}
-			case c.RuntimeID != "" && !listed[c.RuntimeID] && (c.Known == event.StatusCreated || c.Known == event.StatusRunning):
-				if _, err := e.rt.Inspect(ctx, c.RuntimeID); errors.Is(err, docker.ErrNotFound) {
-					out = append(out, fsm.Observed{ID: c.RuntimeID, Task: t.ARN, Container: c.Name, Gone: true})
-				}
+	for _, p := range probes {
+		switch {
+		case p.id == "":
+			if s, err := rt.Find(ctx, p.task, p.container); err == nil && !listed[s.ID] {
+				listed[s.ID] = true
+				out = append(out, observed(s))
+			}
+		case !listed[p.id]:
+			_, err := rt.Inspect(ctx, p.id)
+			if errors.Is(err, docker.ErrNotFound) {
+				out = append(out, fsm.Observed{ID: p.id, Task: p.task, Container: p.container, Gone: true})
+			} else if errors.Is(err, docker.ErrUnavailable) {
+				return nil, err
 			}
 		}
 	}

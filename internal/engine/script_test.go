@@ -36,6 +36,8 @@ import (
 //	answer [accept=all|ID,..] [reject=ID,..] | answer status=429|500|400
 //	tick DURATION                         time passes; the engine does what is due
 //	runtime TASK/CTR running|exited=N|gone  what the runtime holds, for the next crash
+//	runtime-down true|false               the runtime answers nothing / answers again
+//	reconcile                             the released reconcile comes back with what the runtime lists
 //	disk full|ok                          every commit fails / works again
 //	compact                               run the released compaction on the journal file
 //	crash                                 the process dies; a new engine recovers the file
@@ -145,6 +147,16 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		}
 		s.rt.byID[id] = st
 		return "ok\n"
+	case "runtime-down":
+		s.rt.down = d.CmdArgs[0].Key == "true"
+		return "ok\n"
+	case "reconcile":
+		var observed []fsm.Observed
+		list, err := s.rt.List(context.Background())
+		for _, st := range list {
+			observed = append(observed, fsm.Observed{ID: st.ID, Task: st.Task, Container: st.Container, Running: st.Running, Exited: st.Exited, ExitCode: st.ExitCode})
+		}
+		return s.step(engine.ReconcileInput{Observed: observed, Err: err})
 	case "disk":
 		s.full.Store(d.CmdArgs[0].Key == "full")
 		return "ok\n"
@@ -323,7 +335,10 @@ func (refusingCP) Report(context.Context, []protocol.StateChange) protocol.Repor
 
 // scriptRuntime holds what the script says the runtime has, for reconciliation after a
 // crash; every call with an effect is refused (effects are never carried out).
-type scriptRuntime struct{ byID map[string]docker.State }
+type scriptRuntime struct {
+	byID map[string]docker.State
+	down bool // List answers that the runtime is unavailable
+}
 
 var errScripted = errors.New("scripts carry out no runtime calls")
 
@@ -354,6 +369,9 @@ func (r *scriptRuntime) Find(_ context.Context, task, container string) (docker.
 	return docker.State{}, docker.ErrNotFound
 }
 func (r *scriptRuntime) List(context.Context) ([]docker.State, error) {
+	if r.down {
+		return nil, fmt.Errorf("list: %w", docker.ErrUnavailable)
+	}
 	out := make([]docker.State, 0, len(r.byID))
 	for _, st := range r.byID {
 		out = append(out, st)
