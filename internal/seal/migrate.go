@@ -97,7 +97,7 @@ func Migrate(ctx context.Context, j *journal.Journal, k *Key) (MigrateResult, er
 		return b, true, err
 	})
 	if err != nil {
-		return MigrateResult{}, fmt.Errorf("seal: migrating %s: %w", j.Path(), err)
+		return MigrateResult{}, fmt.Errorf("seal: sealing the clear env values of %s (written before sealing) stopped: %w; the file is damaged: see agentd journal verify --file %s (no record was changed past the damage)", j.Path(), err, j.Path())
 	}
 	return MigrateResult{Records: recs, Snapshots: snaps}, nil
 }
