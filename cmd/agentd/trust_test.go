@@ -254,3 +254,30 @@ func TestLostSealKeyIsNamed(t *testing.T) {
 	r2 := startTrustRig(t, dir, agentConfig{Trust: trustFlags{NewSealKey: true}})
 	r2.awaitKnown("task/k1", "RUNNING") // nothing else is lost
 }
+
+// TestStartRefusesAnUnsafeDataDir: a world-writable data dir and a symlinked pid file are each
+// refused at start with an error naming them; the symlink's target is untouched.
+func TestStartRefusesAnUnsafeDataDir(t *testing.T) {
+	cfg := agentConfig{Backend: "http://127.0.0.1:1", Runtime: "sim", Listen: "127.0.0.1:0", AgentID: "a"}
+	cfg.DataDir = filepath.Join(t.TempDir(), "open")
+	os.Mkdir(cfg.DataDir, 0o700)
+	os.Chmod(cfg.DataDir, 0o777)
+	if _, err := startAgent(context.Background(), cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "chmod 700") {
+		t.Fatalf("world-writable data dir: %v", err)
+	}
+	cfg.DataDir = t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	os.WriteFile(victim, []byte("precious"), 0o600)
+	os.Symlink(victim, filepath.Join(cfg.DataDir, journal.FileName+".pid"))
+	if _, err := startAgent(context.Background(), cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("symlinked pid file: %v", err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Fatal("the victim was overwritten")
+	}
+	cfg.DataDir = t.TempDir()
+	cfg.Listen = "0.0.0.0:0"
+	if _, err := startAgent(context.Background(), cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "--api-token-file") {
+		t.Fatalf("non-loopback --listen without a token: %v", err)
+	}
+}
