@@ -52,6 +52,7 @@ type journalDumpCmd struct {
 	Since   string `help:"From this time (RFC 3339, or relative like -2h)."`
 	Until   string `help:"Up to this time (RFC 3339, or relative like -10m)."`
 	Follow  bool   `help:"Keep printing new records as the running agent appends them (needs --live)."`
+	Unseal  bool   `help:"Show env values in the clear, opened with the seal key of --data-dir (only on the agent's own host; the key is never exported)."`
 }
 
 func (d *journalDumpCmd) filter() (forensics.Filter, error) {
@@ -80,6 +81,11 @@ func (d *journalDumpCmd) Run(ctx context.Context) error {
 			return errors.New("--follow reads a running agent's new records through its API: add --live http://127.0.0.1:51678 (its --listen address)")
 		}
 		return d.follow(ctx, f)
+	}
+	if d.Unseal {
+		if f.Reveal, err = unsealer(d.journalSource); err != nil {
+			return err
+		}
 	}
 	j, closeJ, err := forensics.Open(ctx, d.source())
 	if err != nil {

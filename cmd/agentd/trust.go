@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentd/agentd/internal/datadir"
 	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/seal"
 )
@@ -55,4 +56,17 @@ func openSealedJournal(ctx context.Context, dir string, newKey bool) (*journal.J
 		return nil, nil, err
 	}
 	return j, key, nil
+}
+
+// unsealer opens env values for `agentd journal dump --unseal`: only with the key file of a
+// local data directory, never through --live (the key never leaves the host).
+func unsealer(s journalSource) (func(event.Record) event.Record, error) {
+	if s.Live != "" {
+		return nil, fmt.Errorf("--unseal needs the seal key, which never leaves the agent's host: run it there with --data-dir instead of --live")
+	}
+	key, err := seal.LoadKey(filepath.Join(s.DataDir, seal.KeyFileName))
+	if err != nil {
+		return nil, fmt.Errorf("--unseal: %w", err)
+	}
+	return key.OpenRecord, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -279,5 +280,31 @@ func TestStartRefusesAnUnsafeDataDir(t *testing.T) {
 	cfg.Listen = "0.0.0.0:0"
 	if _, err := startAgent(context.Background(), cfg, zerolog.Nop()); err == nil || !strings.Contains(err.Error(), "--api-token-file") {
 		t.Fatalf("non-loopback --listen without a token: %v", err)
+	}
+}
+
+// TestDumpShowsValuesSealedUnlessUnsealed: forensics shows env values sealed; --unseal on the
+// agent's host opens them with its key; through --live it is refused.
+func TestDumpShowsValuesSealedUnlessUnsealed(t *testing.T) {
+	dir := t.TempDir()
+	r := startTrustRig(t, dir, agentConfig{})
+	r.assign("task/d1", map[string]any{"name": "app", "image": "web:1", "env": map[string]string{"PW": plantedSecret}})
+	r.awaitKnown("task/d1", "RUNNING")
+	r.stop()
+	bin := agentdBinary(t)
+	for _, format := range [][]string{nil, {"--json"}} {
+		args := append([]string{"journal", "dump", "--data-dir", dir}, format...)
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "task_added") || bytes.Contains(out, []byte(plantedSecret)) {
+			t.Fatalf("dump %v: %v: want records without the secret\n%s", format, err, out)
+		}
+	}
+	out, err := exec.Command(bin, "journal", "dump", "--data-dir", dir, "--json", "--unseal").CombinedOutput()
+	if err != nil || bytes.Count(out, []byte(plantedSecret)) != 2 { // payload_received and task_added
+		t.Fatalf("dump --unseal: %v: want the secret twice\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "journal", "dump", "--live", "http://127.0.0.1:1", "--unseal").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "never leaves") {
+		t.Fatalf("dump --live --unseal: %v\n%s", err, out)
 	}
 }
