@@ -44,7 +44,10 @@ func startTrustRig(t *testing.T, dir string, cfg agentConfig) *trustRig {
 	cp := httptest.NewServer(controlplane.New("", controlplane.Faults{}).Handler())
 	t.Cleanup(cp.Close)
 	r := &trustRig{t: t, cp: cp, log: &bytes.Buffer{}, dir: dir}
-	cfg.DataDir, cfg.Backend, cfg.Runtime, cfg.Listen = dir, cp.URL, "sim", "127.0.0.1:0"
+	cfg.DataDir, cfg.Backend, cfg.Listen = dir, cp.URL, "127.0.0.1:0"
+	if cfg.Runtime == "" {
+		cfg.Runtime = "sim"
+	}
 	if cfg.AgentID == "" {
 		cfg.AgentID = "agent-trust"
 	}
@@ -71,7 +74,7 @@ func startTrustRig(t *testing.T, dir string, cfg agentConfig) *trustRig {
 
 func (r *trustRig) assign(arn string, containers ...map[string]any) {
 	r.t.Helper()
-	postJSON(r.t, r.cp.URL+"/v1/tasks", map[string]any{"agent": "agent-trust", "task": map[string]any{"arn": arn, "desired_status": "RUNNING", "containers": containers}})
+	postJSON(r.t, r.cp.URL+"/v1/tasks", map[string]any{"agent": r.agent.eng.AgentID(), "task": map[string]any{"arn": arn, "desired_status": "RUNNING", "containers": containers}})
 }
 
 // awaitKnown waits until the agent shows the task with the status.
