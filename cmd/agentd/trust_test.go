@@ -44,7 +44,10 @@ func startTrustRig(t *testing.T, dir string, cfg agentConfig) *trustRig {
 	cp := httptest.NewServer(controlplane.New("", controlplane.Faults{}).Handler())
 	t.Cleanup(cp.Close)
 	r := &trustRig{t: t, cp: cp, log: &bytes.Buffer{}, dir: dir}
-	cfg.DataDir, cfg.Backend, cfg.Listen = dir, cp.URL, "127.0.0.1:0"
+	cfg.DataDir, cfg.Backend = dir, cp.URL
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
 	if cfg.Runtime == "" {
 		cfg.Runtime = "sim"
 	}
@@ -59,7 +62,7 @@ func startTrustRig(t *testing.T, dir string, cfg agentConfig) *trustRig {
 		cancel()
 		t.Fatal(err)
 	}
-	r.agent, r.api = a, "http://"+a.ln.Addr().String()
+	r.agent, r.api = a, "http://"+strings.Replace(a.ln.Addr().String(), "[::]", "127.0.0.1", 1)
 	var once bool
 	r.stop = func() {
 		if !once {
@@ -309,5 +312,34 @@ func TestDumpShowsValuesSealedUnlessUnsealed(t *testing.T) {
 	out, err = exec.Command(bin, "journal", "dump", "--live", "http://127.0.0.1:1", "--unseal").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "never leaves") {
 		t.Fatalf("dump --live --unseal: %v\n%s", err, out)
+	}
+}
+
+// TestTokenGuardedAPI: an agent listening on every interface with --api-token-file answers
+// 401 to every request without the token, and the forensics tools read it with the token.
+func TestTokenGuardedAPI(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "api-token")
+	os.WriteFile(tok, []byte("api-secret\n"), 0o600)
+	r := startTrustRig(t, t.TempDir(), agentConfig{Listen: "0.0.0.0:0", Trust: trustFlags{APITokenFile: tok}})
+	if strings.Contains(r.api, "0.0.0.0") {
+		r.api = strings.Replace(r.api, "0.0.0.0", "127.0.0.1", 1)
+	}
+	for _, p := range []string{"/healthz", "/v1/metadata", "/v1/tasks", "/v1/journal/records?from=1", "/v1/journal/export", "/metrics"} {
+		resp, err := http.Get(r.api + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s without the token: HTTP %d, want 401", p, resp.StatusCode)
+		}
+	}
+	bin := agentdBinary(t)
+	out := filepath.Join(t.TempDir(), "copy.db")
+	if b, err := exec.Command(bin, "journal", "export", "--live", r.api, "--out", out).CombinedOutput(); err == nil || !strings.Contains(string(b), "401") {
+		t.Fatalf("export without the token: %v\n%s", err, b)
+	}
+	if b, err := exec.Command(bin, "journal", "export", "--live", r.api, "--api-token-file", tok, "--out", out).CombinedOutput(); err != nil {
+		t.Fatalf("export with the token: %v\n%s", err, b)
 	}
 }
