@@ -343,3 +343,45 @@ func TestTokenGuardedAPI(t *testing.T) {
 		t.Fatalf("export with the token: %v\n%s", err, b)
 	}
 }
+
+// TestValueUnderALostKeyStopsOnlyItsTask: a task whose env was sealed under a key that is gone
+// (the agent restarted with --new-seal-key) is stopped with a reason naming its container and
+// the key file; a task of the same journal without such a value runs as usual.
+func TestValueUnderALostKeyStopsOnlyItsTask(t *testing.T) {
+	dir := t.TempDir()
+	r := startTrustRig(t, dir, agentConfig{})
+	r.stop()
+	keyPath := filepath.Join(dir, seal.KeyFileName)
+	old, err := seal.LoadKey(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Assigned while the old key was in force, not yet created when it was lost.
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, _ := old.Seal("PW", plantedSecret)
+	now := time.Now()
+	_, err = j.Append(context.Background(),
+		event.Record{Time: now, Event: &event.PayloadReceived{MessageID: "m-lost"}},
+		event.Record{Time: now, Task: "task/lost", Event: &event.TaskAdded{MessageID: "m-lost", Desired: event.StatusRunning,
+			Containers: []event.ContainerSpec{{Name: "app", Image: "web:1", Command: []string{"run"}, Env: map[string]string{"PW": sealed}, Essential: true}}}},
+		event.Record{Time: now, Task: "task/fine", Event: &event.TaskAdded{MessageID: "m-lost", Desired: event.StatusRunning,
+			Containers: []event.ContainerSpec{{Name: "app", Image: "web:1", Command: []string{"run"}, Essential: true}}}})
+	j.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(keyPath)
+	r2 := startTrustRig(t, dir, agentConfig{Trust: trustFlags{NewSealKey: true}})
+	r2.awaitKnown("task/fine", "RUNNING")
+	r2.awaitKnown("task/lost", "STOPPED_ACKED")
+	var v struct {
+		Containers []struct{ Reason string }
+	}
+	getJSON(t, r2.api+"/v1/tasks/task/lost", &v)
+	if len(v.Containers) != 1 || !strings.Contains(v.Containers[0].Reason, "container app") || !strings.Contains(v.Containers[0].Reason, keyPath) || strings.Contains(v.Containers[0].Reason, plantedSecret) {
+		t.Fatalf("stopped task's container: %+v; want a reason naming the container and %s", v, keyPath)
+	}
+}
