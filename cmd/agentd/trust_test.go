@@ -156,6 +156,13 @@ func TestNoSecretInTheClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	answers["journal file"] = file
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.Name() != seal.KeyFileName && e.Type().IsRegular() {
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			answers["data dir file "+e.Name()] = b
+		}
+	}
 	answers["log"] = r.log.Bytes()
 	for what, b := range answers {
 		if bytes.Contains(b, []byte(plantedSecret)) {
