@@ -392,3 +392,33 @@ func TestValueUnderALostKeyStopsOnlyItsTask(t *testing.T) {
 		t.Fatalf("stopped task's container: %+v; want a reason naming the container and %s", v, keyPath)
 	}
 }
+
+// TestMigrationLeavesNoClearByte: right after the migration of a pre-seal journal, before the
+// agent writes anything that might reuse free pages, the file holds no clear value: the
+// replaced bytes are not left in bbolt's free pages.
+func TestMigrationLeavesNoClearByte(t *testing.T) {
+	golden, err := os.ReadFile("../../testdata/journals/pre-seal.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, journal.FileName)
+	os.WriteFile(path, golden, 0o600)
+	j, key, err := openSealedJournal(context.Background(), dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	if b, _ := os.ReadFile(path); bytes.Contains(b, []byte(goldenSecret)) {
+		t.Fatal("clear bytes left in the migrated file")
+	}
+	// Idempotent: a second start changes nothing and needs no new key.
+	j, key2, err := openSealedJournal(context.Background(), dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	if key2.ID() != key.ID() {
+		t.Fatalf("second start uses key %s, first %s", key2.ID(), key.ID())
+	}
+}
