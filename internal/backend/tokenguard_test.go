@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
@@ -116,5 +117,38 @@ func TestPlainHTTPTokenNeedsTheFlag(t *testing.T) {
 	// Without a token there is nothing to leak.
 	if _, err := backend.New(backend.Config{URL: "http://192.0.2.10", AgentID: "a"}); err != nil {
 		t.Errorf("no token: %v", err)
+	}
+}
+
+// TestOldTLSRefused: a backend that offers only TLS 1.1 is refused, with or without --ca-file,
+// before any token is sent.
+func TestOldTLSRefused(t *testing.T) {
+	var tokens atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			tokens.Add(1)
+		}
+		w.Write([]byte(`{"payloads":[]}`))
+	}))
+	srv.TLS = &tls.Config{MaxVersion: tls.VersionTLS11}
+	srv.StartTLS()
+	defer srv.Close()
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte("t\n"), 0o600)
+	ca := filepath.Join(dir, "ca.pem")
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600)
+	for _, caFile := range []string{ca, ""} {
+		c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "a", TokenFile: tok, CAFile: caFile, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Poll(context.Background(), 0); err == nil {
+			t.Errorf("ca-file %q: a TLS 1.1 backend answered", caFile)
+		}
+		c.Close()
+	}
+	if tokens.Load() != 0 {
+		t.Fatal("the token reached a TLS 1.1 backend")
 	}
 }
