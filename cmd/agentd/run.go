@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/agentd/agentd/internal/backend"
@@ -16,6 +14,7 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/seal"
 	"github.com/rs/zerolog"
 )
 
@@ -34,6 +33,7 @@ type runCmd struct {
 	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
 	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept (a re-sent task is recognised for this long). Negative: forever."`
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
+	trustFlags
 	logFlags
 }
 
@@ -47,7 +47,7 @@ func (r *runCmd) Run(ctx context.Context) error {
 	}
 	a, err := startAgent(ctx, agentConfig{
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
-		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen,
+		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags,
 		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention},
 	}, log)
 	if err != nil {
@@ -60,6 +60,7 @@ type agentConfig struct {
 	DataDir, Backend, TokenFile, CAFile, AgentID, Runtime, DockerHost, Listen string
 	CleanupWait                                                               time.Duration
 	Engine                                                                    engine.Config
+	Trust                                                                     trustFlags
 }
 
 // agent is a started daemon: the journal, the runtime, the engine and the introspection API.
@@ -78,16 +79,18 @@ type agent struct {
 // error, never a hang, if another agentd holds it), the agent id, the runtime, recovery, and
 // only then the loop and the API.
 func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent, error) {
-	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("--data-dir %s: %w", c.DataDir, err)
-	}
-	ln, err := net.Listen("tcp", c.Listen)
+	api, err := introspect.Guard(c.Listen, c.Trust.APITokenFile)
 	if err != nil {
-		return nil, fmt.Errorf("--listen %s: %w", c.Listen, err)
+		return nil, err
+	}
+	ln, err := api.Listen()
+	if err != nil {
+		return nil, err
 	}
 	a := &agent{log: log, ln: ln, runErr: make(chan error, 1)}
 	fail := func(err error) (*agent, error) { a.close(); return nil, err }
-	a.j, err = journal.Open(filepath.Join(c.DataDir, journal.FileName), journal.Options{})
+	var key *seal.Key
+	a.j, key, err = openSealedJournal(ctx, c.DataDir, c.Trust.NewSealKey)
 	if err != nil {
 		return fail(err)
 	}
@@ -112,17 +115,19 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	if err != nil {
 		return fail(err)
 	}
-	a.cp, err = backend.New(backend.Config{URL: c.Backend, AgentID: id, TokenFile: c.TokenFile, CAFile: c.CAFile})
+	a.cp, err = backend.New(backend.Config{URL: c.Backend, AgentID: id, TokenFile: c.TokenFile, CAFile: c.CAFile, AllowPlainToken: c.Trust.AllowPlainToken})
 	if err != nil {
 		return fail(err)
 	}
+	// Env values are sealed before the engine sees a payload and opened only for the runtime.
+	rt := seal.OpeningRuntime{Runtime: a.rt, Key: key}
+	cp := seal.SealingControlPlane{Inner: a.cp, Key: key}
 	cfg := c.Engine
 	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, version, c.Runtime, c.CleanupWait
-	a.eng = engine.New(cfg, a.j, a.rt, a.cp, nil, nil, log)
+	a.eng = engine.New(cfg, a.j, rt, cp, nil, nil, log)
 	a.eng.RegisterStateCollector()
 	// The API answers 503 while recovering, so it starts first.
-	a.srv = &http.Server{Handler: introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime}, fsm.Config{CleanupWait: c.CleanupWait}),
-		ReadHeaderTimeout: 10 * time.Second}
+	a.srv = api.Server(introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime}, fsm.Config{CleanupWait: c.CleanupWait}))
 	go func() { _ = a.srv.Serve(ln) }()
 	if err := a.eng.Recover(ctx); err != nil {
 		return fail(err)

@@ -116,7 +116,7 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 			Env:    env,
 			Labels: e.labels(spec.Task, spec.Container.Name),
 		},
-		HostConfig: &container.HostConfig{},
+		HostConfig: hardened(), // hygiene.go
 	})
 	if cerrdefs.IsConflict(err) {
 		// The name is taken: by our container, created by an agent that died before it could

@@ -128,9 +128,8 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /v1/journal/export", func(w http.ResponseWriter, r *http.Request) {
-		// A consistent copy from one bbolt read transaction, while the agent keeps appending.
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if _, err := e.Journal().CopyTo(w); err != nil {
+		// A consistent copy, while the agent keeps appending (export.go).
+		if err := export(e.Journal(), w, r); err != nil {
 			e.Logger().Warn().Err(err).Msg("journal export broke off")
 		}
 	})
