@@ -124,6 +124,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, buildVersion().Version, c.Runtime, c.CleanupWait
 	a.eng = engine.New(cfg, a.j, a.rt, a.cp, nil, nil, log)
 	a.eng.RegisterStateCollector()
+	registerHealthCollector(a.eng) // healthmetrics.go
 	// The API answers 503 while recovering, so it starts first.
 	a.srv = &http.Server{Handler: introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime}, fsm.Config{CleanupWait: c.CleanupWait}),
 		ReadHeaderTimeout: 10 * time.Second}
