@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/agentd/agentd/deploy"
+	"github.com/alecthomas/kong"
 )
 
 // installUnitCmd writes the systemd unit that ships with this binary (deploy/agentd.service)
@@ -20,7 +22,9 @@ type installUnitCmd struct {
 	Force  bool   `help:"Replace an existing agentd.service."`
 }
 
-func (c *installUnitCmd) Run() error {
+func (c *installUnitCmd) Run(kctx *kong.Context) error { return c.install(kctx.Stdout) }
+
+func (c *installUnitCmd) install(w io.Writer) error {
 	unit := deploy.Unit
 	if c.Binary != "" {
 		if !filepath.IsAbs(c.Binary) {
@@ -47,6 +51,8 @@ func (c *installUnitCmd) Run() error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	fmt.Printf("wrote %s\nnext:\n  mkdir -p /etc/agentd && agentd run --print-config --backend URL > /dev/null   # check the settings\n  systemctl daemon-reload\n  systemctl enable --now agentd\n", path)
-	return nil
+	_, err = fmt.Fprintf(w, "wrote %s\nnext:\n"+
+		"  settings in /etc/agentd/agentd.json, e.g. {\"backend\": \"https://…\", \"token_file\": \"/etc/agentd/token\"}; check: agentd run --print-config\n"+
+		"  systemctl daemon-reload\n  systemctl enable --now agentd\n", path)
+	return err
 }
