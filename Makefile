@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(
 DIST      ?= dist
 PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
+.PHONY: test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -27,6 +27,10 @@ dist:
 	    -o $(DIST)/agentd-$(VERSION)-$$os-$$arch ./cmd/agentd; done
 	cp deploy/agentd.service deploy/prometheus-rules.yml deploy/grafana-dashboard.json $(DIST)/
 	cd $(DIST) && sha256sum agentd-* agentd.service prometheus-rules.yml grafana-dashboard.json > SHA256SUMS
+
+## test-browser: only the status page in headless Chromium (also part of make test).
+test-browser:
+	$(GO) test -count=1 -run TestStatusPageInABrowser -v ./cmd/agentd
 
 ## test-dist: `make dist` into a temporary directory; its binaries run, are static, and say
 ## this commit (slow: two cross-builds).
