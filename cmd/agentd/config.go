@@ -129,7 +129,7 @@ func (f *configFile) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (an
 	}
 	probe := reflect.New(target).Elem()
 	if err := flag.Parse(kong.ScanFromTokens(kong.Token{Type: kong.FlagValueToken, Value: text}), probe); err != nil {
-		return nil, bad("%v", err)
+		return nil, bad("%s", strings.TrimPrefix(err.Error(), "--"+flag.Name+": "))
 	}
 	if flag.Enum != "" && !flag.EnumMap()[text] {
 		return nil, bad("%q is not one of %s", text, strings.Join(flag.EnumSlice(), ", "))
@@ -272,6 +272,7 @@ func (r *runCmd) printConfig(w io.Writer, kctx *kong.Context) error {
 	out := map[string]any{"precedence": "flag > env AGENTD_* > file > default", "config_file": r.configLoaded, "settings": settings}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(out)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -182,5 +183,42 @@ func TestConfigErrors(t *testing.T) {
 	t.Setenv("AGENTD_CLEANUP_WAIT", "5m")
 	if r, _, err := parseRun(t, "/nonexistent", "--config", file); err != nil || r.CleanupWait != 5*time.Minute {
 		t.Errorf("file value overridden by the environment: %v, %v", err, r.CleanupWait)
+	}
+}
+
+// TestConfigThroughTheBinary: `agentd run --print-config` prints the settings and their
+// sources and starts nothing; a bad settings file stops `agentd run` with the file, the key
+// and the reason, before anything is opened.
+func TestConfigThroughTheBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	file := writeFile(t, "agentd.json", `{"backend": "http://file:1", "runtime": "sim", "data_dir": "`+data+`"}`)
+	cmd := exec.Command(agentdBinary(t), "run", "--config", file, "--print-config", "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "AGENTD_CLEANUP_WAIT=10m")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("--print-config: %v\n%s", err, out)
+	}
+	var printedOut struct {
+		ConfigFile string                   `json:"config_file"`
+		Settings   map[string]configSetting `json:"settings"`
+	}
+	if err := json.Unmarshal(out, &printedOut); err != nil {
+		t.Fatalf("--print-config: %v\n%s", err, out)
+	}
+	if printedOut.ConfigFile != file || printedOut.Settings["backend"].Source != "file "+file ||
+		printedOut.Settings["cleanup_wait"] != (configSetting{"10m0s", "env AGENTD_CLEANUP_WAIT"}) ||
+		printedOut.Settings["listen"] != (configSetting{"127.0.0.1:0", "flag"}) {
+		t.Errorf("--print-config:\n%s", out)
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Error("--print-config created the data directory: it must start nothing")
+	}
+	bad := writeFile(t, "bad.json", `{"backend": "http://file:1", "retention": "a week"}`)
+	out, err = exec.Command(agentdBinary(t), "run", "--config", bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), bad) || !strings.Contains(string(out), `key "retention"`) || !strings.Contains(string(out), "a week") {
+		t.Errorf("a bad settings file: %v\n%s", err, out)
 	}
 }

@@ -112,7 +112,9 @@ func registerStatus(mux *http.ServeMux, e *engine.Engine, info Info, cfg fsm.Con
 			return
 		}
 		statusHeaders(w, "text/html; charset=utf-8")
-		if page.Problem != "" {
+		if page.Problem != "" && name == "page" {
+			// The page says 503 like /healthz; the script's refresh gets 200, so a browser
+			// console stays clean while the fragment shows what is wrong.
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_, _ = w.Write(b.Bytes())
