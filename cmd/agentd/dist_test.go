@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -116,6 +117,16 @@ func TestVersionFallsBackToBuildInfo(t *testing.T) {
 	}
 	oldV, oldC, oldD := version, commit, date
 	t.Cleanup(func() { version, commit, date = oldV, oldC, oldD })
+	// A `go install …@v1.2.3` build: no ldflags, the module version and the VCS stamp.
+	version, commit, date = "dev", "", ""
+	v = versionFrom(&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-11-29T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}})
+	if v.Version != "v1.2.3" || v.Commit != "0123abcd" || v.Date != "2026-11-29T10:00:00Z" || !v.Modified {
+		t.Fatalf("versionFrom build info: %+v", v)
+	}
+	if v = versionFrom(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}); v.Version != "dev" {
+		t.Fatalf("a (devel) build: %+v; want dev", v)
+	}
 	version, commit, date = "v9.9.9", "abc123", "2026-11-30T00:00:00Z"
 	v = buildVersion()
 	if v.Version != "v9.9.9" || v.Commit != "abc123" || v.Date != "2026-11-30T00:00:00Z" {

@@ -31,9 +31,14 @@ type versionInfo struct {
 // buildVersion is the version of this binary: the ldflags values where set, else the build
 // information the toolchain embedded.
 func buildVersion() versionInfo {
+	bi, _ := debug.ReadBuildInfo()
+	return versionFrom(bi)
+}
+
+// versionFrom fills what the ldflags left unset from the toolchain's build information.
+func versionFrom(bi *debug.BuildInfo) versionInfo {
 	v := versionInfo{Version: version, Commit: commit, Date: date, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+	if bi == nil {
 		return v
 	}
 	if v.Version == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
