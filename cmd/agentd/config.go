@@ -77,7 +77,7 @@ func (f *configFile) checkKeys(node *kong.Node) error {
 	slices.Sort(keys)
 	for _, k := range keys {
 		switch {
-		case known[k]:
+		case known[k]: // a setting by that name exists: its value is a path or a switch, not a secret
 		case isSecretName(k):
 			return fmt.Errorf("%s: key %q: secrets are never read from the settings file; put it in a file of its own (mode 0600) and name that file (token_file)", f.path, k)
 		default:
@@ -170,10 +170,10 @@ func jsonTypeName(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// isSecretName reports whether a setting would carry a secret itself rather than the path of
-// a file holding it.
+// isSecretName reports whether a key looks like it would carry a secret itself rather than the
+// path of a file holding it (token, password, …; not token_file, not allow_plain_token).
 func isSecretName(key string) bool {
-	if strings.HasSuffix(key, "_file") {
+	if strings.HasSuffix(key, "_file") || strings.HasPrefix(key, "allow_") {
 		return false
 	}
 	for _, s := range []string{"token", "secret", "password", "credential", "private_key"} {
@@ -264,8 +264,8 @@ func (r *runCmd) printConfig(w io.Writer, kctx *kong.Context) error {
 		case !fl.HasDefault:
 			s.Source = "unset"
 		}
-		if isSecretName(key) {
-			s.Value = "(not shown)"
+		if isSecretName(key) && fl.Target.Kind() == reflect.String {
+			s.Value = "(not shown)" // no such setting today; one added by mistake stays unprinted
 		}
 		settings[key] = s
 	}
