@@ -331,24 +331,29 @@ func TestStatusPageInABrowser(t *testing.T) {
 	}
 
 	// A task's timeline: opened, it loads the SVG `agentd journal timeline --svg` draws.
-	if err := chromedp.Do(bounded(10*time.Second), chromedp.Click(chromedp.CSS(`details[data-arn="task/acked"] summary`))); err != nil {
-		t.Fatalf("opening the timeline of task/acked: %v", err)
+	if err := chromedp.Do(bounded(10*time.Second), chromedp.Click(chromedp.CSS(`details[data-arn="task/blocked"] summary`))); err != nil {
+		t.Fatalf("opening the timeline of task/blocked: %v", err)
 	}
 	size, err := chromedp.Run(bounded(15*time.Second), chromedp.Poll[[]int](`(() => {
-		const img = document.querySelector('details[data-arn="task/acked"] img');
+		const img = document.querySelector('details[data-arn="task/blocked"] img');
 		return img && img.complete && img.naturalWidth > 0 ? [img.naturalWidth, img.naturalHeight] : null;
 	})()`))
 	if err != nil {
-		t.Fatalf("the timeline of task/acked did not render: %v", err)
+		t.Fatalf("the timeline of task/blocked did not render: %v", err)
 	}
 	if size[0] < 400 || size[1] < 100 {
 		t.Errorf("timeline drawn %dx%d; want a real drawing", size[0], size[1])
 	}
-	svg := fetch(t, s.api+"/status/timeline.svg?task="+url.QueryEscape("task/acked"))
-	for _, want := range []string{"<svg", "task/acked", "STOPPED_ACKED", "RUNNING"} {
+	// The drawing of a task blocked on its acknowledgement: it ran, stopped, and its reports
+	// were throttled (the red bar).
+	svg := fetch(t, s.api+"/status/timeline.svg?task="+url.QueryEscape("task/blocked"))
+	for _, want := range []string{"<svg", "task/blocked", "RUNNING", "STOPPED", `fill="#d62728"`} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("timeline SVG lacks %q", want)
 		}
+	}
+	if strings.Contains(svg, "STOPPED_ACKED") {
+		t.Error("timeline SVG of a blocked task shows STOPPED_ACKED")
 	}
 	dir := artifactDir(t)
 	shot := func(name string) {
@@ -375,12 +380,24 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if _, err := chromedp.Run(bounded(45*time.Second), chromedp.Poll[bool](`(() => {
 		const known = (arn) => { const tr = document.querySelector('#tasks tr[data-arn="' + arn + '"]'); return tr && tr.dataset.known; };
 		return known("task/blocked") === "STOPPED_ACKED" && known("task/running") === "STOPPED_ACKED" &&
-			document.querySelector("#blocked-count").dataset.value === "0" && document.querySelector("#reports-streak").dataset.value === "";
+			document.querySelector("#blocked-count").dataset.value === "0" && document.querySelector("#reports-streak").dataset.value === "" &&
+			Number(document.body.dataset.refreshed) >= 2;
 	})()`, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
 		t.Fatalf("the page did not show the tasks' new states by itself: %v\npage: %v", err, pageNumbers())
 	}
-	if kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.agentdNotReloaded === true && document.querySelector('details[data-arn="task/acked"]').open`)); err != nil || !kept {
+	if kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.agentdNotReloaded === true && document.querySelector('details[data-arn="task/blocked"]').open`)); err != nil || !kept {
 		t.Errorf("the page reloaded or closed the open timeline instead of updating in place (%v)", err)
+	}
+	// The open timeline is still drawn after the refreshes, and now shows the acknowledgement.
+	src, err := chromedp.Run(bounded(15*time.Second), chromedp.Poll[string](`(() => {
+		const img = document.querySelector('details[data-arn="task/blocked"] img');
+		return img && img.complete && img.naturalWidth > 0 && img.getAttribute("src") === img.dataset.src ? img.getAttribute("src") : "";
+	})()`))
+	if err != nil {
+		t.Fatalf("the open timeline is not drawn after the page refreshed: %v", err)
+	}
+	if svg := fetch(t, s.api+src); !strings.Contains(svg, "STOPPED_ACKED") {
+		t.Errorf("the open timeline (%s) does not show the acknowledgement", src)
 	}
 	page = pageNumbers()
 	byState, _, _ = apiCounts(t, s.api)

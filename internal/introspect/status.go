@@ -146,6 +146,9 @@ func registerStatus(mux *http.ServeMux, e *engine.Engine, info Info, cfg fsm.Con
 			return
 		}
 		statusHeaders(w, "image/svg+xml")
+		// The page asks with the journal's sequence number in the URL, so one URL always
+		// draws the same: the browser may keep it, and the refresh swaps drawings without a gap.
+		w.Header().Set("Cache-Control", "private, max-age=600")
 		_, _ = w.Write(b.Bytes())
 	})
 }
