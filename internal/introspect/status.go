@@ -32,6 +32,13 @@ var statusTemplate = template.Must(template.New("status.html").Funcs(template.Fu
 	"ago":   func(d time.Duration) string { return roundDuration(d).String() },
 	"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000Z") },
 	"lower": strings.ToLower,
+	"taskURL": func(arn string) string { // each segment escaped: an ARN may hold ? or #
+		segs := strings.Split(arn, "/")
+		for i, seg := range segs {
+			segs[i] = url.PathEscape(seg)
+		}
+		return "/v1/tasks/" + strings.Join(segs, "/")
+	},
 }).ParseFS(statusFiles, "status.html"))
 
 // statusTaskLimit caps the task table: a host with thousands of tasks gets the ones that need

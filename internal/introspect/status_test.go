@@ -71,6 +71,9 @@ func TestStatusPage(t *testing.T) {
 			t.Errorf("the page lacks %s", want)
 		}
 	}
+	if !strings.Contains(page, `href="/v1/tasks/task/%3Cimg/src=x/onerror=alert%281%29%3E"`) {
+		t.Errorf("the hostile task's link is not escaped segment by segment")
+	}
 	for _, bad := range []string{"<img/src=x", "<script>alert(2)", "http://", "https://"} {
 		if strings.Contains(page, bad) {
 			t.Errorf("the page contains %q (unescaped input or an outside asset)", bad)
