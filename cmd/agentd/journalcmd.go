@@ -46,7 +46,7 @@ func printJSON(v any) error {
 
 type journalDumpCmd struct {
 	journalSource
-	Task    string `help:"Only records of this task."`
+	Task    string `predictor:"task" help:"Only records of this task."`
 	Type    string `help:"Only records of these types (comma-separated wire names)."`
 	FromSeq uint64 `help:"From this sequence number."`
 	ToSeq   uint64 `help:"Up to this sequence number."`
@@ -167,7 +167,7 @@ type journalReplayCmd struct {
 	journalSource
 	ToSeq       uint64        `help:"Replay up to this sequence number (default: the end)."`
 	At          string        `help:"Replay up to this time (RFC 3339 or relative like -2h)."`
-	Task        string        `help:"Show this task only."`
+	Task        string        `predictor:"task" help:"Show this task only."`
 	CleanupWait time.Duration `default:"3h" help:"The agent's --cleanup-wait, to show when cleanups fall due (it is not journaled)."`
 }
 
@@ -223,7 +223,7 @@ func (r *journalReplayCmd) Run(ctx context.Context) error {
 
 type journalTimelineCmd struct {
 	journalSource
-	Task string `required:"" help:"The task."`
+	Task string `required:"" predictor:"task" help:"The task."`
 	SVG  string `name:"svg" help:"Also draw the timeline into this SVG file."`
 }
 

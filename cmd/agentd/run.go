@@ -15,6 +15,7 @@ import (
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/seal"
+	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 )
 
@@ -35,9 +36,16 @@ type runCmd struct {
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
 	trustFlags
 	logFlags
+	// The settings file and --print-config: config.go.
+	Config       string `placeholder:"FILE" env:"AGENTD_CONFIG" help:"JSON settings file, keys as the flags in snake_case (default /etc/agentd/agentd.json when it exists). A flag beats AGENTD_*, which beats the file."`
+	PrintConfig  bool   `help:"Print the effective settings and where each came from (flag, env, file, default), then exit."`
+	configLoaded string
 }
 
-func (r *runCmd) Run(ctx context.Context) error {
+func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
+	if r.PrintConfig {
+		return r.printConfig(kctx.Stdout, kctx)
+	}
 	if r.CleanupWait < 0 {
 		return fmt.Errorf("--cleanup-wait %s: must be ≥ 0", r.CleanupWait)
 	}
@@ -123,11 +131,12 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	rt := seal.OpeningRuntime{Runtime: a.rt, Key: key}
 	cp := seal.SealingControlPlane{Inner: a.cp, Key: key}
 	cfg := c.Engine
-	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, version, c.Runtime, c.CleanupWait
+	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, buildVersion().Version, c.Runtime, c.CleanupWait
 	a.eng = engine.New(cfg, a.j, rt, cp, nil, nil, log)
 	a.eng.RegisterStateCollector()
+	registerHealthCollector(a.eng) // healthmetrics.go
 	// The API answers 503 while recovering, so it starts first.
-	a.srv = api.Server(introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime}, fsm.Config{CleanupWait: c.CleanupWait}))
+	a.srv = api.Server(introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime}, fsm.Config{CleanupWait: c.CleanupWait}))
 	go func() { _ = a.srv.Serve(ln) }()
 	if err := a.eng.Recover(ctx); err != nil {
 		return fail(err)
@@ -135,6 +144,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	log.Info().Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", ln.Addr().String()).
 		Dur("cleanup_wait", c.CleanupWait).Msg("agent running")
 	go func() { a.runErr <- a.eng.Run(ctx) }()
+	go a.notifySystemd(ctx) // READY=1 and watchdog pings under systemd: systemd.go
 	return a, nil
 }
 

@@ -136,6 +136,7 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 	mux.HandleFunc("GET /v1/journal/records", func(w http.ResponseWriter, r *http.Request) {
 		records(e.Journal(), w, r)
 	})
+	registerStatus(mux, e, info, cfg) // the status page at /, see status.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.Metrics().Registry, promhttp.HandlerOpts{}))
 	return mux
 }
