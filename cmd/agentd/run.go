@@ -32,7 +32,7 @@ type runCmd struct {
 	DockerHost    string        `env:"AGENTD_DOCKER_HOST" help:"Docker Engine address (default: the client's environment and defaults)."`
 	CleanupWait   time.Duration `default:"3h" env:"AGENTD_CLEANUP_WAIT" help:"How long a stopped, acknowledged task is kept before cleanup, from its journaled stop time."`
 	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
-	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept (a re-sent task is recognised for this long). Negative: forever."`
+	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept: a re-sent task is recognised for this long, and the id of a payload that still holds a live task is kept while that task lives, so a re-send of it never runs a task again. Negative: forever."`
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
 	trustFlags
 	logFlags
