@@ -146,6 +146,9 @@ func (w *world) complete(a fsm.Action, res fsm.Result, took bool) {
 	if a.Kind == fsm.ActCreate && res.Kind == fsm.Succeeded {
 		res.RuntimeID = "id-" + k
 	}
+	if res.Kind == fsm.Vanished {
+		delete(w.running, k) // the runtime says it is gone: it is (a world that said otherwise would lie)
+	}
 	switch a.Kind {
 	case fsm.ActStart:
 		if took {
