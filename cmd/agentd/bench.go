@@ -17,6 +17,7 @@ type benchCmd struct {
 	Waiting   benchWaitingCmd   `cmd:"" help:"What tasks stopped and awaiting acknowledgement cost, and how soon cleanup follows the ack."`
 	Lifecycle benchLifecycleCmd `cmd:"" help:"Full task lifecycles through a real agent and an unthrottled in-process control plane."`
 	Recovery  benchRecoveryCmd  `cmd:"" help:"Open → projection rebuilt → ready, on journals of growing size with 10k live tasks; with snapshots and without."`
+	Docker    benchDockerCmd    `cmd:"" help:"Task lifecycles on the Docker Engine through agentd, beside a bare moby-client loop doing the same."`
 	All       benchAllCmd       `cmd:"" help:"Every benchmark, one table: figure, baseline, ratio, target, pass/fail."`
 }
 
@@ -148,4 +149,40 @@ func (b *benchJournalCmd) Run(ctx context.Context) error {
 	w.Flush()
 	fmt.Println()
 	return printRows(journalRows(res))
+}
+
+type benchDockerCmd struct {
+	Tasks       int    `default:"200" help:"Lifecycles each side runs."`
+	Concurrency int    `default:"20" help:"Tasks in flight at once, each side."`
+	Rounds      int    `default:"2" help:"Rounds; the sides alternate which goes first."`
+	Image       string `default:"agentd-testbox:latest" help:"The test image (make testbox-image)."`
+	DockerHost  string `help:"Docker Engine address (default: the client's environment and defaults)."`
+	Dir         string `help:"Directory for the agent's data dir (default: the system's temp dir)."`
+	JSON        bool   `name:"json" help:"Print one JSON object."`
+}
+
+func (b *benchDockerCmd) Run(ctx context.Context) error {
+	res, err := benchmark.Docker(ctx, b.options())
+	if err != nil {
+		return err
+	}
+	if b.JSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	fmt.Println()
+	return printRows(dockerRows(res))
+}
+
+func (b *benchDockerCmd) options() benchmark.DockerOptions {
+	self, _ := os.Executable()
+	return benchmark.DockerOptions{Agentd: self, Dir: b.Dir, Host: b.DockerHost, Image: b.Image, Tasks: b.Tasks, Concurrency: b.Concurrency, Rounds: b.Rounds}
+}
+
+// dockerRows are the Docker benchmark's rows, the same in `bench docker` and `bench all`.
+func dockerRows(d benchmark.DockerResult) []benchRow {
+	return []benchRow{
+		{"docker", fmt.Sprintf("agentd wall s, %d tasks %d at a time", d.Tasks, d.Concurrency), d.AgentSeconds, fmt.Sprintf("bare moby-client loop %.1f s", d.BareSeconds), d.Ratio, "≤ 1.05x", d.Ratio <= 1.05},
+		{"docker", "agentd CPU s per 1,000 lifecycles", d.AgentCPUPer1k, "-", 0, "-", true},
+		{"docker", "agentd peak RSS MB", d.AgentPeakMB, "-", 0, "-", true},
+	}
 }

@@ -12,9 +12,10 @@ import (
 )
 
 type benchAllCmd struct {
-	Quick bool   `help:"Smaller sizes (minutes become seconds; the targets are stated for the full sizes)."`
-	Dir   string `help:"Directory for temporary files (default: the system's temp dir)."`
-	JSON  bool   `name:"json" help:"Print the rows as JSON."`
+	Quick  bool   `help:"Smaller sizes (minutes become seconds; the targets are stated for the full sizes)."`
+	Dir    string `help:"Directory for temporary files (default: the system's temp dir)."`
+	Docker string `default:"auto" enum:"auto,on,off" help:"The Docker Engine benchmark: auto runs it when the engine answers and has the test image (make testbox-image)."`
+	JSON   bool   `name:"json" help:"Print the rows as JSON."`
 }
 
 type benchRow struct {
@@ -83,6 +84,24 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 		add(benchRow{"recovery", "ready time, largest vs smallest journal", r.LargeVsSmall, "-", 0, "≤ 1.2x", r.LargeVsSmall <= 1.2})
 		last := r.Rows[len(r.Rows)-1]
 		add(benchRow{"disk", "bytes per record under churn with compaction", last.BytesPerRecord, fmt.Sprintf("used bytes each million: %v", last.SizeOverTime), 0, "≤ 200 and flat", last.BytesPerRecord <= 200})
+	}
+
+	if b.Docker != "off" {
+		d := benchDockerCmd{Tasks: 200, Concurrency: 20, Rounds: 2, Image: "agentd-testbox:latest", Dir: b.Dir}
+		if b.Quick {
+			d.Tasks, d.Concurrency = 40, 10
+		}
+		res, err := benchmark.Docker(ctx, d.options())
+		switch {
+		case err == nil:
+			for _, r := range dockerRows(res) {
+				add(r)
+			}
+		case b.Docker == "auto":
+			fmt.Fprintf(os.Stderr, "docker benchmark skipped (--docker on to require it): %v\n", err)
+		default:
+			return err
+		}
 	}
 
 	if b.JSON {
