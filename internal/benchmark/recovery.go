@@ -225,13 +225,22 @@ func (b *builder) churn(ctx context.Context, total int) error {
 			if err := b.flush(ctx); err != nil {
 				return err
 			}
-			if n := b.j.LastSeq(); b.cfg.SizeEvery > 0 && n/b.cfg.SizeEvery > uint64(len(b.sizes)) {
-				size, _ := b.j.Size()
-				b.sizes = append(b.sizes, size)
-			}
+			b.noteSize()
 		}
 	}
-	return b.flush(ctx)
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	b.noteSize()
+	return nil
+}
+
+// noteSize samples the used bytes each time another SizeEvery records have passed.
+func (b *builder) noteSize() {
+	if n := b.j.LastSeq(); b.cfg.SizeEvery > 0 && n/b.cfg.SizeEvery > uint64(len(b.sizes)) {
+		size, _ := b.j.Size()
+		b.sizes = append(b.sizes, size)
+	}
 }
 
 // inventory is a runtime that has every container the journal names, running: recovery is
