@@ -100,6 +100,8 @@ func readSnapshot(tx *bolt.Tx, seq uint64) ([]byte, error) {
 			}
 			sum, size = binary.BigEndian.Uint32(v), binary.BigEndian.Uint64(v[4:])
 			v = v[12:]
+			// Sized once (a damaged length is checked below; it only bounds the first guess).
+			data = make([]byte, 0, min(size, 256<<20))
 		}
 		data = append(data, v...)
 		i++
