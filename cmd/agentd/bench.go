@@ -17,6 +17,7 @@ type benchCmd struct {
 	Waiting   benchWaitingCmd   `cmd:"" help:"What tasks stopped and awaiting acknowledgement cost, and how soon cleanup follows the ack."`
 	Lifecycle benchLifecycleCmd `cmd:"" help:"Full task lifecycles through a real agent and an unthrottled in-process control plane."`
 	Recovery  benchRecoveryCmd  `cmd:"" help:"Open → projection rebuilt → ready, on journals of growing size with 10k live tasks; with snapshots and without."`
+	Docker    benchDockerCmd    `cmd:"" help:"Task lifecycles on the Docker Engine through agentd, beside a bare moby-client loop doing the same."`
 	All       benchAllCmd       `cmd:"" help:"Every benchmark, one table: figure, baseline, ratio, target, pass/fail."`
 }
 
@@ -63,6 +64,8 @@ func (b *benchLifecycleCmd) Run(ctx context.Context) error {
 	}
 	fmt.Printf("%d tasks assigned, run, stopped, reported, acknowledged and cleaned in %.1fs: %.0f tasks/s (target ≥ 1000); %d records in %d commits\n",
 		res.Tasks, res.Seconds, res.TasksPerSec, res.Records, res.Commits)
+	fmt.Printf("journal cost per task: %.2f commits (%.2f fsyncs), %.1f records, %.0f record bytes, %.0f bytes of pages written\n",
+		res.CommitsPerTask, res.FsyncsPerTask, res.RecordsPerTask, res.RecordBytesPerTask, res.DiskBytesPerTask)
 	return nil
 }
 
@@ -120,6 +123,13 @@ func (b *benchJournalCmd) Run(ctx context.Context) error {
 	if b.Dir == "" {
 		b.Dir = os.TempDir()
 	}
+	m, err := benchmark.MeasureMachine(b.Dir, 50)
+	if err != nil {
+		return err
+	}
+	if !b.JSON {
+		fmt.Println("machine:", m)
+	}
 	res, err := benchmark.Journal(ctx, benchmark.JournalOptions{Dir: b.Dir, Events: b.Events, Producers: b.Producers, Rounds: b.Rounds})
 	if err != nil {
 		return err
@@ -128,13 +138,51 @@ func (b *benchJournalCmd) Run(ctx context.Context) error {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "contender (%d producers, median of %d rounds)\tevents/s\tp50\tp99\tbytes/event\n", res.Producers, res.Rounds)
-	for _, c := range []benchmark.Contender{res.Naive, res.Batch, res.Journal} {
-		fmt.Fprintf(w, "%s\t%.0f\t%v\t%v\t%.0f\n", c.Name, c.EventsPerSec, c.P50.Round(time.Microsecond), c.P99.Round(time.Microsecond), c.BytesPerEvent)
+	fmt.Fprintf(w, "contender (%d producers, median of %d rounds)\tevents/s\tp50\tp99\tbytes/event\trecords/commit\tpages/commit\n", res.Producers, res.Rounds)
+	for _, c := range []benchmark.Contender{res.Naive, res.Batch, res.Journal, res.Ceiling} {
+		perCommit, pagesPer := "-", "-"
+		if c.Commits > 0 {
+			perCommit, pagesPer = fmt.Sprintf("%.1f", c.RecordsPerCommit), fmt.Sprintf("%.1f", c.PagesPerCommit)
+		}
+		fmt.Fprintf(w, "%s\t%.0f\t%v\t%v\t%.0f\t%s\t%s\n", c.Name, c.EventsPerSec, c.P50.Round(time.Microsecond), c.P99.Round(time.Microsecond), c.BytesPerEvent, perCommit, pagesPer)
 	}
 	w.Flush()
-	fmt.Printf("journal vs one commit per event: %.1fx (target ≥ 25x)\n", res.VsNaive)
-	fmt.Printf("journal vs DB.Batch:             %.1fx (target ≥ 15x)\n", res.VsBatch)
-	fmt.Printf("journal bytes per event:         %.0f (target ≤ 200)\n", res.BytesPerEvent)
-	return nil
+	fmt.Println()
+	return printRows(journalRows(res))
+}
+
+type benchDockerCmd struct {
+	Tasks       int    `default:"200" help:"Lifecycles each side runs."`
+	Concurrency int    `default:"20" help:"Tasks in flight at once, each side."`
+	Rounds      int    `default:"2" help:"Rounds; the sides alternate which goes first."`
+	Image       string `default:"agentd-testbox:latest" help:"The test image (make testbox-image)."`
+	DockerHost  string `help:"Docker Engine address (default: the client's environment and defaults)."`
+	Dir         string `help:"Directory for the agent's data dir (default: the system's temp dir)."`
+	JSON        bool   `name:"json" help:"Print one JSON object."`
+}
+
+func (b *benchDockerCmd) Run(ctx context.Context) error {
+	res, err := benchmark.Docker(ctx, b.options())
+	if err != nil {
+		return err
+	}
+	if b.JSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	fmt.Println()
+	return printRows(dockerRows(res))
+}
+
+func (b *benchDockerCmd) options() benchmark.DockerOptions {
+	self, _ := os.Executable()
+	return benchmark.DockerOptions{Agentd: self, Dir: b.Dir, Host: b.DockerHost, Image: b.Image, Tasks: b.Tasks, Concurrency: b.Concurrency, Rounds: b.Rounds}
+}
+
+// dockerRows are the Docker benchmark's rows, the same in `bench docker` and `bench all`.
+func dockerRows(d benchmark.DockerResult) []benchRow {
+	return []benchRow{
+		{"docker", fmt.Sprintf("agentd wall s, %d tasks %d at a time", d.Tasks, d.Concurrency), d.AgentSeconds, fmt.Sprintf("bare moby-client loop %.1f s", d.BareSeconds), d.Ratio, "≤ 1.05x", d.Ratio <= 1.05},
+		{"docker", "agentd CPU s per 1,000 lifecycles", d.AgentCPUPer1k, "-", 0, "-", true},
+		{"docker", "agentd peak RSS MB", d.AgentPeakMB, "-", 0, "-", true},
+	}
 }

@@ -11,13 +11,21 @@ import (
 	"github.com/agentd/agentd/internal/protocol"
 )
 
-// LifecycleResult is full task lifecycles driven through a real agent.
+// LifecycleResult is full task lifecycles driven through a real agent, and what the journal
+// paid for each.
 type LifecycleResult struct {
 	Tasks       int     `json:"tasks"`
 	Seconds     float64 `json:"seconds"`
 	TasksPerSec float64 `json:"tasks_per_sec"`
 	Records     uint64  `json:"records"`
 	Commits     uint64  `json:"commits"`
+	// Per task, from assignment to cleaned: the ECS agent's store makes at least one DB.Batch
+	// transaction (two fsyncs) per saved transition, about ten a task.
+	CommitsPerTask     float64 `json:"commits_per_task"`
+	FsyncsPerTask      float64 `json:"fsyncs_per_task"` // two a bbolt commit: data pages, then meta
+	RecordsPerTask     float64 `json:"records_per_task"`
+	RecordBytesPerTask float64 `json:"record_bytes_per_task"` // encoded records appended
+	DiskBytesPerTask   float64 `json:"disk_bytes_per_task"`   // pages written, the meta page included
 }
 
 // Lifecycle assigns n tasks through an in-process control plane (unthrottled) to an agent on
@@ -36,7 +44,7 @@ func Lifecycle(ctx context.Context, dirParent string, n int) (LifecycleResult, e
 	cp, j, eng := r.cp, r.j, r.e
 	const agentID = benchAgent
 	start := time.Now()
-	before := j.Stats()
+	before, pages0 := j.Stats(), pages(j.DB())
 	for i := 0; i < n; i++ {
 		t := protocol.Task{ARN: fmt.Sprintf("task/life-%06d", i), DesiredStatus: "RUNNING",
 			Containers: []protocol.Container{{Name: "app", Image: "x", Command: []string{"exit", "0"}}}}
@@ -61,5 +69,11 @@ func Lifecycle(ctx context.Context, dirParent string, n int) (LifecycleResult, e
 	res.TasksPerSec = float64(n) / res.Seconds
 	after := j.Stats()
 	res.Records, res.Commits = after.Records-before.Records, after.Commits-before.Commits
+	per := float64(n)
+	res.CommitsPerTask = float64(res.Commits) / per
+	res.FsyncsPerTask = 2 * res.CommitsPerTask
+	res.RecordsPerTask = float64(res.Records) / per
+	res.RecordBytesPerTask = float64(after.Bytes-before.Bytes) / per
+	res.DiskBytesPerTask = float64((pages(j.DB())-pages0)+int64(res.Commits)) * float64(j.DB().Info().PageSize) / per
 	return res, nil
 }

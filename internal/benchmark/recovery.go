@@ -37,23 +37,44 @@ type RecoveryResult struct {
 	LargeVsSmall float64       `json:"ready_ratio_largest_vs_smallest"`
 }
 
-const (
-	snapshotEvery = 20000
-	recordStep    = time.Millisecond  // virtual time between records
-	retention     = 100 * time.Second // in virtual time: about 100k records of history kept
-)
+const recordStep = time.Millisecond // virtual time between records
+
+// churnConfig is how the builder keeps a journal: the daemon's snapshot rule and retention.
+type churnConfig struct {
+	SnapshotEvery uint64        // the daemon's --snapshot-every (engine.SnapshotInterval's floor)
+	Retention     time.Duration // in virtual time, recordStep a record
+	SizeEvery     uint64        // note the used bytes each time this many records have passed
+	Keep          bool          // snapshots and compaction as the daemon does; false: history only
+}
+
+// benchChurn is the recovery benchmark's: about 100k records of history kept.
+func benchChurn(keep bool) churnConfig {
+	return churnConfig{SnapshotEvery: 20000, Retention: 100 * time.Second, SizeEvery: 1000000, Keep: keep}
+}
 
 // builder writes a journal as a busy agent would: live tasks that keep running, and a churn
 // of tasks through their whole life, 14 records each; with the daemon's snapshots and
-// compaction when keep is set.
+// compaction when cfg.Keep is set.
 type builder struct {
+	cfg      churnConfig
 	j        *journal.Journal
 	st       *fsm.State
 	now      time.Time
 	buf      []event.Record
-	keep     bool
 	sizes    []int64
 	lastSnap uint64
+	churned  int   // churn tasks so far
+	replays  []int // records after the newest snapshot, noted at each snapshot: what a restart would replay
+	rounds   []CompactionRound
+}
+
+// CompactionRound is what one compaction after a snapshot found and did.
+type CompactionRound struct {
+	AtSeq      uint64 // the snapshot it followed
+	Tombstones int    // tombstones in the projection before it
+	Eligible   int    // of those, cleaned longer ago than the retention
+	Forgotten  int    // tombstones it forgot
+	Records    int    // records it removed
 }
 
 func (b *builder) add(task, container string, e event.Event) {
@@ -70,7 +91,7 @@ func (b *builder) flush(ctx context.Context) error {
 		return err
 	}
 	b.buf = b.buf[:0]
-	if !b.keep {
+	if !b.cfg.Keep {
 		return nil
 	}
 	for _, r := range stored {
@@ -78,7 +99,8 @@ func (b *builder) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	if b.st.LastSeq-b.lastSnap >= engine.SnapshotInterval(b.st, snapshotEvery) {
+	if b.st.LastSeq-b.lastSnap >= engine.SnapshotInterval(b.st, b.cfg.SnapshotEvery) {
+		b.replays = append(b.replays, int(b.st.LastSeq-b.lastSnap))
 		b.lastSnap = b.st.LastSeq
 		return b.snapshot(ctx)
 	}
@@ -100,11 +122,16 @@ func (b *builder) snapshot(ctx context.Context) error {
 		return err
 	}
 	// The daemon's own compaction plan, as it runs after each snapshot.
-	plan, err := engine.PlanCompaction(b.st, b.j, b.now, retention, at)
-	if err != nil || plan.Empty() {
+	plan, err := engine.PlanCompaction(b.st, b.j, b.now, b.cfg.Retention, at)
+	if err != nil {
 		return err
 	}
-	res, err := b.j.Compact(ctx, at, plan.Drop)
+	round := CompactionRound{AtSeq: at, Tombstones: len(b.st.Tombstones), Eligible: b.eligible()}
+	defer func() { b.rounds = append(b.rounds, round) }()
+	if plan.Empty() {
+		return nil
+	}
+	res, err := b.j.Compact(ctx, plan.UpTo, plan.Drop)
 	if err != nil {
 		return err
 	}
@@ -112,71 +139,108 @@ func (b *builder) snapshot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	round.Forgotten, round.Records = len(plan.Tasks), res.Records
 	return b.st.Apply(done[0])
 }
 
+// eligible counts the tombstones cleaned longer ago than the retention: compaction's backlog.
+func (b *builder) eligible() int {
+	n := 0
+	for _, ts := range b.st.Tombstones {
+		if ts.CleanedAt.Before(b.now.Add(-b.cfg.Retention)) {
+			n++
+		}
+	}
+	return n
+}
+
+// flushAt is how many records the builder commits at once.
+const flushAt = 5000
+
 // build writes a journal of about total records with live long-running tasks.
-func build(ctx context.Context, path string, total, live int, keep bool) (*builder, error) {
+func build(ctx context.Context, path string, total, live int, cfg churnConfig) (*builder, error) {
 	j, err := journal.Open(path, journal.Options{})
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{j: j, st: fsm.New(), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), keep: keep}
+	b := &builder{cfg: cfg, j: j, st: fsm.New(), now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	if _, err := engine.ResolveAgentID(ctx, j, "agent-bench"); err != nil {
+		j.Close()
 		return nil, err
 	}
 	b.add("", "", &event.AgentStarted{AgentID: "agent-bench", JournalID: j.ID(), Version: "bench"})
-	spec := []event.ContainerSpec{{Name: "app", Image: "registry.example/web:3", Essential: true}}
+	for i := 0; i < live; i++ {
+		b.up(fmt.Sprintf("arn:agentd:task/live-%06d", i))
+		if len(b.buf) >= flushAt {
+			if err := b.flush(ctx); err != nil {
+				j.Close()
+				return nil, err
+			}
+		}
+	}
+	if err := b.churn(ctx, total); err != nil {
+		j.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+var benchSpec = []event.ContainerSpec{{Name: "app", Image: "registry.example/web:3", Essential: true}}
+
+// up journals a task from assignment to RUNNING: 7 records.
+func (b *builder) up(arn string) {
 	tr := func(from, to event.Status) *event.ContainerTransitioned {
 		return &event.ContainerTransitioned{From: from, To: to}
 	}
 	tk := func(from, to event.Status) *event.TaskTransitioned {
 		return &event.TaskTransitioned{From: from, To: to}
 	}
-	up := func(arn string) {
-		b.add(arn, "", &event.TaskAdded{Desired: event.StatusRunning, Containers: spec})
-		b.add(arn, "app", tr("NONE", "PULLED"))
-		b.add(arn, "", tk("NONE", "PULLED"))
-		b.add(arn, "app", &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "rt-" + arn})
-		b.add(arn, "", tk("PULLED", "CREATED"))
-		b.add(arn, "app", tr("CREATED", "RUNNING"))
-		b.add(arn, "", tk("CREATED", "RUNNING"))
-	}
-	for i := 0; i < live; i++ {
-		up(fmt.Sprintf("arn:agentd:task/live-%06d", i))
-		if len(b.buf) >= 5000 {
-			if err := b.flush(ctx); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := b.flush(ctx); err != nil {
-		return nil, err
-	}
+	b.add(arn, "", &event.TaskAdded{Desired: event.StatusRunning, Containers: benchSpec})
+	b.add(arn, "app", tr("NONE", "PULLED"))
+	b.add(arn, "", tk("NONE", "PULLED"))
+	b.add(arn, "app", &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "rt-" + arn})
+	b.add(arn, "", tk("PULLED", "CREATED"))
+	b.add(arn, "app", tr("CREATED", "RUNNING"))
+	b.add(arn, "", tk("CREATED", "RUNNING"))
+}
+
+// churn runs tasks through their whole life (14 records each) until the journal's last
+// sequence number reaches total, and commits what is left.
+func (b *builder) churn(ctx context.Context, total int) error {
 	code := 0
-	for i := 0; int(b.j.LastSeq()) < total; i++ {
-		arn := fmt.Sprintf("arn:agentd:task/churn-%08d", i)
+	for int(b.j.LastSeq())+len(b.buf) < total {
+		arn := fmt.Sprintf("arn:agentd:task/churn-%08d", b.churned)
+		b.churned++
 		base := b.j.LastSeq() + uint64(len(b.buf)) + 1 // this task's first record's sequence number
-		up(arn)
+		b.up(arn)
 		b.add(arn, "app", &event.ContainerTransitioned{From: "RUNNING", To: "STOPPED", ExitCode: &code})
-		b.add(arn, "", tk("RUNNING", "STOPPED"))
-		id := func(off uint64) string { return "c-" + j.ID() + "-" + strconv.FormatUint(base+off, 10) }
+		b.add(arn, "", &event.TaskTransitioned{From: "RUNNING", To: "STOPPED"})
+		id := func(off uint64) string { return "c-" + b.j.ID() + "-" + strconv.FormatUint(base+off, 10) }
 		b.add(arn, "", &event.ChangesSettled{Accepted: []string{id(7), id(8)}})
 		b.add(arn, "", &event.StoppedAcked{ChangeID: id(8)})
 		b.add(arn, "", &event.CleanupStarted{})
 		b.add(arn, "app", &event.ContainerRemoved{})
 		b.add(arn, "", &event.TaskCleaned{})
-		if len(b.buf) >= 5000 {
+		if len(b.buf) >= flushAt {
 			if err := b.flush(ctx); err != nil {
-				return nil, err
+				return err
 			}
-			if n := b.j.LastSeq(); n/1000000 > uint64(len(b.sizes)) {
-				size, _ := b.j.Size()
-				b.sizes = append(b.sizes, size)
-			}
+			b.noteSize()
 		}
 	}
-	return b, b.flush(ctx)
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	b.noteSize()
+	return nil
+}
+
+// noteSize samples the used bytes each time another SizeEvery records have passed.
+func (b *builder) noteSize() {
+	if n := b.j.LastSeq(); b.cfg.SizeEvery > 0 && n/b.cfg.SizeEvery > uint64(len(b.sizes)) {
+		size, _ := b.j.Size()
+		b.sizes = append(b.sizes, size)
+	}
 }
 
 // inventory is a runtime that has every container the journal names, running: recovery is
@@ -220,7 +284,7 @@ func Recovery(ctx context.Context, dirParent string, sizes []int, live int) (Rec
 		row := RecoveryRow{Records: n}
 		for _, keep := range []bool{true, false} {
 			path := filepath.Join(dir, fmt.Sprintf("j-%d-%v.db", n, keep))
-			b, err := build(ctx, path, n, live, keep)
+			b, err := build(ctx, path, n, live, benchChurn(keep))
 			if err != nil {
 				return res, err
 			}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -25,6 +26,10 @@ type Engine struct {
 	cli   *client.Client
 	agent string
 	host  string
+	// ours holds the ids of containers known to carry this agent's id: created by it, or
+	// inspected or listed with its label. A container's labels never change, so once known,
+	// stop and remove need not inspect it again: one engine call a step instead of two.
+	ours sync.Map // id → struct{}
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
@@ -96,12 +101,11 @@ func (e *Engine) labels(task, name string) map[string]string {
 	return map[string]string{LabelAgent: e.agent, LabelTask: task, LabelContainer: name}
 }
 
-// Create finds the task's container by name first, so a crash between create and journaling
-// its id never makes a second one.
+// Create makes the task's container under a name derived from the task and container, so a
+// crash between create and journaling its id never makes a second one: the engine refuses the
+// name, and the container that holds it is found by its labels. (Creating first and finding
+// only on a conflict saves a list of every container on each create.)
 func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
-	if st, err := e.Find(ctx, spec.Task, spec.Container.Name); err == nil {
-		return st.ID, nil
-	}
 	env := make([]string, 0, len(spec.Container.Env))
 	for k, v := range spec.Container.Env {
 		env = append(env, k+"="+v)
@@ -137,7 +141,17 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	if err != nil {
 		return "", e.wrap("create", name, err)
 	}
+	e.ours.Store(res.ID, struct{}{})
 	return res.ID, nil
+}
+
+// ownKnown checks ownership with an inspect unless the container is already known as ours.
+func (e *Engine) ownKnown(ctx context.Context, id string) error {
+	if _, ok := e.ours.Load(id); ok {
+		return nil
+	}
+	_, err := e.own(ctx, id)
+	return err
 }
 
 func (e *Engine) Start(ctx context.Context, id string) error {
@@ -150,7 +164,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 
 // Stop sends SIGTERM and kills after timeout.
 func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) error {
-	if _, err := e.own(ctx, id); err != nil {
+	if err := e.ownKnown(ctx, id); err != nil {
 		return err
 	}
 	secs := int(math.Ceil(timeout.Seconds()))
@@ -160,14 +174,17 @@ func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) err
 
 // Remove deletes the container with its anonymous volumes; gone already is success.
 func (e *Engine) Remove(ctx context.Context, id string) error {
-	if _, err := e.own(ctx, id); errors.Is(err, ErrNotFound) {
+	if err := e.ownKnown(ctx, id); errors.Is(err, ErrNotFound) {
 		return nil
 	} else if err != nil {
 		return err
 	}
 	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true, Force: true})
 	if cerrdefs.IsNotFound(err) {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		e.ours.Delete(id)
 	}
 	return e.wrap("remove", id, err)
 }
@@ -186,6 +203,7 @@ func (e *Engine) own(ctx context.Context, id string) (State, error) {
 	if labels[LabelAgent] != e.agent {
 		return State{}, fmt.Errorf("container %s belongs to agent %q, not %q: %w", id, labels[LabelAgent], e.agent, ErrNotFound)
 	}
+	e.ours.Store(id, struct{}{})
 	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
 	if s := c.State; s != nil {
 		st.Running = s.Running
@@ -205,6 +223,7 @@ func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
 	}
 	out := make([]State, 0, len(res.Items))
 	for _, c := range res.Items {
+		e.ours.Store(c.ID, struct{}{}) // listed under this agent's label
 		st := State{ID: c.ID, Task: c.Labels[LabelTask], Container: c.Labels[LabelContainer]}
 		st.Running = c.State == container.StateRunning
 		st.Exited = c.State == container.StateExited || c.State == container.StateDead

@@ -9,16 +9,13 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 )
 
-// maxCompactTasks bounds the tasks (and message ids) one compaction forgets.
-const maxCompactTasks = 5000
-
 // CompactionPlan is what one compaction drops: the history of tasks cleaned longer ago than
-// the retention, and records without a task older than it, up to a snapshot's sequence
-// number. The compaction_done record it makes forgets those tombstones and message ids — but
-// never the id of a payload that holds a live task: the control plane may re-send such a
+// the retention, and records without a task older than it, up to the fallback snapshot's
+// sequence number. The compaction_done record it makes forgets those tombstones and message ids —
+// but never the id of a payload that holds a live task: the control plane may re-send such a
 // payload, and its tasks cleaned long ago must then not run again (issue 13, item 3).
 type CompactionPlan struct {
-	UpTo     uint64   // the snapshot covering the cut
+	UpTo     uint64   // the cut goes no further than this: the oldest snapshot kept (the fallback)
 	Cut      uint64   // records without a task at or before this go
 	Tasks    []string // tombstoned tasks whose whole history goes
 	Messages []string // message ids forgotten
@@ -26,21 +23,48 @@ type CompactionPlan struct {
 }
 
 // PlanCompaction decides a compaction from the projection (it reads the journal only to turn
-// the retention horizon into a sequence number). Oldest tombstones first, a bounded number a
-// round, so one compaction_done record stays small even after a long downtime.
-func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention time.Duration, upTo uint64) (CompactionPlan, error) {
-	p := CompactionPlan{UpTo: upTo, drop: map[string]bool{}}
-	horizon := now.Add(-retention)
-	for arn, ts := range st.Tombstones {
-		if ts.CleanedAt.Before(horizon) {
-			p.Tasks = append(p.Tasks, arn)
+// the retention horizon into a sequence number and to find the snapshots kept). newest is the
+// snapshot just taken.
+//
+// Two rules keep recovery independent of what compaction did:
+//
+//   - The cut never passes the oldest snapshot the journal keeps, not just the newest: should
+//     the newest prove damaged, recovery falls back to the older one and replays from there,
+//     so every record after it must still be there. (Cutting up to the newest made a damaged
+//     newest snapshot a crash-loop: replay from the fallback met tasks whose history was gone.)
+//   - A task goes only if its whole history is at or before the cut (its cleaning record is),
+//     so no task is ever left with half a history.
+//
+// Every tombstone past the retention goes in one round, however many: a fixed bound per round
+// falls behind any churn that cleans more tasks than the bound between two snapshots, and then
+// the file and recovery grow with history. The compaction_done record this makes lists at most
+// the tombstones the snapshot before it holds in full, so it is never bigger than that snapshot.
+func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention time.Duration, newest uint64) (CompactionPlan, error) {
+	p := CompactionPlan{drop: map[string]bool{}}
+	kept, err := j.SnapshotSeqs()
+	if err != nil {
+		return p, err
+	}
+	for _, s := range kept {
+		if s <= newest {
+			p.UpTo = s // kept is ascending: the first is the fallback
+			break
 		}
 	}
+	if p.UpTo == 0 {
+		return p, nil
+	}
+	horizon := now.Add(-retention)
 	cut, err := j.SeqAt(horizon)
 	if err != nil {
 		return p, err
 	}
-	p.Cut = min(cut, upTo)
+	p.Cut = min(cut, p.UpTo)
+	for arn, ts := range st.Tombstones {
+		if ts.CleanedAt.Before(horizon) && ts.CleanSeq <= p.Cut {
+			p.Tasks = append(p.Tasks, arn)
+		}
+	}
 	held := map[string]bool{} // payloads that hold a live task: a re-send of one must stay recognised
 	for _, t := range st.Tasks {
 		for _, m := range t.Messages {
@@ -52,13 +76,8 @@ func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention 
 			p.Messages = append(p.Messages, m)
 		}
 	}
-	slices.SortFunc(p.Tasks, func(a, b string) int {
-		return st.Tombstones[a].CleanedAt.Compare(st.Tombstones[b].CleanedAt)
-	})
-	p.Tasks = p.Tasks[:min(len(p.Tasks), maxCompactTasks)]
 	slices.Sort(p.Tasks)
 	slices.Sort(p.Messages)
-	p.Messages = p.Messages[:min(len(p.Messages), maxCompactTasks)]
 	for _, t := range p.Tasks {
 		p.drop[t] = true
 	}

@@ -39,9 +39,9 @@ type Phase struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
-// BuildTimeline gathers a task's records (from the index) and the reports that concern it
-// (settlements and failed attempts name change ids, not tasks: they are matched by the
-// sequence numbers of the task's changes).
+// BuildTimeline gathers a task's records (a scan of the record envelopes) and the reports that
+// concern it (settlements and failed attempts name change ids, not tasks: they are matched by
+// the sequence numbers of the task's changes).
 func BuildTimeline(j *journal.Journal, task string) (*Timeline, error) {
 	tl := &Timeline{Task: task}
 	changes := map[uint64]string{} // seq of a reportable transition → what it reported

@@ -32,8 +32,8 @@ type VerifyReport struct {
 }
 
 // Verify checks every record's checksum, encoding and body, sequence continuity (compaction
-// cuts allowed), the index and snapshots, and replays the whole history through the
-// projection's invariant checker — the same checks the daemon's projection enforces.
+// cuts allowed) and the snapshots, and replays the whole history through the projection's
+// invariant checker — the same checks the daemon's projection enforces.
 func Verify(j *journal.Journal) (VerifyReport, error) {
 	checker := fsm.NewChecker(nil)
 	res, err := j.Verify(func(r event.Record) { checker.Record(r) })

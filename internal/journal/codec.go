@@ -154,3 +154,28 @@ func seqKey(seq uint64) []byte {
 }
 
 func crcOf(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// recordOfTask reports whether encoded record b names task as its subject, reading only the
+// envelope up to the task field and checking no checksum: a filter for scans, cheap enough to
+// run over every record. A record it cannot parse counts as a match, so the caller decodes it
+// fully and reports the damage instead of skipping it.
+func recordOfTask(b []byte, task string) bool {
+	if len(b) < 1+4 || b[0] != codecVersion {
+		return true
+	}
+	p := b[1 : len(b)-4]
+	var ok bool
+	if _, p, ok = uvarint(p); !ok { // sequence
+		return true
+	}
+	_, n := binary.Varint(p) // time
+	if n <= 0 {
+		return true
+	}
+	p = p[n:]
+	if _, p, ok = uvarint(p); !ok { // type
+		return true
+	}
+	name, _, ok := bytesField(p)
+	return !ok || string(name) == task
+}

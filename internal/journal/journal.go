@@ -28,7 +28,8 @@ import (
 )
 
 // SchemaVersion is the layout of buckets and keys this build writes and understands.
-const SchemaVersion = 1
+// Version 1 also kept an on-disk per-task index; version 2 dropped it (see layout.go).
+const SchemaVersion = 2
 
 // FileName is the journal's name inside a data directory.
 const FileName = "journal.db"
@@ -36,8 +37,6 @@ const FileName = "journal.db"
 var (
 	bucketMeta      = []byte("meta")
 	bucketRecords   = []byte("records")
-	bucketTasks     = []byte("tasks")
-	bucketByTask    = []byte("by-task")
 	bucketSnapshots = []byte("snapshots")
 	bucketHoles     = []byte("holes")
 
@@ -82,10 +81,9 @@ type Journal struct {
 	sendMu   sync.RWMutex // held shared while enqueueing, exclusively to close: no request is stranded
 	mu       sync.Mutex
 	closed   bool
-	last     uint64            // last committed sequence number
-	changed  chan struct{}     // closed and replaced after every commit
-	holes    []hole            // compaction cuts, ascending
-	index    map[string]uint64 // the writer's cache of task index ids
+	last     uint64        // last committed sequence number
+	changed  chan struct{} // closed and replaced after every commit
+	holes    []hole        // compaction cuts, ascending
 	commitNs stats
 }
 
@@ -165,7 +163,7 @@ func (j *Journal) init() error {
 			return fmt.Errorf("written by schema %d, this agentd understands up to %d: upgrade agentd, do not edit the file", s, SchemaVersion)
 		}
 		j.id = string(meta.Get(keyJournalID))
-		for _, b := range [][]byte{bucketRecords, bucketTasks, bucketByTask, bucketSnapshots, bucketHoles} {
+		for _, b := range layoutBuckets {
 			if tx.Bucket(b) == nil {
 				return fmt.Errorf("damaged journal: bucket %q missing", b)
 			}
@@ -197,11 +195,14 @@ func (j *Journal) init() error {
 			if err := meta.Put(keyJournalID, []byte(hex.EncodeToString(id))); err != nil {
 				return err
 			}
-			for _, b := range [][]byte{bucketRecords, bucketTasks, bucketByTask, bucketSnapshots, bucketHoles} {
+			for _, b := range layoutBuckets {
 				if _, err := tx.CreateBucket(b); err != nil {
 					return err
 				}
 			}
+		}
+		if err := upgradeLayout(tx); err != nil {
+			return err
 		}
 		return check(tx)
 	})

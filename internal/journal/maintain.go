@@ -166,11 +166,6 @@ func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(Header) bo
 				}
 				if drop(Header{Seq: raw.seq, Time: raw.time, Type: raw.typ, Task: raw.task}) {
 					removed = append(removed, raw.seq)
-					if raw.task != "" {
-						if err := indexRemove(tx, raw.task, raw.seq); err != nil {
-							return err
-						}
-					}
 					if err := c.Delete(); err != nil {
 						return err
 					}
@@ -193,10 +188,6 @@ func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(Header) bo
 			return res, fmt.Errorf("journal: compact %s up to %d: %w", j.path, upTo, err)
 		}
 		failpoint.Hit("compaction") // between two of compaction's commits
-	}
-	// Dropped tasks may have left the writer's cache.
-	if err := j.update(ctx, func(*bolt.Tx) error { j.index = nil; return nil }); err != nil {
-		return res, err
 	}
 	return res, j.reloadHoles()
 }

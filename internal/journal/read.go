@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -65,31 +64,22 @@ func (j *Journal) Get(seq uint64) (event.Record, error) {
 	return rec, err
 }
 
-// TaskRecords calls fn for every record whose subject is task, in order, using the index.
+// TaskRecords calls fn for every record whose subject is task, in order. It reads every
+// record's envelope (a forensics question, asked rarely: the file keeps no per-task index, see
+// layout.go) and decodes only the task's own records.
 func (j *Journal) TaskRecords(task string, fn func(event.Record) error) error {
 	return j.db.View(func(tx *bolt.Tx) error {
-		id, ok := taskIndexID(tx, task)
-		if !ok {
-			return nil
-		}
-		prefix := indexKey(id, 0)[:8]
-		recs := tx.Bucket(bucketRecords)
-		c := tx.Bucket(bucketByTask).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			if len(k) != 16 {
-				return fmt.Errorf("journal: index key %x: want 16 bytes", k)
+		c := tx.Bucket(bucketRecords).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if !recordOfTask(v, task) {
+				continue
 			}
-			key := k[8:]
-			v := recs.Get(key)
-			if v == nil {
-				return fmt.Errorf("journal: index names record %d of task %q, which is missing", binary.BigEndian.Uint64(key), task)
-			}
-			rec, err := DecodeRecord(key, v)
+			rec, err := DecodeRecord(k, v)
 			if err != nil {
 				return err
 			}
 			if rec.Task != task {
-				return fmt.Errorf("journal: index lists record %d (task %q) under task %q", rec.Seq, rec.Task, task)
+				continue
 			}
 			if err := fn(rec); err != nil {
 				return err

@@ -12,8 +12,12 @@ import (
 // Chunk 0 starts with the CRC32C of the whole snapshot and its length. A snapshot of a busy
 // host is megabytes; as one value it would need a contiguous run of free pages every time,
 // which a file with compacted history rarely has, and the file would grow by a snapshot at
-// every snapshot. Chunks fit the holes compaction leaves.
-const snapshotChunk = 32 << 10
+// every snapshot. Chunks are small enough that two fit a 4 KiB page, so a snapshot only ever
+// asks for single pages: the pages compaction frees, one here and one there, take every
+// snapshot, and the file stops growing under steady churn. (Measured with 32 KiB chunks, 100
+// live tasks and 20k records of retention: used bytes grew linearly, 7.6 MB to 14 MB over 1M
+// records; with 3 KiB chunks they stayed at 8.9–9.0 MB from 400k records on.)
+const snapshotChunk = 2000
 
 func snapshotKey(seq uint64, chunk uint32) []byte {
 	return binary.BigEndian.AppendUint32(seqKey(seq), chunk)
@@ -96,6 +100,8 @@ func readSnapshot(tx *bolt.Tx, seq uint64) ([]byte, error) {
 			}
 			sum, size = binary.BigEndian.Uint32(v), binary.BigEndian.Uint64(v[4:])
 			v = v[12:]
+			// Sized once (a damaged length is checked below; it only bounds the first guess).
+			data = make([]byte, 0, min(size, 256<<20))
 		}
 		data = append(data, v...)
 		i++

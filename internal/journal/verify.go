@@ -40,7 +40,7 @@ type VerifyResult struct {
 
 // Verify walks the whole file and returns every problem found, not just the first: bbolt's own
 // page consistency, each record's checksum, encoding and body, sequence continuity (compaction
-// cuts allowed), the subject index, and the snapshots' checksums. visit, if not nil, sees every
+// cuts allowed), and the snapshots' checksums. visit, if not nil, sees every
 // sound record in order (the invariant checks of the projection hang off it).
 func (j *Journal) Verify(visit func(event.Record)) (VerifyResult, error) {
 	var res VerifyResult
@@ -82,19 +82,8 @@ func (j *Journal) Verify(visit func(event.Record)) (VerifyResult, error) {
 				res.Problems = append(res.Problems, p)
 				return nil
 			}
-			if rec.Task != "" && !indexHas(tx, rec.Task, seq) {
-				res.Problems = append(res.Problems, Problem{Seq: seq, Task: rec.Task, What: "missing from the task index"})
-			}
 			if visit != nil {
 				visit(rec)
-			}
-			return nil
-		})
-		_ = tx.Bucket(bucketByTask).ForEach(func(k, _ []byte) error {
-			if len(k) != 16 {
-				res.Problems = append(res.Problems, Problem{What: fmt.Sprintf("task index key %x is malformed", k)})
-			} else if recs.Get(k[8:]) == nil {
-				res.Problems = append(res.Problems, Problem{Seq: binary.BigEndian.Uint64(k[8:]), What: "task index names a record that is missing"})
 			}
 			return nil
 		})
@@ -119,18 +108,14 @@ func EncodeRecord(rec event.Record) ([]byte, error) {
 	return encodeRecord(nil, rec.Seq, rec.Time.UTC(), rec.Event.Type(), rec.Task, rec.Container, body), nil
 }
 
-// PutRaw stores value as record seq, indexing it under task when task is not empty, with no
-// checks at all. It exists to plant defects in tests; the daemon never calls it.
+// PutRaw stores value as record seq with no checks at all. It exists to plant defects in
+// tests; the daemon never calls it. task is not stored (schema 1 indexed it); it is kept so
+// the callers that plant defects read the same.
 func (j *Journal) PutRaw(ctx context.Context, seq uint64, task string, value []byte) error {
+	_ = task
 	return j.update(ctx, func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketRecords).Put(seqKey(seq), value); err != nil {
 			return err
-		}
-		if task != "" {
-			idx := indexWriter{tasks: tx.Bucket(bucketTasks), byTask: tx.Bucket(bucketByTask), fresh: map[string]uint64{}}
-			if err := idx.add(task, seq); err != nil {
-				return err
-			}
 		}
 		j.mu.Lock()
 		if seq > j.last {

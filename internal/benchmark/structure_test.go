@@ -1,0 +1,201 @@
+package benchmark
+
+import (
+	"context"
+	"encoding/binary"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/journal"
+	bolt "go.etcd.io/bbolt"
+)
+
+// These tests hold the journal's shape under churn to account by counting records, pages and
+// tombstones — never milliseconds — so neither a fast nor a slow machine can fool them. They
+// drive the journal with the daemon's own snapshot rule (engine.SnapshotInterval) and
+// compaction plan (engine.PlanCompaction), as the recovery benchmark's builder does.
+
+// testChurn is a small host: a snapshot at least every 5,000 records, 20,000 records of history
+// kept (20 s of virtual time at 1 ms a record).
+func testChurn() churnConfig {
+	return churnConfig{SnapshotEvery: 5000, Retention: 20 * time.Second, SizeEvery: 25000, Keep: true}
+}
+
+// replayTail counts the records a restart replays: those after the newest sound snapshot.
+func replayTail(t *testing.T, j *journal.Journal) int {
+	t.Helper()
+	snap, _, err := j.LatestSnapshot()
+	if err != nil || snap == nil {
+		t.Fatalf("no snapshot to recover from: %v", err)
+	}
+	n := 0
+	if err := j.Iterate(snap.AtSeq+1, func(event.Record) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Under steady churn with compaction the file's used bytes stop growing: once the retention
+// window has filled, more history costs no more disk. With a compaction that fell behind (the
+// 5,000-tombstone cap) or snapshots that need contiguous runs the freed pages cannot give
+// (32 KiB chunks: 250 KB more every 100k records here), the used bytes grew with every record.
+func TestUsedBytesStayFlatUnderSteadyChurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 150k records")
+	}
+	t.Parallel()
+	b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), 150000, 100, testChurn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.j.Close()
+	// sizes[i] is the used bytes after (i+1)×25k records; the window (20k records) and two
+	// snapshot intervals have passed by 100k.
+	if len(b.sizes) < 6 {
+		t.Fatalf("only %d size samples", len(b.sizes))
+	}
+	mid, end := b.sizes[3], b.sizes[len(b.sizes)-1]
+	if end-mid > mid/100 {
+		t.Fatalf("used bytes keep growing under steady churn: %d after 100k records, %d after %dk (samples %v)",
+			mid, end, len(b.sizes)*25, b.sizes)
+	}
+	last := b.rounds[len(b.rounds)-1]
+	if last.Eligible != last.Forgotten {
+		t.Fatalf("the last compaction forgot %d of %d tombstones past the retention", last.Forgotten, last.Eligible)
+	}
+}
+
+// A restart replays a number of records bounded by the live state and the snapshot interval,
+// never by history: a journal three times as long replays no more, and the state it restores
+// (tasks and tombstones) is the same size.
+func TestRecoveryReplayIsBoundedByStateNotHistory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 120k records")
+	}
+	t.Parallel()
+	type shape struct{ tail, tombstones, interval int }
+	measure := func(total int) shape {
+		b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), total, 100, testChurn())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.j.Close()
+		return shape{replayTail(t, b.j), len(b.st.Tombstones), int(engine.SnapshotInterval(b.st, b.cfg.SnapshotEvery))}
+	}
+	short, long := measure(30000), measure(90000)
+	for _, s := range []shape{short, long} {
+		// The builder commits flushAt records at a time and snapshots after a commit.
+		if s.tail > s.interval+flushAt {
+			t.Fatalf("a restart would replay %d records; the snapshot interval is %d", s.tail, s.interval)
+		}
+	}
+	// 20k records of retention at 14 a task, plus what two snapshot intervals add before the
+	// cut reaches them.
+	maxTombs := (20000 + 2*(short.interval+flushAt)) / 14
+	if long.tombstones > maxTombs || long.interval > short.interval*5/4 {
+		t.Fatalf("state grows with history: %+v at 30k records, %+v at 90k (tombstones bound %d)", short, long, maxTombs)
+	}
+}
+
+// After a long downtime every tombstone is past the retention at once. The first compaction
+// after the restart must forget every one of them its cut reaches (a fixed cap a round left
+// thousands behind, so the snapshot interval, four records per tombstone, stayed long), the
+// next the rest, and the snapshot interval must come back to what the live state needs.
+func TestBacklogAfterLongDowntimeIsForgotten(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 150k records")
+	}
+	t.Parallel()
+	cfg := testChurn()
+	cfg.Retention = 1000 * time.Hour // nothing expires while the host is busy
+	ctx := context.Background()
+	b, err := build(ctx, filepath.Join(t.TempDir(), journal.FileName), 110000, 10, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.j.Close()
+	backlog := len(b.st.Tombstones)
+	// The first compaction after the restart cuts up to the last snapshot taken before it.
+	reach := 0
+	for _, ts := range b.st.Tombstones {
+		if ts.CleanSeq <= b.lastSnap {
+			reach++
+		}
+	}
+	if reach <= 5000 {
+		t.Fatalf("only %d tombstones before the last snapshot: the test needs more than a capped round's worth", reach)
+	}
+	// Down for longer than the retention; back up, with the host's usual churn.
+	b.now = b.now.Add(cfg.Retention + time.Hour)
+	startInterval := int(engine.SnapshotInterval(b.st, cfg.SnapshotEvery))
+	rounds, from := len(b.rounds), int(b.j.LastSeq())
+	for int(b.j.LastSeq()) < from+3*startInterval && (len(b.rounds)-rounds < 2 || b.eligible() > 0) {
+		if err := b.churn(ctx, int(b.j.LastSeq())+flushAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := b.rounds[rounds:]
+	if len(after) < 2 || after[0].Forgotten != reach || b.eligible() != 0 {
+		t.Fatalf("backlog of %d (%d before the last snapshot): after %d records, compactions %+v, %d left past the retention",
+			backlog, reach, int(b.j.LastSeq())-from, after, b.eligible())
+	}
+	if got := engine.SnapshotInterval(b.st, cfg.SnapshotEvery); got != max(cfg.SnapshotEvery, uint64(4*(10+len(b.st.Tombstones)))) || len(b.st.Tombstones) > backlog/4 {
+		t.Fatalf("after the backlog: snapshot interval %d with %d tombstones (it was %d with %d)", got, len(b.st.Tombstones), startInterval, backlog)
+	}
+}
+
+// Issue 13 item 4: compaction cut up to the newest snapshot while the older one was kept as
+// the fallback; with the newest damaged, replay from the older one met tasks whose history was
+// gone and failed on every start. A damaged newest snapshot (and both damaged) must leave an
+// agent that recovers to the same state.
+func TestDamagedNewestSnapshotAfterCompactionRecovers(t *testing.T) {
+	t.Parallel()
+	cfg := testChurn()
+	cfg.SnapshotEvery, cfg.Retention = 2000, time.Second // tasks expire inside one snapshot interval
+	ctx := context.Background()
+	for _, damage := range []int{1, 2} {
+		path := filepath.Join(t.TempDir(), journal.FileName)
+		b, err := build(ctx, path, 40000, 20, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forgot := 0
+		for _, r := range b.rounds {
+			forgot += r.Forgotten
+		}
+		if forgot == 0 {
+			b.j.Close()
+			t.Fatal("no compaction forgot anything: the test proves nothing")
+		}
+		wantTasks, wantTombs := len(b.st.Tasks), len(b.st.Tombstones)
+		seqs, err := b.j.SnapshotSeqs()
+		if err != nil || len(seqs) < 2 {
+			t.Fatalf("snapshots %v, %v; want two", seqs, err)
+		}
+		// Flip a byte in the newest snapshot (and, second time round, the fallback too).
+		if err := b.j.DB().Update(func(tx *bolt.Tx) error {
+			for _, at := range seqs[len(seqs)-damage:] {
+				k := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, at), 0)
+				v := append([]byte(nil), tx.Bucket([]byte("snapshots")).Get(k)...)
+				v[len(v)-1] ^= 0x20
+				if err := tx.Bucket([]byte("snapshots")).Put(k, v); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		b.j.Close()
+		_, st, err := ready(ctx, path)
+		if err != nil {
+			t.Fatalf("%d snapshot(s) damaged: recovery failed: %v", damage, err)
+		}
+		if len(st.Tasks) != wantTasks || len(st.Tombstones) != wantTombs {
+			t.Fatalf("%d snapshot(s) damaged: recovered %d tasks, %d tombstones; want %d, %d", damage, len(st.Tasks), len(st.Tombstones), wantTasks, wantTombs)
+		}
+	}
+}
