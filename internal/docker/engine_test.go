@@ -96,6 +96,7 @@ func TestDockerCommandWordsAndExitCodes(t *testing.T) {
 	if st, _ := e.Inspect(ctx, runner); !st.Running {
 		t.Fatal("run is not running")
 	}
+	waitLog(t, e, runner, "testbox:") // its SIGTERM handler is set: as PID 1 it would ignore one before
 	if err := e.Stop(ctx, runner, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
