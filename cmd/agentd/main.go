@@ -26,6 +26,7 @@ type cli struct {
 	Controlplane controlplaneCmd  `cmd:"" help:"Serve the reference control plane (development and tests)."`
 	Bench        benchCmd         `cmd:"" help:"Measure agentd against its baselines, side by side."`
 	Journal      journalCmd       `cmd:"" help:"Forensics on a journal: dump, replay, timeline, verify, stats, export."`
+	Logs         logsCmd          `cmd:"" help:"A container's stdout and stderr, through a running agent's API."`
 }
 
 func main() {

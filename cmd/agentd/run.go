@@ -16,6 +16,7 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
 	"github.com/rs/zerolog"
 )
 
@@ -34,6 +35,7 @@ type runCmd struct {
 	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
 	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept (a re-sent task is recognised for this long). Negative: forever."`
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
+	AllowBindRoot []string      `name:"allow-bind-root" env:"AGENTD_ALLOW_BIND_ROOT" placeholder:"DIR" help:"A host directory under which tasks may bind-mount (repeatable; none by default: a task asking for a bind mount is invalid)."`
 	logFlags
 }
 
@@ -45,7 +47,11 @@ func (r *runCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := startAgent(ctx, agentConfig{
+	rules, err := protocol.NewRules(r.AllowBindRoot)
+	if err != nil {
+		return err
+	}
+	a, err := startAgent(ctx, agentConfig{TaskRules: rules,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen,
 		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention},
@@ -60,6 +66,7 @@ type agentConfig struct {
 	DataDir, Backend, TokenFile, CAFile, AgentID, Runtime, DockerHost, Listen string
 	CleanupWait                                                               time.Duration
 	Engine                                                                    engine.Config
+	TaskRules                                                                 protocol.Rules // --allow-bind-root; the engine must decode tasks with it
 }
 
 // agent is a started daemon: the journal, the runtime, the engine and the introspection API.
@@ -117,7 +124,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	a.eng = engine.New(cfg, a.j, a.rt, a.cp, nil, nil, log)
 	a.eng.RegisterStateCollector()
 	// The API answers 503 while recovering, so it starts first.
-	a.srv = &http.Server{Handler: introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime}, fsm.Config{CleanupWait: c.CleanupWait}),
+	a.srv = &http.Server{Handler: introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: a.rt}, fsm.Config{CleanupWait: c.CleanupWait}),
 		ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = a.srv.Serve(ln) }()
 	if err := a.eng.Recover(ctx); err != nil {

@@ -1,5 +1,6 @@
 // Package introspect serves the agent's introspection API on --listen: /healthz,
-// /v1/metadata, /v1/tasks, /v1/tasks/{arn}, /v1/journal/export and /metrics.
+// /v1/metadata, /v1/tasks, /v1/tasks/{arn}, /v1/tasks/{arn}/containers/{name}/logs,
+// /v1/journal/export and /metrics.
 //
 // It promises never to answer from a half-recovered state: until the engine has recovered,
 // /healthz and /v1/tasks answer 503. Reads go through the engine's loop, so they see a
@@ -23,6 +24,7 @@ type Info struct {
 	Version string
 	DataDir string
 	Runtime string
+	Logs    LogSource // container logs (the runtime); nil: the logs endpoint answers 501
 }
 
 // TaskView is a task as the API shows it.
@@ -109,6 +111,10 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 	})
 	mux.HandleFunc("GET /v1/tasks/{arn...}", func(w http.ResponseWriter, r *http.Request) {
 		arn := r.PathValue("arn")
+		if task, container, ok := logsPath(arn); ok {
+			serveLogs(e, info.Logs, w, r, task, container)
+			return
+		}
 		now := e.Now()
 		var out any
 		if !query(w, r, func(st *fsm.State) {
