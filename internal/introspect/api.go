@@ -48,6 +48,8 @@ type ContainerView struct {
 	ExitCode    *int         `json:"exit_code"`
 	RuntimeID   string       `json:"runtime_id"`
 	Reason      string       `json:"reason"`
+	// Spec is the container as assigned (PROTOCOL.md §4), without env: values may be secrets.
+	Spec event.ContainerSpec `json:"spec"`
 }
 
 func view(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) TaskView {
@@ -60,7 +62,9 @@ func view(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) TaskView {
 		v.BlockedOnAckFor = d.Round(time.Millisecond).String()
 	}
 	for _, c := range t.Containers {
-		v.Containers = append(v.Containers, ContainerView{Name: c.Name, KnownStatus: c.Known, SentStatus: c.Sent, ExitCode: c.ExitCode, RuntimeID: c.RuntimeID, Reason: c.Reason})
+		spec := c.ContainerSpec
+		spec.Env = nil
+		v.Containers = append(v.Containers, ContainerView{Name: c.Name, KnownStatus: c.Known, SentStatus: c.Sent, ExitCode: c.ExitCode, RuntimeID: c.RuntimeID, Reason: c.Reason, Spec: spec})
 	}
 	return v
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,7 +26,8 @@ func TestContainerLogsByTaskAndName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	spec := []event.ContainerSpec{{Name: "app", Image: "web", Command: []string{"exit", "3"}, Essential: true}}
+	spec := []event.ContainerSpec{{Name: "app", Image: "web", Command: []string{"exit", "3"}, Essential: true,
+		Env: map[string]string{"TOKEN": "s3cret"}, MemoryMiB: 64, Ports: []event.PortMapping{{ContainerPort: 8080, Protocol: "tcp"}}}}
 	if _, err = j.Append(context.Background(), event.Record{Time: time.Now(), Task: "task/7f3a", Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}}); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +53,13 @@ func TestContainerLogsByTaskAndName(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The task's view shows the container's §4 fields, never its env.
 	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/tasks/task/7f3a", nil))
+	if b := w.Body.String(); !strings.Contains(b, `"memory_mib": 64`) || !strings.Contains(b, `"container_port": 8080`) || strings.Contains(b, "s3cret") {
+		t.Fatalf("task view: %s", b)
+	}
+	w = httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/tasks/task/7f3a/containers/app/logs", nil))
 	if w.Code != 200 || w.Body.String() != "testbox: [exit 3]\nexited 3\n" {
 		t.Fatalf("plain logs: %d %q", w.Code, w.Body.String())
