@@ -111,6 +111,8 @@ type Runtime interface {
 	Name() string
 	// Pull makes the image present (no-op when it already is).
 	Pull(ctx context.Context, image string) error
+	// PullWith makes it present as a pull_policy says: always, never, if-not-present (Pull).
+	PullWith(ctx context.Context, image, policy string) error
 	// Create makes the container, or returns the existing one of the same task and name.
 	Create(ctx context.Context, spec CreateSpec) (id string, err error)
 	Start(ctx context.Context, id string) error

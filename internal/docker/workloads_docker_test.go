@@ -439,3 +439,21 @@ func TestDockerEntrypointAndLabels(t *testing.T) {
 		t.Fatalf("labels %q; want the task's label and agentd's own, unforged", got)
 	}
 }
+
+func TestDockerPullPolicy(t *testing.T) {
+	e, _ := dockerEngine(t)
+	ctx := context.Background()
+	// The test image exists only on this engine, in no registry it can reach: "always" must
+	// go to the registry and so fails, where "if-not-present" and "never" find it.
+	if err := e.PullWith(ctx, testbox, event.PullAlways); err == nil {
+		t.Fatal("pull_policy always did not go to the registry for a local-only image")
+	}
+	for _, p := range []string{"", event.PullIfNotPresent, event.PullNever} {
+		if err := e.PullWith(ctx, testbox, p); err != nil {
+			t.Fatalf("pull_policy %q of a present image: %v", p, err)
+		}
+	}
+	if err := e.PullWith(ctx, "agentd-test/absent:1", event.PullNever); err == nil || !strings.Contains(err.Error(), "not present, and pull_policy is never") {
+		t.Fatalf("pull_policy never of an absent image: %v", err)
+	}
+}
