@@ -1,10 +1,12 @@
 package docker
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
@@ -159,22 +161,8 @@ func bindingsOf(ports network.PortMap) []event.NetworkBinding {
 
 func sortBindings(bs []event.NetworkBinding) {
 	slices.SortFunc(bs, func(a, b event.NetworkBinding) int {
-		if a.ContainerPort != b.ContainerPort {
-			return a.ContainerPort - b.ContainerPort
-		}
-		if a.Protocol != b.Protocol {
-			if a.Protocol < b.Protocol {
-				return -1
-			}
-			return 1
-		}
-		if a.HostIP != b.HostIP {
-			if a.HostIP < b.HostIP {
-				return -1
-			}
-			return 1
-		}
-		return a.HostPort - b.HostPort
+		return cmp.Or(cmp.Compare(a.ContainerPort, b.ContainerPort), strings.Compare(a.Protocol, b.Protocol),
+			strings.Compare(a.HostIP, b.HostIP), cmp.Compare(a.HostPort, b.HostPort))
 	})
 }
 
