@@ -13,7 +13,7 @@ import (
 
 // TestDockerLogsCommand runs `agentd run --runtime docker` and reads a container's logs with
 // `agentd logs`: stdout to stdout, stderr to stderr, --tail, --follow, and a clear error for a
-// container the task does not have.
+// container the task does not have. A task asking to bind-mount /etc never runs.
 func TestDockerLogsCommand(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
@@ -60,7 +60,8 @@ func TestDockerLogsCommand(t *testing.T) {
 		t.Fatalf("logs of an unknown container: %q", stderr)
 	}
 	// --follow keeps the stream open while the container runs.
-	follow := exec.Command(agentdBinary(t), "logs", "--api", api, "task/logs-1", "app", "--tail", "1", "--follow")
+	// --tail 2: the engine orders the last stdout and stderr lines by when it read them.
+	follow := exec.Command(agentdBinary(t), "logs", "--api", api, "task/logs-1", "app", "--tail", "2", "--follow")
 	pipe, _ := follow.StdoutPipe()
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
@@ -96,7 +97,20 @@ func TestDockerLogsCommand(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("--follow did not end when the container stopped")
 	}
-	awaitSettled(t, cpURL, api, 1, 120*time.Second, a.log)
+	// A bind mount outside the allowed roots (none given here) never runs: the task is
+	// STOPPED with a reason naming the field, and no container is made.
+	postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": map[string]any{"arn": "task/bind-etc",
+		"containers": []map[string]any{{"name": "app", "image": "agentd-testbox:latest", "command": []string{"write", "/host/x", "owned"},
+			"mounts": []map[string]any{{"type": "bind", "source": "/etc", "target": "/host"}}}}}})
+	awaitSettled(t, cpURL, api, 2, 120*time.Second, a.log)
+	var bind cpTask
+	getJSON(t, cpURL+"/v1/tasks/task/bind-etc", &bind)
+	if bind.Status != "STOPPED" || !strings.Contains(bind.Reason, "containers[0].mounts[0].source") || len(bind.Containers) != 0 {
+		t.Fatalf("a bind of /etc: %+v; want STOPPED naming mounts[0].source, no container reported", bind)
+	}
+	if ps := dockerPS(t, "label=io.agentd.task-arn=task/bind-etc"); len(ps) != 0 {
+		t.Fatalf("a bind of /etc made containers %v", ps)
+	}
 	if _, stderr, err := logs("app"); err == nil || !strings.Contains(stderr, "cleaned up") {
 		t.Fatalf("logs after cleanup: %v %q; want an error saying the task is cleaned up", err, stderr)
 	}
