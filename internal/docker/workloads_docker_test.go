@@ -370,7 +370,7 @@ func TestDockerHealthTurnsHealthyThenUnhealthy(t *testing.T) {
 func TestDockerLogFilesRotateAtTheConfiguredSize(t *testing.T) {
 	e, _ := dockerEngine(t)
 	id := startSpec(t, e, "task/logs", event.ContainerSpec{Command: []string{"spew", "3072"}, Log: &event.LogConfig{MaxSizeMiB: 1, MaxFiles: 2}})
-	waitLog(t, e, id, "spewed 3072 KiB")
+	waitLog(t, e, id, "testbox: [spew 3072]") // its last stdout line: all of stdout is logged
 	logPath := dockerInspect(t, id, "{{.LogPath}}")
 	files, _ := filepath.Glob(logPath + "*")
 	if len(files) != 2 {
@@ -401,6 +401,7 @@ func TestDockerLogFilesRotateAtTheConfiguredSize(t *testing.T) {
 func TestDockerLogsAreDemultiplexedAndTailed(t *testing.T) {
 	e, _ := dockerEngine(t)
 	id := startSpec(t, e, "task/logs", event.ContainerSpec{Command: []string{"spew", "1"}})
+	waitLog(t, e, id, "testbox: [spew 1]") // the engine reads stdout and stderr apart: wait for both
 	waitLog(t, e, id, "spewed 1 KiB")
 	rc, err := e.Logs(context.Background(), id, LogOptions{Tail: -1})
 	if err != nil {
