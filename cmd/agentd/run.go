@@ -109,6 +109,10 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 		a.rt, err = docker.NewSim(c.DataDir, id, nil)
 	case "docker":
 		a.rt, err = newDockerRuntime(ctx, c.DockerHost, id)
+		if a.rt != nil && errors.Is(err, docker.ErrUnavailable) {
+			log.Warn().Err(err).Msg("the Docker Engine does not answer; the agent runs unhealthy and keeps asking")
+			err = nil
+		}
 	default:
 		err = fmt.Errorf("--runtime %q: want docker or sim", c.Runtime)
 	}
@@ -168,6 +172,13 @@ func (a *agent) close() {
 	}
 }
 
+// newDockerRuntime connects to the Docker Engine. An engine that is down gives a runtime and
+// an ErrUnavailable error (the agent runs without it and keeps asking); a misconfigured one
+// gives no runtime.
 func newDockerRuntime(ctx context.Context, host, agentID string) (docker.Runtime, error) {
-	return docker.NewEngine(ctx, host, agentID)
+	e, err := docker.NewEngine(ctx, host, agentID)
+	if e == nil {
+		return nil, err
+	}
+	return e, err
 }

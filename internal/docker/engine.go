@@ -29,7 +29,9 @@ type Engine struct {
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
-// and checks that it answers. An unreachable engine is an error naming the address.
+// and checks that it answers. An engine that does not answer is an error naming the address,
+// wrapping ErrUnavailable — and the Engine is returned anyway, so the agent can run without
+// it and keep asking; a misconfigured host gives no Engine.
 func NewEngine(ctx context.Context, host, agentID string) (*Engine, error) {
 	opts := []client.Opt{client.FromEnv}
 	if host != "" {
@@ -43,6 +45,11 @@ func NewEngine(ctx context.Context, host, agentID string) (*Engine, error) {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		if client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded) {
+			// Down, not misconfigured: the agent stays up without it and keeps asking (every
+			// call says ErrUnavailable until it answers); the caller decides whether to say so.
+			return e, fmt.Errorf("docker engine at %s does not answer: %w: %v", e.host, ErrUnavailable, err)
+		}
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}

@@ -177,8 +177,17 @@ func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
-	_, err := NewEngine(context.Background(), "tcp://127.0.0.1:1", "x")
-	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
-		t.Fatalf("unreachable engine: %v", err)
+	e, err := NewEngine(context.Background(), "tcp://127.0.0.1:1", "x")
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("unreachable engine: %v; want ErrUnavailable naming 127.0.0.1:1", err)
+	}
+	// Down, not misconfigured: the agent gets an engine that keeps answering ErrUnavailable,
+	// so it can stay up, unhealthy, and reconcile once the engine answers.
+	if e == nil {
+		t.Fatal("no Engine for an engine that is down: the agent could not stay up")
+	}
+	defer e.Close()
+	if _, err := e.List(context.Background()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("list on a down engine: %v; want ErrUnavailable", err)
 	}
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"slices"
 	"time"
 
@@ -15,7 +14,9 @@ const maxCompactTasks = 5000
 
 // CompactionPlan is what one compaction drops: the history of tasks cleaned longer ago than
 // the retention, and records without a task older than it, up to a snapshot's sequence
-// number. The compaction_done record it makes forgets those tombstones and message ids.
+// number. The compaction_done record it makes forgets those tombstones and message ids — but
+// never the id of a payload that holds a live task: the control plane may re-send such a
+// payload, and its tasks cleaned long ago must then not run again (issue 13, item 3).
 type CompactionPlan struct {
 	UpTo     uint64   // the snapshot covering the cut
 	Cut      uint64   // records without a task at or before this go
@@ -40,8 +41,14 @@ func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention 
 		return p, err
 	}
 	p.Cut = min(cut, upTo)
+	held := map[string]bool{} // payloads that hold a live task: a re-send of one must stay recognised
+	for _, t := range st.Tasks {
+		for _, m := range t.Messages {
+			held[m] = true
+		}
+	}
 	for m, seq := range st.Messages {
-		if seq <= p.Cut {
+		if seq <= p.Cut && !held[m] {
 			p.Messages = append(p.Messages, m)
 		}
 	}
@@ -79,38 +86,4 @@ func (p CompactionPlan) Drop(h journal.Header) bool {
 // Done is the record that closes the compaction.
 func (p CompactionPlan) Done(records int) *event.CompactionDone {
 	return &event.CompactionDone{UpToSeq: p.UpTo, Tasks: p.Tasks, Messages: p.Messages, Records: records}
-}
-
-// maybeCompact runs, after a snapshot, the compaction the projection calls for. The deletions
-// run on the executor in commits of their own, so appends wait at most one short commit.
-func (e *Engine) maybeCompact() {
-	if e.compacting || e.cfg.Retention < 0 {
-		return
-	}
-	plan, err := PlanCompaction(e.st, e.j, e.clock.Now(), e.cfg.Retention, e.snapSeq)
-	if err != nil {
-		e.log.Warn().Err(err).Msg("compaction skipped")
-		return
-	}
-	if plan.Empty() {
-		return
-	}
-	e.compacting = true
-	e.onDrop(func() { e.compacting = false })
-	j := e.j
-	e.goWork(func() Input {
-		res, err := j.Compact(context.Background(), plan.UpTo, plan.Drop)
-		return CompactInput{Done: plan.Done(res.Records), Err: err}
-	})
-}
-
-func (e *Engine) handleCompact(in CompactInput) {
-	e.compacting = false
-	if in.Err != nil {
-		e.log.Warn().Err(in.Err).Msg("compaction failed; the next snapshot tries again")
-		return
-	}
-	// Lost with a failed commit, the next compaction repeats it (the records are gone already).
-	e.record(event.Record{Event: in.Done})
-	e.log.Info().Int("records", in.Done.Records).Int("tasks", len(in.Done.Tasks)).Int("messages", len(in.Done.Messages)).Msg("journal compacted")
 }

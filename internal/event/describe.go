@@ -88,6 +88,11 @@ func Describe(e Event) string {
 		kv("rejected", e.Rejected)
 	case *ContainerRemoved:
 		kv("id", e.RuntimeID)
+	case *CallStarted:
+		kv("call", e.Call)
+	case *CallEnded:
+		kv("call", e.Call)
+		kv("reason", e.Reason)
 	case *SnapshotTaken:
 		kv("at", fmt.Sprint(e.AtSeq))
 		kv("bytes", e.Bytes)

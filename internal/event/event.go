@@ -36,6 +36,8 @@ const (
 	TypeReportAttempted       Type = 15
 	TypeAgentStopped          Type = 16
 	TypeTaskResent            Type = 17
+	TypeCallStarted           Type = 18
+	TypeCallEnded             Type = 19
 )
 
 // typeInfo is the catalogue: wire name and a constructor for the body.
@@ -60,6 +62,8 @@ var typeInfo = map[Type]struct {
 	TypeReportAttempted:       {"report_attempted", func() Event { return &ReportAttempted{} }},
 	TypeAgentStopped:          {"agent_stopped", func() Event { return &AgentStopped{} }},
 	TypeTaskResent:            {"task_resent", func() Event { return &TaskResent{} }},
+	TypeCallStarted:           {"call_started", func() Event { return &CallStarted{} }},
+	TypeCallEnded:             {"call_ended", func() Event { return &CallEnded{} }},
 }
 
 // Known reports whether t is a record type this build understands.

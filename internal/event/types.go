@@ -228,6 +228,21 @@ type ContainerTransitioned struct {
 	Cursor int64 `json:"cursor,omitempty"`
 }
 
+// CallStarted records, before it is made, a runtime call that must never be made twice (a
+// start: Docker runs an exited container again). Until the call's outcome is journaled the
+// container is in flight: possibly running, so never declared STOPPED, never started again;
+// an outcome that never comes (a timeout, a crash) is settled by asking the runtime.
+type CallStarted struct {
+	Call string `json:"call"`
+}
+
+// CallEnded records that a call in flight ended without changing what the journal knows of the
+// container (the runtime showed it was never carried out): the container is no longer in flight.
+type CallEnded struct {
+	Call   string `json:"call"`
+	Reason string `json:"reason,omitempty"`
+}
+
 // TaskTransitioned records a task's known status moving.
 type TaskTransitioned struct {
 	From   Status `json:"from"`
@@ -298,6 +313,8 @@ func (*TaskResent) Type() Type            { return TypeTaskResent }
 func (*DesiredChanged) Type() Type        { return TypeDesiredChanged }
 func (*ContainerTransitioned) Type() Type { return TypeContainerTransitioned }
 func (*TaskTransitioned) Type() Type      { return TypeTaskTransitioned }
+func (*CallStarted) Type() Type           { return TypeCallStarted }
+func (*CallEnded) Type() Type             { return TypeCallEnded }
 func (*ChangesSettled) Type() Type        { return TypeChangesSettled }
 func (*StoppedAcked) Type() Type          { return TypeStoppedAcked }
 func (*CleanupStarted) Type() Type        { return TypeCleanupStarted }

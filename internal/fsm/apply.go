@@ -3,42 +3,8 @@ package fsm
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/agentd/agentd/internal/event"
-)
-
-// ApplyError is a record the projection refused. It names the record, its type and subject.
-type ApplyError struct {
-	Seq       uint64
-	Type      event.Type
-	Task      string
-	Container string
-	Err       error
-}
-
-func (e *ApplyError) Error() string {
-	subj := ""
-	if e.Task != "" {
-		subj = ", task " + e.Task
-	}
-	if e.Container != "" {
-		subj += ", container " + e.Container
-	}
-	return fmt.Sprintf("record %d (%s%s): %v", e.Seq, e.Type, subj, e.Err)
-}
-
-func (e *ApplyError) Unwrap() error { return e.Err }
-
-// Errors Apply wraps, for callers that sort violations.
-var (
-	ErrUnknownTask   = errors.New("unknown task")
-	ErrRunTwice      = errors.New("task added twice")
-	ErrPayloadTwice  = errors.New("payload applied twice")
-	ErrCleanupGuard  = errors.New("cleanup guard")
-	ErrSentAhead     = errors.New("settles a change that was never made")
-	ErrOutOfSequence = errors.New("record out of sequence")
-	ErrStoppedOrder  = errors.New("task stopped before its containers")
 )
 
 // Apply folds one record into the projection. A record that breaks a rule changes nothing and
@@ -104,24 +70,24 @@ func (s *State) apply(rec event.Record) error {
 		t := &Task{ARN: rec.Task, Known: event.StatusStopped, Desired: event.StatusStopped, Sent: event.StatusNone,
 			Reason: e.Reason, Rejected: true, AddedSeq: rec.Seq, AddedAt: rec.Time, StoppedAt: rec.Time, StopSeq: rec.Seq,
 			Containers: []*Container{}}
+		t.heldBy(e.MessageID)
 		s.Tasks[t.ARN] = t
 		s.addChange(rec, t, nil, event.StatusStopped, nil, e.Reason)
 	case *event.TaskResent:
-		if _, ok := s.Tasks[rec.Task]; ok {
+		if t, ok := s.Tasks[rec.Task]; ok {
+			t.heldBy(e.MessageID)
+			if t.Known == event.StatusStoppedAcked || t.Known == event.StatusCleaning {
+				// Its STOPPED was settled, yet the control plane sends it again: it lost
+				// track. Report the final STOPPED again, same ids.
+				s.requeue(finalChanges(s, t))
+			}
 			return nil
 		}
 		ts, ok := s.Tombstones[rec.Task]
 		if !ok {
 			return fmt.Errorf("%w: re-sent task is neither live nor tombstoned", ErrUnknownTask)
 		}
-		// The control plane lost track: report the final STOPPED again, same ids.
-		for i := range ts.Final {
-			c := ts.Final[i]
-			if _, queued := s.Outbox[c.Seq]; !queued {
-				s.Outbox[c.Seq] = &c
-				s.insertOrder(c.Seq)
-			}
-		}
+		s.requeue(ts.Final) // the control plane lost track: the final STOPPED again, same ids
 	case *event.DesiredChanged:
 		t, err := s.task(rec)
 		if err != nil {
@@ -141,6 +107,27 @@ func (s *State) apply(rec event.Record) error {
 		return s.transitionContainer(rec, e)
 	case *event.TaskTransitioned:
 		return s.transitionTask(rec, e)
+	case *event.CallStarted:
+		t, c, err := s.container(rec)
+		if err != nil {
+			return err
+		}
+		if ActionKind(e.Call) != ActStart || c.Known != event.StatusCreated || t.Known.Rank() >= event.StatusStopped.Rank() {
+			return fmt.Errorf("%w: %s started for a container that is %s in a task that is %s (needs a CREATED container)", ErrIllegalTransition, e.Call, c.Known, t.Known)
+		}
+		if c.InFlight != "" {
+			return fmt.Errorf("%w: %s started while %s is in flight", ErrRunTwice, e.Call, c.InFlight)
+		}
+		c.InFlight = ActionKind(e.Call)
+	case *event.CallEnded:
+		_, c, err := s.container(rec)
+		if err != nil {
+			return err
+		}
+		if c.InFlight != ActionKind(e.Call) {
+			return fmt.Errorf("%s ended, but the call in flight is %q", e.Call, c.InFlight)
+		}
+		c.InFlight = ""
 	case *event.ChangesSettled:
 		return s.settle(rec, e)
 	case *event.StoppedAcked:
@@ -256,6 +243,7 @@ func (s *State) addTask(rec event.Record, e *event.TaskAdded) error {
 	if e.Desired == event.StatusStopped {
 		t.StopCause = "desired status STOPPED on arrival"
 	}
+	t.heldBy(e.MessageID)
 	s.Tasks[t.ARN] = t
 	return nil
 }
@@ -274,7 +262,12 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 	if err := s.containerM.check(c.Known, e.To); err != nil {
 		return err
 	}
-	c.Known = e.To
+	if inFlightGuard && c.InFlight != "" && e.To != event.StatusRunning && e.From != event.StatusRunning {
+		// Only a start's outcome (RUNNING) or an exit after it settles a start in flight:
+		// anything else would declare a container stopped that may be running.
+		return fmt.Errorf("%w: container %s → %s while a %s is in flight", ErrIllegalTransition, e.From, e.To, c.InFlight)
+	}
+	c.Known, c.InFlight = e.To, ""
 	s.ExitCursor = max(s.ExitCursor, e.Cursor)
 	if e.RuntimeID != "" {
 		c.RuntimeID = e.RuntimeID
@@ -322,79 +315,6 @@ func (s *State) transitionTask(rec event.Record, e *event.TaskTransitioned) erro
 	return nil
 }
 
-func (s *State) addChange(rec event.Record, t *Task, c *Container, status event.Status, exit *int, reason string) {
-	if !status.Reportable() {
-		return
-	}
-	ch := &Change{ID: s.ChangeID(rec.Seq), Seq: rec.Seq, Task: t.ARN, Status: status, ExitCode: exit, Reason: reason, At: rec.Time}
-	if c != nil {
-		ch.Container = c.Name
-		c.Pending = append(c.Pending, rec.Seq)
-	} else {
-		t.Pending = append(t.Pending, rec.Seq)
-	}
-	s.Outbox[rec.Seq] = ch
-	s.order = append(s.order, rec.Seq)
-}
-
-func (s *State) insertOrder(seq uint64) {
-	s.sweep()
-	i, found := slices.BinarySearch(s.order, seq)
-	if !found {
-		s.order = slices.Insert(s.order, i, seq)
-	}
-}
-
-// settle applies the control plane's answer. Every id is checked before anything changes.
-func (s *State) settle(rec event.Record, e *event.ChangesSettled) error {
-	ids := append([]string(nil), e.Accepted...)
-	for _, r := range e.Rejected {
-		ids = append(ids, r.ID)
-	}
-	var found []*Change
-	for _, id := range ids {
-		seq, ok := ChangeSeq(id)
-		if !ok || seq >= rec.Seq {
-			return fmt.Errorf("%w: %q", ErrSentAhead, id)
-		}
-		if c, ok := s.Outbox[seq]; ok && c.ID == id {
-			found = append(found, c)
-		}
-		// Otherwise settled before (a retry's answer) or coalesced: nothing to do.
-	}
-	for _, c := range found {
-		if _, still := s.Outbox[c.Seq]; !still {
-			continue
-		}
-		t := s.Tasks[c.Task]
-		if t == nil {
-			delete(s.Outbox, c.Seq) // a tombstone's final change, re-sent
-			continue
-		}
-		pending, sent := &t.Pending, &t.Sent
-		if c.Container != "" {
-			if ct := t.Container(c.Container); ct != nil {
-				pending, sent = &ct.Pending, &ct.Sent
-			}
-		}
-		// Earlier changes of the same subject are settled with it (coalescing).
-		keep := (*pending)[:0]
-		for _, seq := range *pending {
-			if seq <= c.Seq {
-				delete(s.Outbox, seq)
-			} else {
-				keep = append(keep, seq)
-			}
-		}
-		*pending = keep
-		delete(s.Outbox, c.Seq)
-		if c.Status.Rank() > sent.Rank() {
-			*sent = c.Status
-		}
-	}
-	return nil
-}
-
 // clean turns a task into its tombstone.
 func (s *State) clean(rec event.Record) error {
 	t, err := s.task(rec)
@@ -409,12 +329,9 @@ func (s *State) clean(rec event.Record) error {
 			return fmt.Errorf("task cleaned while container %s is not removed", c.Name)
 		}
 	}
-	ts := &Tombstone{ARN: t.ARN, Family: t.Family, Reason: t.Reason, StoppedAt: t.StoppedAt, CleanedAt: rec.Time, CleanSeq: rec.Seq}
+	ts := &Tombstone{ARN: t.ARN, Family: t.Family, Reason: t.Reason, StoppedAt: t.StoppedAt, CleanedAt: rec.Time, CleanSeq: rec.Seq,
+		Final: finalChanges(s, t)}
 	for _, c := range t.Containers {
-		if c.StopSeq != 0 {
-			ts.Final = append(ts.Final, Change{ID: s.ChangeID(c.StopSeq), Seq: c.StopSeq, Task: t.ARN, Container: c.Name,
-				Status: event.StatusStopped, ExitCode: c.ExitCode, Reason: c.Reason, At: c.StoppedAt})
-		}
 		if c.ExitCode != nil {
 			if ts.Exits == nil {
 				ts.Exits = map[string]int{}
@@ -422,7 +339,6 @@ func (s *State) clean(rec event.Record) error {
 			ts.Exits[c.Name] = *c.ExitCode
 		}
 	}
-	ts.Final = append(ts.Final, Change{ID: s.ChangeID(t.StopSeq), Seq: t.StopSeq, Task: t.ARN, Status: event.StatusStopped, Reason: t.Reason, At: t.StoppedAt})
 	delete(s.Tasks, t.ARN)
 	s.Tombstones[t.ARN] = ts
 	return nil

@@ -16,11 +16,16 @@ const (
 	ActStart  ActionKind = "start"
 	ActStop   ActionKind = "stop"
 	ActRemove ActionKind = "remove"
+	// ActInspect asks the runtime what became of a start whose outcome is not journaled (it
+	// timed out, the runtime did not answer, the process crashed, the commit of its outcome
+	// failed). It has no effect, so it needs no intent; the engine makes it only while the
+	// start itself is not in flight.
+	ActInspect ActionKind = "inspect"
 )
 
-// Action asks the runtime to do something to one container. The engine runs it and turns the
-// outcome into a record; until that record is applied, Decide keeps proposing the action, so
-// the engine keeps track of what it already has in flight (Key).
+// Action asks the runtime to do something to one container. The engine runs it and hands the
+// outcome to Step; until the outcome's record is applied, Decide keeps proposing the action,
+// so the engine keeps track of what it already has in flight (by Key).
 type Action struct {
 	Kind      ActionKind
 	Task      string
@@ -30,8 +35,17 @@ type Action struct {
 	From      event.Status // the container's status when decided, for the record of the outcome
 }
 
-// Key identifies an action for de-duplication while it is in flight.
-func (a Action) Key() string { return string(a.Kind) + " " + a.Task + " " + a.Container }
+// ActionKey identifies an action for de-duplication while it is in flight or backing off.
+type ActionKey struct {
+	Kind      ActionKind
+	Task      string
+	Container string
+}
+
+// Key is the action's identity.
+func (a Action) Key() ActionKey { return ActionKey{Kind: a.Kind, Task: a.Task, Container: a.Container} }
+
+func (k ActionKey) String() string { return string(k.Kind) + " " + k.Task + "/" + k.Container }
 
 // Config is what decisions depend on besides the journal. It is not journaled: an operator
 // may change it between runs, and cleanup deadlines follow (from the journaled stop time).
@@ -41,10 +55,17 @@ type Config struct {
 
 // Decisions is what should happen next, at a given "now".
 type Decisions struct {
-	Records  []event.Record // to journal now (Time is now; Seq is assigned by the journal)
-	Actions  []Action       // runtime operations
-	Cleanups []string       // tasks whose cleanup is due: STOPPED_ACKED and the wait has passed
-	NextDue  time.Time      // the earliest future moment a decision changes with time alone (zero: none)
+	Records []event.Record // to journal now (Time is now; Seq is assigned when journaled)
+	Actions []Action       // runtime operations
+}
+
+// Intent is the record journaled before an action's call is made, for calls that must never
+// be made twice (a start); none for the others, which are safe to repeat.
+func (a Action) Intent() []event.Record {
+	if a.Kind != ActStart {
+		return nil
+	}
+	return []event.Record{{Task: a.Task, Container: a.Container, Event: &event.CallStarted{Call: string(ActStart)}}}
 }
 
 // CleanupAllowed reports whether a task may enter CLEANING: it is STOPPED_ACKED (and, in a
@@ -105,17 +126,16 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			rec("", &event.TaskCleaned{})
 		}
 	case event.StatusStoppedAcked:
-		if due := t.CleanupDue(cfg); !now.Before(due) {
-			d.Cleanups = append(d.Cleanups, t.ARN)
-		} else if d.NextDue.IsZero() || due.Before(d.NextDue) {
-			d.NextDue = due
+		// The cleanup wait counts from the journaled stop time; the engine wakes for it.
+		if t.CleanupAllowed() && !now.Before(t.CleanupDue(cfg)) {
+			rec("", &event.CleanupStarted{})
 		}
 	case event.StatusStopped:
 		// The only door to cleanup: the task's STOPPED change settled by the control plane.
 		if t.Sent == event.StatusStopped {
 			rec("", &event.StoppedAcked{ChangeID: s.ChangeID(t.StopSeq)})
-		} else if !ackGuard && !now.Before(t.CleanupDue(cfg)) {
-			d.Cleanups = append(d.Cleanups, t.ARN) // the seed's bug (-tags simbug only)
+		} else if t.CleanupAllowed() && !now.Before(t.CleanupDue(cfg)) {
+			rec("", &event.CleanupStarted{}) // the seed's bug: reachable in -tags simbug builds only
 		}
 	case event.StatusCleaned:
 		// Gone from Tasks once applied; nothing to do.
@@ -131,10 +151,14 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 		if t.Stopping() {
 			why := stopReason(t)
 			for _, c := range t.Containers {
-				switch c.Known {
-				case event.StatusRunning:
+				switch {
+				case c.Known == event.StatusRunning:
 					act(ActStop, c)
-				case event.StatusStopped:
+				case c.Known == event.StatusStopped:
+				case c.InFlight != "" && inFlightGuard:
+					// A start may have happened: the container is not declared stopped
+					// until the runtime says what became of it.
+					act(ActInspect, c)
 				default:
 					rec(c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "not started: " + why})
 				}
@@ -142,12 +166,14 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			return
 		}
 		for _, c := range t.Containers {
-			switch c.Known {
-			case event.StatusNone:
+			switch {
+			case c.InFlight != "":
+				act(ActInspect, c)
+			case c.Known == event.StatusNone:
 				act(ActPull, c)
-			case event.StatusPulled:
+			case c.Known == event.StatusPulled:
 				act(ActCreate, c)
-			case event.StatusCreated:
+			case c.Known == event.StatusCreated:
 				act(ActStart, c)
 			}
 		}

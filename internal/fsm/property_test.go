@@ -23,7 +23,13 @@ type world struct {
 	now     time.Time
 	history []event.Record
 	tasks   int
+	// inflight are calls made and not yet answered, as the engine holds them; running is the
+	// runtime's truth: which containers run, whatever the projection believes.
+	inflight []fsm.Action
+	running  map[string]bool
 }
+
+func ctrKey(task, ctr string) string { return task + "/" + ctr }
 
 func (w *world) apply(task, container string, e event.Event) {
 	rec := event.Record{Seq: uint64(len(w.history)) + 1, Time: w.now, Task: task, Container: container, Event: e}
@@ -68,6 +74,7 @@ func (w *world) step() {
 		for _, t := range w.st.SortedTasks() {
 			for _, c := range t.Containers {
 				if c.Known == event.StatusRunning && rapid.Bool().Draw(w.t, "exits") {
+					delete(w.running, ctrKey(t.ARN, c.Name))
 					code := rapid.IntRange(0, 3).Draw(w.t, "code")
 					w.apply(t.ARN, c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, ExitCode: &code})
 					return
@@ -84,48 +91,123 @@ func (w *world) step() {
 		} else if live || w.st.Tombstones[arn] != nil {
 			w.apply(arn, "", &event.TaskResent{})
 		}
-	default: // the engine carries out one decision
+	case 5, 6: // a call in flight comes back, mapped by the core as the engine does
+		if len(w.inflight) == 0 {
+			return
+		}
+		i := rapid.IntRange(0, len(w.inflight)-1).Draw(w.t, "call")
+		a := w.inflight[i]
+		w.inflight = append(w.inflight[:i], w.inflight[i+1:]...)
+		w.answer(a)
+	default: // the engine journals a decision, or makes a call (its intent journaled first)
 		d := w.st.Decide(w.now, w.cfg)
 		switch {
 		case len(d.Records) > 0:
 			r := d.Records[rapid.IntRange(0, len(d.Records)-1).Draw(w.t, "record")]
 			w.apply(r.Task, r.Container, r.Event)
-		case len(d.Cleanups) > 0:
-			w.apply(d.Cleanups[0], "", &event.CleanupStarted{})
 		case len(d.Actions) > 0:
 			a := d.Actions[rapid.IntRange(0, len(d.Actions)-1).Draw(w.t, "action")]
-			fails := rapid.IntRange(0, 9).Draw(w.t, "fails") == 0
-			var e event.Event
-			switch {
-			case a.Kind == fsm.ActRemove:
-				e = &event.ContainerRemoved{}
-			case fails:
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, Reason: string(a.Kind) + " failed"}
-			case a.Kind == fsm.ActPull:
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusPulled}
-			case a.Kind == fsm.ActCreate:
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusCreated, RuntimeID: "id-" + a.Task + a.Container}
-			case a.Kind == fsm.ActStart:
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusRunning}
-			case a.Kind == fsm.ActStop:
-				code := 143
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, ExitCode: &code}
+			for _, f := range w.inflight {
+				if f.Task == a.Task && f.Container == a.Container {
+					return // the engine makes one call a container at a time
+				}
 			}
-			w.apply(a.Task, a.Container, e)
+			for _, r := range a.Intent() {
+				w.apply(r.Task, r.Container, r.Event)
+			}
+			w.inflight = append(w.inflight, a)
 		}
 	}
 }
 
+// answer is the runtime's side of one call: what it does to the runtime's truth, and what
+// the engine hears — which may be nothing useful (the runtime down, a timeout) even when the
+// call took effect.
+func (w *world) answer(a fsm.Action) {
+	res := fsm.Result{Kind: fsm.Succeeded}
+	switch rapid.IntRange(0, 19).Draw(w.t, "outcome") {
+	case 0:
+		res = fsm.Result{Kind: fsm.Failed, Err: "injected"}
+	case 1:
+		res = fsm.Result{Kind: fsm.Unavailable, Err: "runtime down"}
+	case 2:
+		res = fsm.Result{Kind: fsm.Vanished}
+	case 3:
+		res = fsm.Result{Kind: fsm.Unknown, Err: "timed out"}
+	}
+	took := res.Kind == fsm.Succeeded || ((res.Kind == fsm.Unknown || res.Kind == fsm.Unavailable) && rapid.Bool().Draw(w.t, "took effect"))
+	w.complete(a, res, took)
+}
+
+// complete applies a call's effect on the runtime's truth (when it took) and hands the
+// engine's view of it to the core.
+func (w *world) complete(a fsm.Action, res fsm.Result, took bool) {
+	k := ctrKey(a.Task, a.Container)
+	if a.Kind == fsm.ActCreate && res.Kind == fsm.Succeeded {
+		res.RuntimeID = "id-" + k
+	}
+	switch a.Kind {
+	case fsm.ActStart:
+		if took {
+			w.running[k] = true
+		}
+	case fsm.ActStop:
+		if took {
+			delete(w.running, k)
+		}
+		if res.Kind == fsm.Succeeded {
+			res.Exited, res.ExitCode = true, 143
+		}
+	case fsm.ActInspect:
+		if res.Kind == fsm.Succeeded {
+			res.Running = w.running[k]
+		}
+	case fsm.ActRemove:
+		delete(w.running, k)
+	}
+	for _, r := range w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res}).Records {
+		w.apply(r.Task, r.Container, r.Event)
+	}
+}
+
+// stoppedButRunning names a container the projection holds STOPPED (and so may report
+// STOPPED) while the runtime runs it: what invariant 7 forbids.
+func (w *world) stoppedButRunning() string {
+	for _, t := range w.st.Tasks {
+		for _, c := range t.Containers {
+			if c.Known == event.StatusStopped && w.running[ctrKey(t.ARN, c.Name)] {
+				return ctrKey(t.ARN, c.Name)
+			}
+		}
+	}
+	return ""
+}
+
+// nextCleanup is the earliest cleanup deadline of a STOPPED_ACKED task (zero: none).
+func nextCleanup(st *fsm.State, cfg fsm.Config) time.Time {
+	var next time.Time
+	for _, t := range st.Tasks {
+		if due := t.CleanupDue(cfg); t.Known == event.StatusStoppedAcked && (next.IsZero() || due.Before(next)) {
+			next = due
+		}
+	}
+	return next
+}
+
 func newWorld(t *rapid.T) *world {
-	return &world{t: t, st: fsm.New(), now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC),
+	return &world{t: t, st: fsm.New(), now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), running: map[string]bool{},
 		cfg: fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}}
 }
 
-// run takes between one and most steps, as many as rapid draws.
+// run takes between one and most steps, as many as rapid draws; after each, no container the
+// projection holds STOPPED runs on the runtime (invariant 7).
 func (w *world) run(most int) {
 	steps := rapid.IntRange(1, most).Draw(w.t, "steps")
 	for i := 0; i < steps; i++ {
 		w.step()
+		if k := w.stoppedButRunning(); k != "" {
+			w.t.Fatalf("step %d: %s is STOPPED in the projection while the runtime runs it", i, k)
+		}
 	}
 }
 
@@ -208,6 +290,10 @@ func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 			}
 		}
 		w.now = w.now.Add(time.Hour)
+		for _, a := range w.inflight { // the calls out come back, the runtime healed
+			w.complete(a, fsm.Result{Kind: fsm.Succeeded, Exited: a.Kind == fsm.ActStop}, true)
+		}
+		w.inflight = nil
 		for i := 0; i < 10000 && (len(w.st.Tasks) > 0 || w.st.OutboxLen() > 0); i++ {
 			if p := w.st.Pending(100); len(p) > 0 {
 				e := &event.ChangesSettled{}
@@ -218,35 +304,32 @@ func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 				continue
 			}
 			d := w.st.Decide(w.now, w.cfg)
-			if len(d.Records) == 0 && len(d.Cleanups) == 0 && len(d.Actions) == 0 && !d.NextDue.IsZero() {
-				w.now = d.NextDue // only the cleanup wait is left
-				continue
-			}
-			if len(d.Records) == 0 && len(d.Cleanups) == 0 && len(d.Actions) == 0 {
+			if len(d.Records) == 0 && len(d.Actions) == 0 {
+				if due := nextCleanup(w.st, w.cfg); due.After(w.now) {
+					w.now = due // only the cleanup wait is left
+					continue
+				}
 				rt.Fatalf("stuck with %d live tasks:\n%s", len(w.st.Tasks), w.st.Format(w.now, w.cfg))
 			}
 			for _, r := range d.Records {
 				w.apply(r.Task, r.Container, r.Event)
 			}
-			for _, arn := range d.Cleanups {
-				w.apply(arn, "", &event.CleanupStarted{})
-			}
-			if len(d.Records)+len(d.Cleanups) > 0 {
+			if len(d.Records) > 0 {
 				continue
 			}
 			for _, a := range d.Actions {
 				if t := w.st.Tasks[a.Task]; t == nil || t.Container(a.Container).Known != a.From || (a.Kind == fsm.ActRemove && t.Container(a.Container).Removed) {
 					continue // an earlier action of this round changed it
 				}
-				switch a.Kind {
-				case fsm.ActRemove:
-					w.apply(a.Task, a.Container, &event.ContainerRemoved{})
-				case fsm.ActStop:
-					code := 143
-					w.apply(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, ExitCode: &code})
-				default:
-					w.apply(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, Reason: "task stopping"})
+				for _, r := range a.Intent() {
+					w.apply(r.Task, r.Container, r.Event)
 				}
+				res := fsm.Result{Kind: fsm.Failed, Err: "task stopping"}
+				switch a.Kind {
+				case fsm.ActRemove, fsm.ActStop, fsm.ActInspect:
+					res = fsm.Result{Kind: fsm.Succeeded, Exited: a.Kind == fsm.ActStop}
+				}
+				w.complete(a, res, res.Kind == fsm.Succeeded)
 			}
 		}
 		if len(w.st.Tasks) > 0 || w.st.OutboxLen() > 0 {

@@ -14,6 +14,7 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -30,6 +31,7 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/rs/zerolog"
@@ -121,6 +123,7 @@ type sim struct {
 	assigned  []string
 	expected  map[string]int // task → containers a valid task runs
 	throttled bool
+	diskFull  bool // every journal commit fails, as on a full disk
 	failRate  float64
 	loseRate  float64
 	faults    bool
@@ -244,7 +247,13 @@ func (h bugHook) Run(e *zerolog.Event, level zerolog.Level, msg string) {
 // beginning, and after every crash.
 func (s *sim) start() error {
 	var err error
-	if s.j, err = journal.Open(filepath.Join(s.o.Dir, journal.FileName), journal.Options{}); err != nil {
+	full := func() error {
+		if s.diskFull {
+			return errors.New("write journal.db: no space left on device (simulated)")
+		}
+		return nil
+	}
+	if s.j, err = journal.Open(filepath.Join(s.o.Dir, journal.FileName), journal.Options{BeforeCommit: full}); err != nil {
 		return err
 	}
 	if _, err := engine.ResolveAgentID(context.Background(), s.j, agentID); err != nil {
@@ -276,7 +285,16 @@ func (s *sim) crash() {
 		return
 	}
 	s.j = nil
-	if err := s.start(); err != nil {
+	err := s.start()
+	if err != nil && s.diskFull {
+		// Recovery journals agent_started: on a full disk it fails with that cause, and the
+		// service manager tries again — here once the disk has room.
+		s.log("restart refused: the journal cannot take agent_started (disk full); the disk gets room and the agent starts again")
+		s.j.Close()
+		s.diskFull = false
+		err = s.start()
+	}
+	if err != nil {
 		s.fail("restart: %v", err)
 	}
 }
@@ -295,8 +313,11 @@ func (s *sim) poll() {
 		done := make(chan error, 1)
 		s.e.Step(context.Background(), engine.PayloadInput{Payload: p, Done: done})
 		if err := <-done; err != nil {
-			s.fail("payload %s: %v", p.MessageID, err)
-			return
+			if !s.diskFull {
+				s.fail("payload %s: %v", p.MessageID, err)
+			}
+			s.log("payload %s not journaled (disk full), not acknowledged", p.MessageID)
+			break
 		}
 		acks = append(acks, p.MessageID)
 	}
@@ -368,8 +389,8 @@ func describe(in engine.Input) string {
 	switch in := in.(type) {
 	case engine.ActionResult:
 		s := fmt.Sprintf("%s %s/%s", in.Action.Kind, in.Action.Task, in.Action.Container)
-		if in.Err != nil {
-			s += " failed"
+		if in.Result.Kind != fsm.Succeeded {
+			s += " " + string(in.Result.Kind)
 		}
 		return s
 	case engine.ReportInput:
@@ -420,6 +441,17 @@ func (s *sim) step() {
 		s.log("throttling %v", s.throttled)
 	case k < 31:
 		s.crash()
+	case k < 33:
+		// A full disk comes and goes: every burst committed meanwhile fails, its effects
+		// dropped and the projection rebuilt — at whatever point the burst was.
+		s.diskFull = !s.diskFull
+		s.log("disk full %v", s.diskFull)
+	case k < 34:
+		// The clock jumps forward (a suspended VM, an NTP step): every wait measured from a
+		// journaled time must come out right.
+		d := time.Duration(1+s.rng.IntN(120)) * time.Minute
+		s.clock.now = s.clock.now.Add(d)
+		s.log("clock jumps %s", d)
 	case k < 60:
 		if !s.runWork() && !s.feedExits() {
 			s.advance(time.Duration(s.rng.IntN(2000)) * time.Millisecond)
@@ -431,7 +463,7 @@ func (s *sim) step() {
 	}
 }
 
-// check runs after every step: the guard and nothing run twice.
+// check runs after every step: the guard, STOPPED means stopped, and nothing run twice.
 func (s *sim) check() {
 	if s.bugs > 0 {
 		s.fail("the projection refused %d records the engine journaled", s.bugs)
@@ -447,6 +479,16 @@ func (s *sim) check() {
 	for _, t := range st.SortedTasks() { // in order: the failure names the same task every run
 		if t.Known == event.StatusCleaning {
 			cleaned(t.ARN)
+		}
+		for _, c := range t.Containers {
+			// What the projection holds STOPPED may be reported STOPPED: the runtime must
+			// have nothing of it running (invariant 7).
+			if c.Known != event.StatusStopped || c.RuntimeID == "" {
+				continue
+			}
+			if rs, err := s.rt.Inspect(context.Background(), c.RuntimeID); err == nil && rs.Running {
+				s.fail("STOPPED BUT RUNNING: %s/%s is STOPPED in the journal while the runtime runs it", t.ARN, c.Name)
+			}
 		}
 	}
 	tombs := make([]string, 0, len(st.Tombstones))
@@ -472,7 +514,7 @@ func (s *sim) check() {
 // settle stops the faults, assigns what is left, and lets everything run to the end: every
 // task cleaned, every change settled, the control plane agreeing with the journal.
 func (s *sim) settle() {
-	s.faults, s.throttled = false, false
+	s.faults, s.throttled, s.diskFull = false, false, false
 	s.log("faults stop")
 	for len(s.assigned) < s.o.Tasks {
 		s.assign()
