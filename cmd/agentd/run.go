@@ -128,7 +128,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	a.eng = engine.New(cfg, a.j, a.rt, a.cp, nil, nil, log)
 	a.eng.RegisterStateCollector()
 	// The API answers 503 while recovering, so it starts first.
-	a.srv = &http.Server{Handler: introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: a.rt}, fsm.Config{CleanupWait: c.CleanupWait}),
+	a.srv = &http.Server{Handler: introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: logReader(a.rt)}, fsm.Config{CleanupWait: c.CleanupWait}),
 		ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = a.srv.Serve(ln) }()
 	if err := a.eng.Recover(ctx); err != nil {
@@ -181,4 +181,12 @@ func newDockerRuntime(ctx context.Context, host, agentID string) (docker.Runtime
 		return nil, err
 	}
 	return e, err
+}
+
+// logReader is the runtime's log reader, or nil (the API then says it serves no logs).
+func logReader(rt docker.Runtime) docker.LogReader {
+	if lr, ok := rt.(docker.LogReader); ok {
+		return lr
+	}
+	return nil
 }

@@ -111,8 +111,6 @@ type Runtime interface {
 	Name() string
 	// Pull makes the image present (no-op when it already is).
 	Pull(ctx context.Context, image string) error
-	// PullWith makes it present as a pull_policy says: always, never, if-not-present (Pull).
-	PullWith(ctx context.Context, image, policy string) error
 	// Create makes the container, or returns the existing one of the same task and name.
 	Create(ctx context.Context, spec CreateSpec) (id string, err error)
 	Start(ctx context.Context, id string) error
@@ -129,13 +127,46 @@ type Runtime interface {
 	// Exits streams container exits after cursor until ctx ends; the channel closes on error
 	// or end, and the caller resubscribes from the last cursor it saw.
 	Exits(ctx context.Context, cursor int64) (<-chan Exit, error)
+	Close() error
+}
+
+// The runtime's answers to PROTOCOL.md §4 beyond Runtime, each its own interface so that a
+// runtime (or a test's stand-in) without them still is a Runtime: callers ask with a type
+// assertion. Both Engine and Sim have all three.
+
+// HealthWatcher follows containers' health checks.
+type HealthWatcher interface {
 	// Health streams health verdicts of this agent's containers until ctx ends: first the
 	// current verdict of every running container that has one, then each change. The
 	// channel closes on error or end; the caller resubscribes, and since every subscription
 	// starts with the current verdicts, it needs no cursor (handling must be idempotent).
 	Health(ctx context.Context) (<-chan HealthChange, error)
+}
+
+// LogReader reads containers' logs.
+type LogReader interface {
 	// Logs returns a container's stdout and stderr multiplexed in the Docker Engine's
 	// stream format (demultiplex with github.com/moby/moby/api/pkg/stdcopy).
 	Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error)
-	Close() error
 }
+
+// PolicyPuller pulls as a container's pull_policy says.
+type PolicyPuller interface {
+	// PullWith makes the image present as policy says: always, never, if-not-present (Pull).
+	PullWith(ctx context.Context, image, policy string) error
+}
+
+var (
+	_ interface {
+		Runtime
+		HealthWatcher
+		LogReader
+		PolicyPuller
+	} = (*Engine)(nil)
+	_ interface {
+		Runtime
+		HealthWatcher
+		LogReader
+		PolicyPuller
+	} = (*Sim)(nil)
+)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
@@ -24,7 +25,7 @@ type Info struct {
 	Version string
 	DataDir string
 	Runtime string
-	Logs    LogSource // container logs (the runtime); nil: the logs endpoint answers 501
+	Logs    docker.LogReader // container logs (the runtime); nil: the logs endpoint answers 501
 }
 
 // TaskView is a task as the API shows it.

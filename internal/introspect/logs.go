@@ -15,11 +15,6 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 )
 
-// LogSource is where container logs are read: the agent's runtime.
-type LogSource interface {
-	Logs(ctx context.Context, id string, opts docker.LogOptions) (io.ReadCloser, error)
-}
-
 // MultiplexedStream is the media type of the Docker Engine's multiplexed stdout/stderr
 // stream. A client that accepts it (agentd logs) gets the frames as they are and
 // demultiplexes them with stdcopy; any other gets both streams as plain text.
@@ -46,7 +41,7 @@ func logsPath(rest string) (arn, container string, ok bool) {
 
 // serveLogs answers GET /v1/tasks/{arn}/containers/{name}/logs?tail=N&follow=1: the
 // container's stdout and stderr while it exists on the runtime (until cleanup removes it).
-func serveLogs(e *engine.Engine, src LogSource, w http.ResponseWriter, r *http.Request, arn, name string) {
+func serveLogs(e *engine.Engine, src docker.LogReader, w http.ResponseWriter, r *http.Request, arn, name string) {
 	if src == nil {
 		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this agent serves no container logs"})
 		return

@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"fmt"
-	"net/netip"
 	"path"
 	"regexp"
 	"strings"
@@ -218,11 +217,8 @@ func validatePorts(ports []event.PortMapping) error {
 		default:
 			return fmt.Errorf("ports[%d].protocol: %q, want tcp or udp", i, p.Protocol)
 		}
-		if p.HostIP != "" {
-			a, err := netip.ParseAddr(p.HostIP)
-			if err != nil || a.Zone() != "" {
-				return fmt.Errorf("ports[%d].host_ip: %q is not an IP address", i, p.HostIP)
-			}
+		if p.HostIP != "" && !isIPLiteral(p.HostIP) {
+			return fmt.Errorf("ports[%d].host_ip: %q is not an IP address", i, p.HostIP)
 		}
 		if p.HostPort != 0 {
 			// One host port can be bound once per protocol (an unspecified address takes all).
