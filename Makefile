@@ -2,9 +2,13 @@
 GO        ?= go
 BIN       := bin/agentd
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X main.version=$(VERSION)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE      ?= $(shell git log -1 --format=%cI 2>/dev/null || date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
+DIST      ?= dist
+PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: build test test-short test-race test-docker test-sim test-crash testbox-image run bench lint fuzz clean
+.PHONY: test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -12,6 +16,26 @@ build:
 ## test: every test, with the race detector off (crash tests spawn real processes).
 test:
 	$(GO) test -count=1 ./...
+
+## dist: a release in $(DIST): static binaries for $(PLATFORMS) (version, commit and date
+## stamped in; the build date is the commit's, so the same commit builds the same bytes),
+## the systemd unit, the Prometheus rules and Grafana dashboard, and SHA256SUMS over them all.
+dist:
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	set -e; for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+	    -o $(DIST)/agentd-$(VERSION)-$$os-$$arch ./cmd/agentd; done
+	cp deploy/agentd.service deploy/prometheus-rules.yml deploy/grafana-dashboard.json $(DIST)/
+	cd $(DIST) && sha256sum agentd-* agentd.service prometheus-rules.yml grafana-dashboard.json > SHA256SUMS
+
+## test-browser: only the status page in headless Chromium (also part of make test).
+test-browser:
+	$(GO) test -count=1 -run TestStatusPageInABrowser -v ./cmd/agentd
+
+## test-dist: `make dist` into a temporary directory; its binaries run, are static, and say
+## this commit (slow: two cross-builds).
+test-dist:
+	AGENTD_DIST_TEST=1 $(GO) test -count=1 -timeout 30m -run TestDist -v ./cmd/agentd
 
 ## test-docker: integration tests against the real Docker Engine (needs `docker info` to answer).
 test-docker: testbox-image
@@ -68,4 +92,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzIPLiteral -fuzztime $(FUZZTIME) ./internal/protocol
 
 clean:
-	rm -rf bin
+	rm -rf bin $(DIST)

@@ -27,14 +27,15 @@ type journalCmd struct {
 
 // journalSource selects the journal every subcommand reads.
 type journalSource struct {
-	DataDir string `default:"/var/lib/agentd" env:"AGENTD_DATA_DIR" help:"Data directory of the agent (its journal.db)."`
-	File    string `help:"A bare journal file (overrides --data-dir)."`
-	Live    string `help:"Read a running agent's journal through its introspection API (e.g. http://127.0.0.1:51678)."`
-	JSON    bool   `name:"json" help:"JSON output: one object per line for streams, one object for summaries."`
+	DataDir  string `default:"/var/lib/agentd" env:"AGENTD_DATA_DIR" help:"Data directory of the agent (its journal.db)."`
+	File     string `help:"A bare journal file (overrides --data-dir)."`
+	Live     string `help:"Read a running agent's journal through its introspection API (e.g. http://127.0.0.1:51678)."`
+	APIToken string `name:"api-token-file" env:"AGENTD_API_TOKEN_FILE" help:"Bearer token file of an agent whose API requires one (with --live)."`
+	JSON     bool   `name:"json" help:"JSON output: one object per line for streams, one object for summaries."`
 }
 
 func (s journalSource) source() forensics.Source {
-	return forensics.Source{DataDir: s.DataDir, File: s.File, Live: s.Live}
+	return forensics.Source{DataDir: s.DataDir, File: s.File, Live: s.Live, TokenFile: s.APIToken}
 }
 
 func printJSON(v any) error {
@@ -45,13 +46,14 @@ func printJSON(v any) error {
 
 type journalDumpCmd struct {
 	journalSource
-	Task    string `help:"Only records of this task."`
+	Task    string `predictor:"task" help:"Only records of this task."`
 	Type    string `help:"Only records of these types (comma-separated wire names)."`
 	FromSeq uint64 `help:"From this sequence number."`
 	ToSeq   uint64 `help:"Up to this sequence number."`
 	Since   string `help:"From this time (RFC 3339, or relative like -2h)."`
 	Until   string `help:"Up to this time (RFC 3339, or relative like -10m)."`
 	Follow  bool   `help:"Keep printing new records as the running agent appends them (needs --live)."`
+	Unseal  bool   `help:"Show env values in the clear, opened with the seal key of --data-dir (only on the agent's own host; the key is never exported)."`
 }
 
 func (d *journalDumpCmd) filter() (forensics.Filter, error) {
@@ -81,6 +83,11 @@ func (d *journalDumpCmd) Run(ctx context.Context) error {
 		}
 		return d.follow(ctx, f)
 	}
+	if d.Unseal {
+		if f.Reveal, err = unsealer(d.journalSource); err != nil {
+			return err
+		}
+	}
 	j, closeJ, err := forensics.Open(ctx, d.source())
 	if err != nil {
 		return err
@@ -98,6 +105,9 @@ func (d *journalDumpCmd) follow(ctx context.Context, f forensics.Filter) error {
 	for ctx.Err() == nil {
 		u := fmt.Sprintf("%s/v1/journal/records?from=%d&wait=25", strings.TrimRight(d.Live, "/"), next)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err := d.source().Authorize(req); err != nil {
+			return err
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -157,7 +167,7 @@ type journalReplayCmd struct {
 	journalSource
 	ToSeq       uint64        `help:"Replay up to this sequence number (default: the end)."`
 	At          string        `help:"Replay up to this time (RFC 3339 or relative like -2h)."`
-	Task        string        `help:"Show this task only."`
+	Task        string        `predictor:"task" help:"Show this task only."`
 	CleanupWait time.Duration `default:"3h" help:"The agent's --cleanup-wait, to show when cleanups fall due (it is not journaled)."`
 }
 
@@ -213,7 +223,7 @@ func (r *journalReplayCmd) Run(ctx context.Context) error {
 
 type journalTimelineCmd struct {
 	journalSource
-	Task string `required:"" help:"The task."`
+	Task string `required:"" predictor:"task" help:"The task."`
 	SVG  string `name:"svg" help:"Also draw the timeline into this SVG file."`
 }
 

@@ -23,13 +23,22 @@ type logsCmd struct {
 	Tail      int    `default:"-1" help:"Only the last N lines (default: all)."`
 	Follow    bool   `short:"f" help:"Keep printing what the container writes until it stops (or Ctrl-C)."`
 	API       string `default:"http://127.0.0.1:51678" env:"AGENTD_API" help:"The running agent's introspection API (its --listen address)."`
+	APIToken  string `name:"api-token-file" env:"AGENTD_API_TOKEN_FILE" help:"Bearer token file of an agent whose API requires one."`
 }
 
 func (l *logsCmd) Run(ctx context.Context) error {
-	return printLogs(ctx, l.API, l.Task, l.Container, l.Tail, l.Follow, os.Stdout, os.Stderr)
+	token := ""
+	if l.APIToken != "" {
+		b, err := os.ReadFile(l.APIToken)
+		if err != nil {
+			return fmt.Errorf("--api-token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	return printLogs(ctx, l.API, token, l.Task, l.Container, l.Tail, l.Follow, os.Stdout, os.Stderr)
 }
 
-func printLogs(ctx context.Context, api, task, container string, tail int, follow bool, stdout, stderr io.Writer) error {
+func printLogs(ctx context.Context, api, token, task, container string, tail int, follow bool, stdout, stderr io.Writer) error {
 	q := url.Values{}
 	if tail >= 0 {
 		q.Set("tail", strconv.Itoa(tail))
@@ -48,6 +57,9 @@ func printLogs(ctx context.Context, api, task, container string, tail int, follo
 		return fmt.Errorf("--api %s: %w", api, err)
 	}
 	req.Header.Set("Accept", introspect.MultiplexedStream)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("--api %s: %w", api, err)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/agentd/agentd/internal/backend"
@@ -17,6 +15,8 @@ import (
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/seal"
+	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
 )
 
@@ -33,13 +33,21 @@ type runCmd struct {
 	DockerHost    string        `env:"AGENTD_DOCKER_HOST" help:"Docker Engine address (default: the client's environment and defaults)."`
 	CleanupWait   time.Duration `default:"3h" env:"AGENTD_CLEANUP_WAIT" help:"How long a stopped, acknowledged task is kept before cleanup, from its journaled stop time."`
 	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
-	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept (a re-sent task is recognised for this long). Negative: forever."`
+	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept: a re-sent task is recognised for this long, and the id of a payload that still holds a live task is kept while that task lives, so a re-send of it never runs a task again. Negative: forever."`
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
 	AllowBindRoot []string      `name:"allow-bind-root" env:"AGENTD_ALLOW_BIND_ROOT" placeholder:"DIR" help:"A host directory under which tasks may bind-mount (repeatable; none by default: a task asking for a bind mount is invalid)."`
+	trustFlags
 	logFlags
+	// The settings file and --print-config: config.go.
+	Config       string `placeholder:"FILE" env:"AGENTD_CONFIG" help:"JSON settings file, keys as the flags in snake_case (default /etc/agentd/agentd.json when it exists). A flag beats AGENTD_*, which beats the file."`
+	PrintConfig  bool   `help:"Print the effective settings and where each came from (flag, env, file, default), then exit."`
+	configLoaded string
 }
 
-func (r *runCmd) Run(ctx context.Context) error {
+func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
+	if r.PrintConfig {
+		return r.printConfig(kctx.Stdout, kctx)
+	}
 	if r.CleanupWait < 0 {
 		return fmt.Errorf("--cleanup-wait %s: must be ≥ 0", r.CleanupWait)
 	}
@@ -53,7 +61,7 @@ func (r *runCmd) Run(ctx context.Context) error {
 	}
 	a, err := startAgent(ctx, agentConfig{TaskRules: rules,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
-		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen,
+		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags,
 		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention},
 	}, log)
 	if err != nil {
@@ -67,6 +75,7 @@ type agentConfig struct {
 	CleanupWait                                                               time.Duration
 	Engine                                                                    engine.Config
 	TaskRules                                                                 protocol.Rules // --allow-bind-root; the engine must decode tasks with it
+	Trust                                                                     trustFlags
 }
 
 // agent is a started daemon: the journal, the runtime, the engine and the introspection API.
@@ -85,16 +94,18 @@ type agent struct {
 // error, never a hang, if another agentd holds it), the agent id, the runtime, recovery, and
 // only then the loop and the API.
 func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent, error) {
-	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("--data-dir %s: %w", c.DataDir, err)
-	}
-	ln, err := net.Listen("tcp", c.Listen)
+	api, err := introspect.Guard(c.Listen, c.Trust.APITokenFile)
 	if err != nil {
-		return nil, fmt.Errorf("--listen %s: %w", c.Listen, err)
+		return nil, err
+	}
+	ln, err := api.Listen()
+	if err != nil {
+		return nil, err
 	}
 	a := &agent{log: log, ln: ln, runErr: make(chan error, 1)}
 	fail := func(err error) (*agent, error) { a.close(); return nil, err }
-	a.j, err = journal.Open(filepath.Join(c.DataDir, journal.FileName), journal.Options{})
+	var key *seal.Key
+	a.j, key, err = openSealedJournal(ctx, c.DataDir, c.Trust.NewSealKey)
 	if err != nil {
 		return fail(err)
 	}
@@ -119,17 +130,20 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	if err != nil {
 		return fail(err)
 	}
-	a.cp, err = backend.New(backend.Config{URL: c.Backend, AgentID: id, TokenFile: c.TokenFile, CAFile: c.CAFile})
+	a.cp, err = backend.New(backend.Config{URL: c.Backend, AgentID: id, TokenFile: c.TokenFile, CAFile: c.CAFile, AllowPlainToken: c.Trust.AllowPlainToken})
 	if err != nil {
 		return fail(err)
 	}
+	// Env values are sealed before the engine sees a payload and opened only for the runtime.
+	rt := seal.OpeningRuntime{Runtime: a.rt, Key: key}
+	cp := seal.SealingControlPlane{Inner: a.cp, Key: key}
 	cfg := c.Engine
-	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, version, c.Runtime, c.CleanupWait
-	a.eng = engine.New(cfg, a.j, a.rt, a.cp, nil, nil, log)
+	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, buildVersion().Version, c.Runtime, c.CleanupWait
+	a.eng = engine.New(cfg, a.j, rt, cp, nil, nil, log)
 	a.eng.RegisterStateCollector()
+	registerHealthCollector(a.eng) // healthmetrics.go
 	// The API answers 503 while recovering, so it starts first.
-	a.srv = &http.Server{Handler: introspect.Handler(a.eng, introspect.Info{Version: version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: logReader(a.rt)}, fsm.Config{CleanupWait: c.CleanupWait}),
-		ReadHeaderTimeout: 10 * time.Second}
+	a.srv = api.Server(introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: logReader(a.rt)}, fsm.Config{CleanupWait: c.CleanupWait}))
 	go func() { _ = a.srv.Serve(ln) }()
 	if err := a.eng.Recover(ctx); err != nil {
 		return fail(err)
@@ -137,6 +151,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	log.Info().Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", ln.Addr().String()).
 		Dur("cleanup_wait", c.CleanupWait).Msg("agent running")
 	go func() { a.runErr <- a.eng.Run(ctx) }()
+	go a.notifySystemd(ctx) // READY=1 and watchdog pings under systemd: systemd.go
 	return a, nil
 }
 

@@ -33,6 +33,9 @@ type Config struct {
 	TokenFile string        // --token-file
 	CAFile    string        // --ca-file: extra roots for an https backend
 	Timeout   time.Duration // per call, beyond a poll's wait (default 10 s)
+	// AllowPlainToken (--allow-plain-token) lets the token go over http:// to a host that is
+	// not loopback; without it such a backend is refused.
+	AllowPlainToken bool
 }
 
 // Client talks to one control plane as one agent.
@@ -71,6 +74,8 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("--ca-file %s: no PEM certificates in it", cfg.CAFile)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	} else {
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
 	tf := &tokenFile{path: cfg.TokenFile}
 	if cfg.TokenFile != "" {
@@ -78,7 +83,10 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("--token-file: %w", err)
 		}
 	}
-	return &Client{base: u, agent: cfg.AgentID, token: tf, http: &http.Client{Transport: tr}, timeout: cfg.Timeout}, nil
+	if err := checkPlainToken(u, cfg.TokenFile, cfg.AllowPlainToken); err != nil {
+		return nil, err
+	}
+	return &Client{base: u, agent: cfg.AgentID, token: tf, http: &http.Client{Transport: tr, CheckRedirect: noRedirects}, timeout: cfg.Timeout}, nil
 }
 
 // Close drops idle connections.

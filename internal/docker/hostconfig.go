@@ -65,7 +65,8 @@ func containerConfig(spec CreateSpec, agentLabels map[string]string) (*container
 			Retries:     h.Retries,
 		}
 	}
-	hc := &container.HostConfig{LogConfig: logConfig(c.Log)}
+	hc := hardened() // hygiene.go: no-new-privileges and the default pids limit, which the task's may replace
+	hc.LogConfig = logConfig(c.Log)
 	hc.CPUShares = c.CPUShares
 	if c.MemoryMiB > 0 {
 		hc.Memory = c.MemoryMiB << 20

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/agentd/agentd/internal/event"
@@ -52,12 +51,8 @@ func Load(j *journal.Journal, toSeq uint64) (Loaded, error) {
 		l.Replayed++
 		return l.State.Apply(r)
 	})
-	var refused *fsm.ApplyError
-	if errors.As(err, &refused) {
-		return l, fmt.Errorf("engine: load %s: %w (run `agentd journal verify --file %s` for every problem in the file)", j.Path(), err, j.Path())
-	}
 	if err != nil {
-		return l, fmt.Errorf("engine: load %s: %w", j.Path(), err)
+		return l, fmt.Errorf("engine: load %s: %w (run `agentd journal verify --file %s` for every problem in the file)", j.Path(), err, j.Path())
 	}
 	return l, nil
 }

@@ -17,6 +17,9 @@ type Filter struct {
 	Types          []event.Type
 	FromSeq, ToSeq uint64
 	Since, Until   time.Time
+	// Reveal, when set, transforms each record before it is shown (agentd journal dump
+	// --unseal opens sealed env values with the local key). Nil shows records as stored.
+	Reveal func(event.Record) event.Record
 }
 
 // Match reports whether a record passes the filter.
@@ -125,6 +128,9 @@ func Dump(w io.Writer, j *journal.Journal, f Filter, asJSON bool) (int, error) {
 			return nil
 		}
 		n++
+		if f.Reveal != nil {
+			r = f.Reveal(r)
+		}
 		if asJSON {
 			b, err := RecordJSON(r)
 			if err != nil {

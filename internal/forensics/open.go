@@ -27,6 +27,8 @@ type Source struct {
 	DataDir string
 	File    string
 	Live    string // base URL of a running agent, e.g. http://127.0.0.1:51678
+	// TokenFile holds the bearer token of an agent whose API requires one (--api-token-file).
+	TokenFile string
 }
 
 func (s Source) path() string {
@@ -92,6 +94,9 @@ func Export(ctx context.Context, s Source, out string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return fmt.Errorf("--live %q: %w", s.Live, err)
+	}
+	if err := s.Authorize(req); err != nil {
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

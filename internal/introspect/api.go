@@ -139,15 +139,15 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("GET /v1/journal/export", func(w http.ResponseWriter, r *http.Request) {
-		// A consistent copy from one bbolt read transaction, while the agent keeps appending.
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if _, err := e.Journal().CopyTo(w); err != nil {
+		// A consistent copy, while the agent keeps appending (export.go).
+		if err := export(e.Journal(), w, r); err != nil {
 			e.Logger().Warn().Err(err).Msg("journal export broke off")
 		}
 	})
 	mux.HandleFunc("GET /v1/journal/records", func(w http.ResponseWriter, r *http.Request) {
 		records(e.Journal(), w, r)
 	})
+	registerStatus(mux, e, info, cfg) // the status page at /, see status.go
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.Metrics().Registry, promhttp.HandlerOpts{}))
 	return mux
 }

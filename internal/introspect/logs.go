@@ -100,10 +100,7 @@ func serveLogs(e *engine.Engine, src docker.LogReader, w http.ResponseWriter, r 
 		return
 	}
 	defer rc.Close()
-	out := flushWriter{w: w}
-	if f, ok := w.(http.Flusher); ok {
-		out.f = f
-	}
+	out := flushWriter{w: w, rc: http.NewResponseController(w)}
 	if strings.Contains(r.Header.Get("Accept"), MultiplexedStream) {
 		w.Header().Set("Content-Type", MultiplexedStream)
 		w.WriteHeader(http.StatusOK)
@@ -116,15 +113,16 @@ func serveLogs(e *engine.Engine, src docker.LogReader, w http.ResponseWriter, r 
 }
 
 // flushWriter sends every write at once, so a followed log reaches the client as it comes.
+// Each write gets the server's write timeout afresh: a followed log may be quiet for longer
+// than that, a client that stops reading still cannot hold the connection.
 type flushWriter struct {
-	w io.Writer
-	f http.Flusher
+	w  io.Writer
+	rc *http.ResponseController
 }
 
 func (fw flushWriter) Write(p []byte) (int, error) {
+	_ = fw.rc.SetWriteDeadline(time.Now().Add(writeTimeout)) // not every ResponseWriter has one
 	n, err := fw.w.Write(p)
-	if fw.f != nil {
-		fw.f.Flush()
-	}
+	_ = fw.rc.Flush()
 	return n, err
 }

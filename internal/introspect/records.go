@@ -1,9 +1,9 @@
 package introspect
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -33,19 +33,25 @@ func records(j *journal.Journal, w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	_ = j.WaitFor(ctx, from-1) // returns at once when there is something
 	w.Header().Set("Content-Type", "application/x-ndjson")
+	// Read into memory first and write after the read transaction ends: a slow client must
+	// never hold one open (it would stall the journal's writer when the file grows).
+	var buf bytes.Buffer
 	n := 0
 	err = j.Iterate(from, func(rec event.Record) error {
 		b, err := forensics.RecordJSON(rec)
 		if err != nil {
 			return err
 		}
-		if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
-			return err
-		}
-		if n++; n >= maxRecordsPerAnswer {
+		buf.Write(b)
+		buf.WriteByte('\n')
+		if n++; n >= maxRecordsPerAnswer || buf.Len() >= maxBytesPerAnswer {
 			return errEnough
 		}
 		return nil
 	})
-	_ = err // a broken connection or a full answer: the client resumes from its last seq
+	_, _ = w.Write(buf.Bytes())
+	_ = err // a full answer: the client resumes from its last seq
 }
+
+// maxBytesPerAnswer bounds the memory one answer of /v1/journal/records takes.
+const maxBytesPerAnswer = 4 << 20

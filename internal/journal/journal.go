@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -115,6 +114,7 @@ func Open(path string, opts Options) (*Journal, error) {
 		// Long read transactions (export, replay, follow) must not block the writer when the
 		// file grows: map generously up front (address space, not memory).
 		InitialMmapSize: 1 << 30,
+		OpenFile:        openNoFollow, // never through a planted symlink
 		// NoSync is never set: a crash could corrupt the file, not just lose the tail.
 	})
 	if err != nil {
@@ -129,8 +129,10 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, fmt.Errorf("journal: open %s: %w", path, err)
 	}
 	if !j.ro {
-		// Best effort: the pid only improves the error another process sees.
-		_ = os.WriteFile(path+".pid", []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
+		if err := writePidFile(path + ".pid"); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("journal: open %s: %w", path, err)
+		}
 		j.q = newQueue()
 		j.stop = make(chan struct{})
 		j.done = make(chan struct{})

@@ -191,7 +191,7 @@ func (r Rules) Validate(t *Task) error {
 			if k == "" {
 				return fmt.Errorf("containers[%d].env: empty variable name", i)
 			}
-			n += len(k) + len(v)
+			n += len(k) + envValueLen(v)
 		}
 		if n > MaxEnvBytes {
 			return fmt.Errorf("containers[%d].env: %d bytes, at most %d", i, n, MaxEnvBytes)

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"debug/buildinfo"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+)
+
+// TestDist runs `make dist` into a temporary directory (make test-dist; two cross-builds are
+// too slow for make test): both binaries are static ELF files for their machine, carry this
+// commit, and the amd64 one runs and says so in `agentd version --json`; SHA256SUMS covers
+// every file and matches it; the unit file ships beside them.
+func TestDist(t *testing.T) {
+	if os.Getenv("AGENTD_DIST_TEST") == "" {
+		t.Skip("make dist test: set AGENTD_DIST_TEST=1 (make test-dist)")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", root}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	head, describe := git("rev-parse", "HEAD"), git("describe", "--always", "--dirty")
+	dist := t.TempDir()
+	if out, err := exec.Command("make", "-C", root, "dist", "DIST="+dist).CombinedOutput(); err != nil {
+		t.Fatalf("make dist: %v\n%s", err, out)
+	}
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+	for arch, machine := range machines {
+		bin := filepath.Join(dist, "agentd-"+describe+"-linux-"+arch)
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatalf("%s: %v", bin, err)
+		}
+		if f.Machine != machine {
+			t.Errorf("%s: ELF machine %v; want %v", bin, f.Machine, machine)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s: has a dynamic loader (PT_INTERP); want a static binary", bin)
+			}
+		}
+		f.Close()
+		// -trimpath keeps -ldflags out of the build info; the stamped strings are in the data.
+		if _, err := buildinfo.ReadFile(bin); err != nil {
+			t.Fatalf("%s: not a Go binary: %v", bin, err)
+		}
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(head)) || !bytes.Contains(b, []byte(describe)) {
+			t.Errorf("%s does not carry this commit %s and version %s", bin, head, describe)
+		}
+	}
+	out, err := exec.Command(filepath.Join(dist, "agentd-"+describe+"-linux-amd64"), "version", "--json").Output()
+	if err != nil {
+		t.Fatalf("agentd version --json: %v", err)
+	}
+	var v versionInfo
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("version --json: %v\n%s", err, out)
+	}
+	if v.Commit != head || v.Version != describe || v.Date == "" || v.Platform != "linux/amd64" {
+		t.Errorf("version --json: %+v; want commit %s, version %s, a date", v, head, describe)
+	}
+	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if !ok {
+			t.Fatalf("SHA256SUMS line %q", line)
+		}
+		b, err := os.ReadFile(filepath.Join(dist, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := sha256.Sum256(b); hex.EncodeToString(h[:]) != sum {
+			t.Errorf("SHA256SUMS: %s does not match", name)
+		}
+		listed[name] = true
+	}
+	entries, _ := os.ReadDir(dist)
+	for _, e := range entries {
+		if e.Name() != "SHA256SUMS" && !listed[e.Name()] {
+			t.Errorf("%s is not in SHA256SUMS", e.Name())
+		}
+	}
+	if !listed["agentd.service"] {
+		t.Error("the unit file is not in the release")
+	}
+}
+
+// TestVersionFallsBackToBuildInfo: without ldflags the version says what the toolchain knows
+// (never an empty platform or Go version); with them, exactly those values.
+func TestVersionFallsBackToBuildInfo(t *testing.T) {
+	v := buildVersion()
+	if v.Version == "" || v.Go == "" || v.Platform == "" {
+		t.Fatalf("buildVersion without ldflags: %+v", v)
+	}
+	oldV, oldC, oldD := version, commit, date
+	t.Cleanup(func() { version, commit, date = oldV, oldC, oldD })
+	// A `go install …@v1.2.3` build: no ldflags, the module version and the VCS stamp.
+	version, commit, date = "dev", "", ""
+	v = versionFrom(&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.time", Value: "2026-11-29T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}})
+	if v.Version != "v1.2.3" || v.Commit != "0123abcd" || v.Date != "2026-11-29T10:00:00Z" || !v.Modified {
+		t.Fatalf("versionFrom build info: %+v", v)
+	}
+	if v = versionFrom(&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}); v.Version != "dev" {
+		t.Fatalf("a (devel) build: %+v; want dev", v)
+	}
+	version, commit, date = "v9.9.9", "abc123", "2026-11-30T00:00:00Z"
+	v = buildVersion()
+	if v.Version != "v9.9.9" || v.Commit != "abc123" || v.Date != "2026-11-30T00:00:00Z" {
+		t.Fatalf("buildVersion with ldflags: %+v", v)
+	}
+	if s := v.String(); !strings.Contains(s, "v9.9.9") || !strings.Contains(s, "abc123") {
+		t.Fatalf("version line %q", s)
+	}
+}

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+)
+
+// holdingControlPlane is the reference control plane with a switch: while held, every
+// state-change report is answered 429 (Retry-After 1 s), so a task that stops then stays
+// STOPPED, blocked on its acknowledgement, and the agent is visibly throttled.
+type holdingControlPlane struct {
+	cp   *controlplane.Server
+	h    http.Handler
+	hold atomic.Bool
+	held atomic.Int64
+}
+
+func (c *holdingControlPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c.hold.Load() && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/state-changes") {
+		c.held.Add(1)
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		return
+	}
+	c.h.ServeHTTP(w, r)
+}
+
+// statusScenario is a running agent (the real binary) whose tasks rest in every state a task
+// can rest in on the simulated runtime: RUNNING, STOPPED and blocked on its acknowledgement
+// (the control plane throttles every report), STOPPED_ACKED waiting out a long cleanup wait,
+// a rejected task (STOPPED with a reason, then acknowledged), and CLEANED (a tombstone left
+// by an earlier run of the agent with a short cleanup wait).
+type statusScenario struct {
+	cp    *holdingControlPlane
+	cpURL string
+	api   string
+	agent *proc
+}
+
+const statusAgentID = "agent-status"
+
+func startStatusScenario(t *testing.T) *statusScenario {
+	t.Helper()
+	cp := &holdingControlPlane{cp: controlplane.New("", controlplane.Faults{})}
+	cp.h = cp.cp.Handler()
+	srv := httptest.NewServer(cp)
+	t.Cleanup(srv.Close)
+	s := &statusScenario{cp: cp, cpURL: srv.URL}
+	data := filepath.Join(t.TempDir(), "data")
+	run := func(cleanupWait string) (*proc, string) {
+		a := startProc(t, "run", "--runtime", "sim", "--data-dir", data, "--backend", srv.URL, "--listen", "127.0.0.1:0",
+			"--cleanup-wait", cleanupWait, "--log-format", "json", "--agent-id", statusAgentID)
+		m := a.await(t, "agent running", 30*time.Second)
+		return a, "http://" + m["listen"].(string)
+	}
+	addTask := func(arn string, containers string) {
+		postJSON(t, srv.URL+"/v1/tasks", map[string]any{"agent": statusAgentID, "task": jsonRaw(t,
+			fmt.Sprintf(`{"arn":%q,"family":"status","desired_status":"RUNNING","containers":%s}`, arn, containers))})
+	}
+
+	// First run: a short cleanup wait, so task/cleaned runs, is acknowledged and cleaned.
+	first, api := run("100ms")
+	addTask("task/cleaned", `[{"name":"app","image":"web:1","command":["exit","0"]}]`)
+	awaitKnown(t, api, "task/cleaned", "CLEANED", 30*time.Second)
+	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.cmd.Wait(); err != nil {
+		t.Fatalf("agent after SIGTERM: %v\n%s", err, first.log())
+	}
+
+	// Second run: cleanup waits an hour, so acknowledged tasks rest in STOPPED_ACKED.
+	s.agent, s.api = run("1h")
+	addTask("task/running", `[{"name":"app","image":"web:1","command":["run"]},{"name":"sidecar","image":"log:1","command":["run"],"essential":false}]`)
+	addTask("task/acked", `[{"name":"app","image":"web:1","command":["exit","0"]}]`)
+	addTask("task/rejected", `[{"name":"bad name!","image":"web:1"}]`)
+	awaitKnown(t, s.api, "task/running", "RUNNING", 30*time.Second)
+	awaitKnown(t, s.api, "task/acked", "STOPPED_ACKED", 30*time.Second)
+	awaitKnown(t, s.api, "task/rejected", "STOPPED_ACKED", 30*time.Second)
+
+	// Now the control plane throttles everything: task/blocked stops and cannot be acknowledged.
+	cp.hold.Store(true)
+	addTask("task/blocked", `[{"name":"app","image":"web:1","command":["exit","3"]}]`)
+	awaitKnown(t, s.api, "task/blocked", "STOPPED", 30*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	for cp.held.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent sent no report to be throttled within 30 s\n%s", s.agent.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s
+}
+
+func jsonRaw(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return v
+}
+
+// awaitKnown waits until the agent's API shows the task in the state.
+func awaitKnown(t *testing.T, api, arn, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var v struct {
+			KnownStatus string `json:"known_status"`
+		}
+		code := getJSON(t, api+"/v1/tasks/"+arn, &v)
+		if code == 200 && v.KnownStatus == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not %s within %v (HTTP %d, %q)", arn, want, within, code, v.KnownStatus)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// apiCounts is what the JSON API and /metrics say: tasks by known status, tasks blocked on
+// their acknowledgement, the outbox, tombstones, throttled reports.
+func apiCounts(t *testing.T, api string) (map[string]int, int, map[string]float64) {
+	t.Helper()
+	var tasks struct {
+		Tasks []struct {
+			KnownStatus     string `json:"known_status"`
+			BlockedOnAckFor string `json:"blocked_on_ack_for"`
+		}
+	}
+	if code := getJSON(t, api+"/v1/tasks", &tasks); code != 200 {
+		t.Fatalf("/v1/tasks: HTTP %d", code)
+	}
+	byState, blocked := map[string]int{}, 0
+	for _, task := range tasks.Tasks {
+		byState[task.KnownStatus]++
+		if task.BlockedOnAckFor != "" {
+			blocked++
+		}
+	}
+	return byState, blocked, scrape(t, api)
+}
+
+// scrape reads /metrics into name{labels} → value.
+func scrape(t *testing.T, api string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(api + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// chromiumPath finds the browser the status page test drives; "" when there is none.
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// artifactDir is where the browser test keeps its screenshots: $AGENTD_ARTIFACTS when CI sets
+// it (kept after the run), else the test's own temporary directory.
+func artifactDir(t *testing.T) string {
+	if d := os.Getenv("AGENTD_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// TestStatusPageInABrowser drives headless Chromium against a running agent with tasks in
+// every resting state: the page loads without a console error, a failed load or a CSP
+// violation; it shows the numbers the JSON API and /metrics show; a task's timeline renders;
+// and when tasks change state (the control plane stops throttling, a task is stopped) the
+// page shows it by itself, without being reloaded.
+func TestStatusPageInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("status page in a browser: spawns the agent and Chromium")
+	}
+	browser := chromiumPath()
+	if browser == "" {
+		t.Skip("status page browser test skipped: no chromium on PATH (Debian: apt-get install -y chromium; .ci/run installs it)")
+	}
+	s := startStatusScenario(t)
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 1400))...)
+	defer cancelAlloc()
+	var mu sync.Mutex
+	var problems []string
+	note := func(s string) { mu.Lock(); problems = append(problems, s); mu.Unlock() }
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithListener(func(ev any) {
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value))
+				}
+				note(fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+			}
+		case *runtime.EventExceptionThrown:
+			note("exception: " + (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
+				note(fmt.Sprintf("log %s (%s): %s %s", ev.Entry.Level, ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	}))
+	defer cancel()
+	consoleClean := func(when string) {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(problems) > 0 {
+			t.Fatalf("%s: the browser reported:\n  %s", when, strings.Join(problems, "\n  "))
+		}
+	}
+	bounded := func(d time.Duration) context.Context {
+		c, cancel := context.WithTimeout(ctx, d)
+		t.Cleanup(cancel)
+		return c
+	}
+	// The first Run starts the browser: no timeout on it (it would end the browser).
+	if err := chromedp.Do(ctx, chromedp.Navigate(s.api+"/")); err != nil {
+		t.Fatalf("navigate to the status page: %v", err)
+	}
+	if _, err := chromedp.Run(bounded(20*time.Second), chromedp.Poll[bool](`document.querySelector("#count-RUNNING") !== null`)); err != nil {
+		t.Fatalf("the status page shows no task counts: %v", err)
+	}
+	// Mark the document: if the page reloads itself instead of updating, the mark is gone.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`window.agentdNotReloaded = true`)); err != nil {
+		t.Fatal(err)
+	}
+	pageNumbers := func() map[string]string {
+		t.Helper()
+		v, err := chromedp.Run(bounded(10*time.Second), chromedp.Evaluate[map[string]string](`(() => {
+			const out = {};
+			for (const el of document.querySelectorAll("[data-value]")) out[el.id] = el.dataset.value;
+			out["health-overall"] = document.querySelector("#health-overall").textContent;
+			for (const tr of document.querySelectorAll("#tasks tr[data-arn]")) out["task:" + tr.dataset.arn] = tr.dataset.known;
+			return out;
+		})()`))
+		if err != nil {
+			t.Fatalf("reading the page: %v", err)
+		}
+		return v
+	}
+
+	// The numbers on the page are the API's numbers. While the control plane throttles,
+	// nothing moves but the retry counters, so they can be compared exactly.
+	page := pageNumbers()
+	byState, blocked, metrics := apiCounts(t, s.api)
+	for _, st := range []string{"NONE", "PULLED", "CREATED", "RUNNING", "STOPPED", "STOPPED_ACKED", "CLEANING"} {
+		if page["count-"+st] != strconv.Itoa(byState[st]) {
+			t.Errorf("page shows %s tasks %s; /v1/tasks has %d", st, page["count-"+st], byState[st])
+		}
+		if m := metrics[`agentd_tasks{status="`+st+`"}`]; page["count-"+st] != strconv.Itoa(int(m)) {
+			t.Errorf("page shows %s tasks %s; /metrics has %v", st, page["count-"+st], m)
+		}
+	}
+	for st, want := range map[string]int{"RUNNING": 1, "STOPPED": 1, "STOPPED_ACKED": 2} {
+		if byState[st] != want {
+			t.Errorf("scenario: %d tasks %s; want %d", byState[st], st, want)
+		}
+	}
+	if page["count-CLEANED"] != strconv.Itoa(int(metrics["agentd_tombstones"])) || page["count-CLEANED"] != "1" {
+		t.Errorf("page shows CLEANED %s; /metrics agentd_tombstones %v; want 1", page["count-CLEANED"], metrics["agentd_tombstones"])
+	}
+	if page["blocked-count"] != strconv.Itoa(blocked) || blocked != 1 || metrics["agentd_tasks_blocked_on_ack"] != 1 {
+		t.Errorf("page shows %s blocked on ack; /v1/tasks has %d, /metrics %v; want 1", page["blocked-count"], blocked, metrics["agentd_tasks_blocked_on_ack"])
+	}
+	if page["outbox-count"] != strconv.Itoa(int(metrics["agentd_outbox_changes"])) || page["outbox-count"] == "0" {
+		t.Errorf("page shows outbox %s; /metrics agentd_outbox_changes %v (want equal, not 0)", page["outbox-count"], metrics["agentd_outbox_changes"])
+	}
+	if page["reports-streak"] != "throttled" {
+		t.Errorf("page shows the reporting streak %q; want throttled", page["reports-streak"])
+	}
+	if n, _ := strconv.Atoi(page["reports-throttled"]); n < 1 || float64(n) > metrics[`agentd_reports_total{outcome="throttled"}`] {
+		t.Errorf("page shows %s throttled reports; /metrics (read later) %v", page["reports-throttled"], metrics[`agentd_reports_total{outcome="throttled"}`])
+	}
+	if page["journal-seq"] == "" || page["health-overall"] == "" {
+		t.Errorf("page lacks the journal sequence or the overall health: %v", page)
+	}
+	for arn, want := range map[string]string{"task/running": "RUNNING", "task/blocked": "STOPPED", "task/acked": "STOPPED_ACKED", "task/rejected": "STOPPED_ACKED"} {
+		if page["task:"+arn] != want {
+			t.Errorf("page shows %s as %q; want %s", arn, page["task:"+arn], want)
+		}
+	}
+
+	// A task's timeline: opened, it loads the SVG `agentd journal timeline --svg` draws.
+	if err := chromedp.Do(bounded(10*time.Second), chromedp.Click(chromedp.CSS(`details[data-arn="task/blocked"] summary`))); err != nil {
+		t.Fatalf("opening the timeline of task/blocked: %v", err)
+	}
+	size, err := chromedp.Run(bounded(15*time.Second), chromedp.Poll[[]int](`(() => {
+		const img = document.querySelector('details[data-arn="task/blocked"] img');
+		return img && img.complete && img.naturalWidth > 0 ? [img.naturalWidth, img.naturalHeight] : null;
+	})()`))
+	if err != nil {
+		t.Fatalf("the timeline of task/blocked did not render: %v", err)
+	}
+	if size[0] < 400 || size[1] < 100 {
+		t.Errorf("timeline drawn %dx%d; want a real drawing", size[0], size[1])
+	}
+	// The drawing of a task blocked on its acknowledgement: it ran, stopped, and its reports
+	// were throttled (the red bar).
+	svg := fetch(t, s.api+"/status/timeline.svg?task="+url.QueryEscape("task/blocked"))
+	for _, want := range []string{"<svg", "task/blocked", "RUNNING", "STOPPED", `fill="#d62728"`} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("timeline SVG lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, "STOPPED_ACKED") {
+		t.Error("timeline SVG of a blocked task shows STOPPED_ACKED")
+	}
+	dir := artifactDir(t)
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bounded(20*time.Second), chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", path)
+	}
+	shot("status-page-throttled.png")
+	consoleClean("loading the page and a timeline")
+
+	// Tasks change state: the control plane lets reports through (task/blocked is
+	// acknowledged) and stops task/running. The page follows by itself.
+	s.cp.hold.Store(false)
+	if err := s.cp.cp.StopTask("task/running"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bounded(45*time.Second), chromedp.Poll[bool](`(() => {
+		const known = (arn) => { const tr = document.querySelector('#tasks tr[data-arn="' + arn + '"]'); return tr && tr.dataset.known; };
+		return known("task/blocked") === "STOPPED_ACKED" && known("task/running") === "STOPPED_ACKED" &&
+			document.querySelector("#blocked-count").dataset.value === "0" && document.querySelector("#reports-streak").dataset.value === "" &&
+			Number(document.body.dataset.refreshed) >= 2;
+	})()`, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		t.Fatalf("the page did not show the tasks' new states by itself: %v\npage: %v", err, pageNumbers())
+	}
+	if kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.agentdNotReloaded === true && document.querySelector('details[data-arn="task/blocked"]').open`)); err != nil || !kept {
+		t.Errorf("the page reloaded or closed the open timeline instead of updating in place (%v)", err)
+	}
+	// The open timeline is still drawn after the refreshes, and now shows the acknowledgement.
+	src, err := chromedp.Run(bounded(15*time.Second), chromedp.Poll[string](`(() => {
+		const img = document.querySelector('details[data-arn="task/blocked"] img');
+		return img && img.complete && img.naturalWidth > 0 && img.getAttribute("src") === img.dataset.src ? img.getAttribute("src") : "";
+	})()`))
+	if err != nil {
+		t.Fatalf("the open timeline is not drawn after the page refreshed: %v", err)
+	}
+	if svg := fetch(t, s.api+src); !strings.Contains(svg, "STOPPED_ACKED") {
+		t.Errorf("the open timeline (%s) does not show the acknowledgement", src)
+	}
+	page = pageNumbers()
+	byState, _, _ = apiCounts(t, s.api)
+	if page["count-STOPPED_ACKED"] != strconv.Itoa(byState["STOPPED_ACKED"]) || byState["STOPPED_ACKED"] != 4 {
+		t.Errorf("after the change: page shows %s STOPPED_ACKED, API %d; want 4", page["count-STOPPED_ACKED"], byState["STOPPED_ACKED"])
+	}
+	shot("status-page-settled.png")
+	consoleClean("updating the page")
+}
+
+func fetch(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	if _, err := bufio.NewReader(resp.Body).WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: HTTP %d: %s", u, resp.StatusCode, b.String())
+	}
+	return b.String()
+}

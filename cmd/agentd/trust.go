@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/agentd/agentd/internal/datadir"
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/seal"
+)
+
+// trustFlags are the flags of the trust boundary (README "Security").
+type trustFlags struct {
+	NewSealKey      bool   `env:"AGENTD_NEW_SEAL_KEY" help:"Accept a new seal key when the one that sealed the journal's env values is lost: tasks needing a lost value stop when created; nothing else is lost."`
+	AllowPlainToken bool   `env:"AGENTD_ALLOW_PLAIN_TOKEN" help:"Allow sending the bearer token over plain http:// to a backend that is not on loopback (it can be read on the wire)."`
+	APITokenFile    string `env:"AGENTD_API_TOKEN_FILE" help:"File holding the bearer token the introspection API requires (needed for a --listen that is not loopback or a unix socket)."`
+}
+
+// dataDirFiles are the agent's own files in its data directory: none may be a symlink.
+var dataDirFiles = []string{journal.FileName, journal.FileName + ".pid", seal.KeyFileName, docker.SimFileName}
+
+// openSealedJournal checks the data directory, opens the journal and its seal key, and seals
+// what a journal written before sealing holds in the clear (then rewrites the file so no clear
+// byte stays in its free pages).
+func openSealedJournal(ctx context.Context, dir string, newKey bool) (*journal.Journal, *seal.Key, error) {
+	if err := datadir.Prepare(dir, dataDirFiles...); err != nil {
+		return nil, nil, err
+	}
+	path := filepath.Join(dir, journal.FileName)
+	j, err := journal.Open(path, journal.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	key, scrub, err := seal.Setup(ctx, j, filepath.Join(dir, seal.KeyFileName), newKey)
+	if err != nil {
+		j.Close()
+		return nil, nil, err
+	}
+	if !scrub {
+		return j, key, nil
+	}
+	if err := j.Close(); err != nil {
+		return nil, nil, err
+	}
+	if err := journal.Scrub(path); err != nil {
+		return nil, nil, fmt.Errorf("sealing the env values of a journal written before sealing: %w", err)
+	}
+	if j, err = journal.Open(path, journal.Options{}); err != nil {
+		return nil, nil, err
+	}
+	if err := seal.Commit(ctx, j, key); err != nil {
+		j.Close()
+		return nil, nil, err
+	}
+	return j, key, nil
+}
+
+// unsealer opens env values for `agentd journal dump --unseal`: only with the key file of a
+// local data directory, never through --live (the key never leaves the host).
+func unsealer(s journalSource) (func(event.Record) event.Record, error) {
+	if s.Live != "" {
+		return nil, fmt.Errorf("--unseal needs the seal key, which never leaves the agent's host: run it there with --data-dir instead of --live")
+	}
+	key, err := seal.LoadKey(filepath.Join(s.DataDir, seal.KeyFileName))
+	if err != nil {
+		return nil, fmt.Errorf("--unseal: %w", err)
+	}
+	return key.OpenRecord, nil
+}

@@ -1,0 +1,154 @@
+package backend_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/backend"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// TestRedirectsNeverCarryTheToken: whatever a backend answers with a 3xx — the same host on
+// another port, https to plain http, another host name — the agent does not follow it, so the
+// token never reaches the target, and the request is an error (PROTOCOL.md 1.1).
+func TestRedirectsNeverCarryTheToken(t *testing.T) {
+	var hits, tokens atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			tokens.Add(1)
+		}
+		w.Write([]byte(`{"payloads":[]}`))
+	}))
+	defer target.Close()
+	port := target.URL[strings.LastIndex(target.URL, ":")+1:]
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte("s3cret-token\n"), 0o600)
+	redirectTo := func(to string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, to+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		})
+	}
+	cases := []struct {
+		name string
+		tls  bool
+		to   string
+	}{
+		{"same host, other port", false, "http://127.0.0.1:" + port},
+		{"https to http", true, "http://127.0.0.1:" + port},
+		{"another host", false, "http://localhost:" + port},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var src *httptest.Server
+			cfg := backend.Config{AgentID: "agent-1", TokenFile: tok, Timeout: 2 * time.Second}
+			if tc.tls {
+				src = httptest.NewTLSServer(redirectTo(tc.to))
+				ca := filepath.Join(dir, "ca.pem")
+				os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: src.Certificate().Raw}), 0o600)
+				cfg.CAFile = ca
+			} else {
+				src = httptest.NewServer(redirectTo(tc.to))
+			}
+			defer src.Close()
+			cfg.URL = src.URL
+			c, err := backend.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			if _, err := c.Poll(ctx, 0); err == nil || !strings.Contains(err.Error(), "redirect refused") {
+				t.Errorf("poll: %v; want the redirect refused", err)
+			}
+			if err := c.Ack(ctx, []string{"m"}); err == nil {
+				t.Error("ack through a redirect succeeded")
+			}
+			if r := c.Report(ctx, []protocol.StateChange{change("c-1", "task/x", "RUNNING")}); r.Outcome == protocol.Settled {
+				t.Errorf("report through a redirect settled: %+v", r)
+			}
+			if n := tokens.Load(); n != 0 {
+				t.Fatalf("the redirect target received the token %d times", n)
+			}
+			if n := hits.Load(); n != 0 {
+				t.Fatalf("the redirect target was reached %d times; no redirect may be followed", n)
+			}
+		})
+	}
+}
+
+func TestPlainHTTPTokenNeedsTheFlag(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tok, []byte("t\n"), 0o600)
+	for _, tc := range []struct {
+		url   string
+		allow bool
+		ok    bool
+	}{
+		{"http://192.0.2.10:8080", false, false}, // TEST-NET: never contacted, New only checks
+		{"http://controlplane.example:8080", false, false},
+		{"http://192.0.2.10:8080", true, true},
+		{"http://127.0.0.1:8080", false, true},
+		{"http://localhost:8080", false, true},
+		{"http://[::1]:8080", false, true},
+		{"https://controlplane.example", false, true},
+	} {
+		c, err := backend.New(backend.Config{URL: tc.url, AgentID: "a", TokenFile: tok, AllowPlainToken: tc.allow})
+		if (err == nil) != tc.ok {
+			t.Errorf("%s allow=%v: err = %v, want ok=%v", tc.url, tc.allow, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--allow-plain-token") {
+			t.Errorf("%s: error %q does not name --allow-plain-token", tc.url, err)
+		}
+		if c != nil {
+			c.Close()
+		}
+	}
+	// Without a token there is nothing to leak.
+	if _, err := backend.New(backend.Config{URL: "http://192.0.2.10", AgentID: "a"}); err != nil {
+		t.Errorf("no token: %v", err)
+	}
+}
+
+// TestOldTLSRefused: a backend that offers only TLS 1.1 is refused, with or without --ca-file,
+// before any token is sent.
+func TestOldTLSRefused(t *testing.T) {
+	var tokens atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			tokens.Add(1)
+		}
+		w.Write([]byte(`{"payloads":[]}`))
+	}))
+	srv.TLS = &tls.Config{MaxVersion: tls.VersionTLS11}
+	srv.StartTLS()
+	defer srv.Close()
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte("t\n"), 0o600)
+	ca := filepath.Join(dir, "ca.pem")
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600)
+	for _, caFile := range []string{ca, ""} {
+		c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "a", TokenFile: tok, CAFile: caFile, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Poll(context.Background(), 0); err == nil {
+			t.Errorf("ca-file %q: a TLS 1.1 backend answered", caFile)
+		}
+		c.Close()
+	}
+	if tokens.Load() != 0 {
+		t.Fatal("the token reached a TLS 1.1 backend")
+	}
+}

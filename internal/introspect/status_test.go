@@ -1,0 +1,103 @@
+package introspect_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/introspect"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/rs/zerolog"
+)
+
+// TestStatusPage: the page answers 503 with "recovering" before recovery and never shows a
+// half-recovered state; after it, the counts of the projection, escaped task names, a policy
+// that forbids anything from elsewhere, the refresh fragment and the timeline drawing.
+func TestStatusPage(t *testing.T) {
+	dir := t.TempDir()
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	now := time.Now()
+	spec := []event.ContainerSpec{{Name: "app", Image: "web", Essential: true}}
+	hostile := `task/<img/src=x/onerror=alert(1)>`
+	if _, err := j.Append(context.Background(),
+		event.Record{Time: now, Task: "task/live", Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}},
+		event.Record{Time: now, Task: hostile, Event: &event.TaskRejected{Reason: "<script>alert(2)</script>"}}); err != nil {
+		t.Fatal(err)
+	}
+	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
+	e.RegisterStateCollector()
+	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
+	get := func(path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		return w
+	}
+	if w := get("/"); w.Code != 503 || !strings.Contains(w.Body.String(), "recovering") || strings.Contains(w.Body.String(), "task/live") {
+		t.Fatalf("before recovery: HTTP %d\n%s", w.Code, w.Body.String())
+	}
+	if err := e.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	w := get("/")
+	page := w.Body.String()
+	if w.Code != 200 {
+		t.Fatalf("after recovery: HTTP %d\n%s", w.Code, page)
+	}
+	csp := w.Header().Get("Content-Security-Policy")
+	if !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe") {
+		t.Errorf("Content-Security-Policy %q: want nothing from elsewhere and no inline script", csp)
+	}
+	for _, want := range []string{`id="count-STOPPED" data-value="1"`, `id="count-NONE" data-value="1"`, `id="count-CLEANED" data-value="0"`,
+		`data-source="runtime"`, `data-source="credentials"`, `id="blocked-count" data-value="1"`, `<script src="/status.js"`, `href="/status.css"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if !strings.Contains(page, `href="/v1/tasks/task/%3Cimg/src=x/onerror=alert%281%29%3E"`) {
+		t.Errorf("the hostile task's link is not escaped segment by segment")
+	}
+	for _, bad := range []string{"<img/src=x", "<script>alert(2)", "http://", "https://"} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page contains %q (unescaped input or an outside asset)", bad)
+		}
+	}
+	if w := get("/?part=main"); w.Code != 200 || strings.Contains(w.Body.String(), "<html") || !strings.Contains(w.Body.String(), "count-STOPPED") {
+		t.Errorf("the refresh fragment: HTTP %d\n%s", w.Code, w.Body.String())
+	}
+	for path, ctype := range map[string]string{"/status.js": "text/javascript", "/status.css": "text/css"} {
+		if w := get(path); w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), ctype) || w.Body.Len() < 100 {
+			t.Errorf("%s: HTTP %d %q", path, w.Code, w.Header().Get("Content-Type"))
+		}
+	}
+	w = get("/status/timeline.svg?task=" + url.QueryEscape(hostile))
+	if w.Code != 200 || w.Header().Get("Content-Type") != "image/svg+xml" || !strings.Contains(w.Body.String(), "<svg") || strings.Contains(w.Body.String(), "<img/src") {
+		t.Errorf("timeline of the hostile task: HTTP %d %q\n%s", w.Code, w.Header().Get("Content-Type"), w.Body.String())
+	}
+	if w := get("/status/timeline.svg?task=task/nope"); w.Code != 404 || !strings.Contains(w.Body.String(), "task/nope") {
+		t.Errorf("timeline of an unknown task: HTTP %d %s", w.Code, w.Body.String())
+	}
+	if w := get("/status/timeline.svg"); w.Code != 400 || !strings.Contains(w.Body.String(), "task") {
+		t.Errorf("timeline without a task: HTTP %d %s", w.Code, w.Body.String())
+	}
+	if w := get("/nope"); w.Code != 404 {
+		t.Errorf("/nope: HTTP %d; the page must answer / only", w.Code)
+	}
+}
