@@ -417,6 +417,7 @@ func TestBadInputAtTheCommandLine(t *testing.T) {
 		"run --runtime sim --backend ftp://x --data-dir " + dir + "/a": "--backend",
 		"run --runtime podman --backend http://x":                      "--runtime",
 		"controlplane --fail-rate 2":                                   "--fail-rate",
+		"run --runtime sim --backend http://x --allow-bind-root rel":   "--allow-bind-root",
 	} {
 		out, err := exec.Command(agentdBinary(t), strings.Fields(args)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), want) {

@@ -25,6 +25,7 @@ type cli struct {
 	Controlplane controlplaneCmd  `cmd:"" help:"Serve the reference control plane (development and tests)."`
 	Bench        benchCmd         `cmd:"" help:"Measure agentd against its baselines, side by side."`
 	Journal      journalCmd       `cmd:"" help:"Forensics on a journal: dump, replay, timeline, verify, stats, export."`
+	Logs         logsCmd          `cmd:"" help:"A container's stdout and stderr, through a running agent's API."`
 	VersionCmd   versionCmd       `cmd:"" name:"version" help:"Print the version, commit and build date (--json too)."`
 	InstallUnit  installUnitCmd   `cmd:"" help:"Write the systemd unit (agentd.service) that ships with this binary."`
 	Completion   completionCmd    `cmd:"" help:"Print shell completion for bash, zsh or fish (task ARNs for --task come from the journal)."`

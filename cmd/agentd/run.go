@@ -14,6 +14,7 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/seal"
 	"github.com/alecthomas/kong"
 	"github.com/rs/zerolog"
@@ -34,6 +35,7 @@ type runCmd struct {
 	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
 	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept: a re-sent task is recognised for this long, and the id of a payload that still holds a live task is kept while that task lives, so a re-send of it never runs a task again. Negative: forever."`
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
+	AllowBindRoot []string      `name:"allow-bind-root" env:"AGENTD_ALLOW_BIND_ROOT" placeholder:"DIR" help:"A host directory under which tasks may bind-mount (repeatable; none by default: a task asking for a bind mount is invalid)."`
 	trustFlags
 	logFlags
 	// The settings file and --print-config: config.go.
@@ -53,7 +55,11 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := startAgent(ctx, agentConfig{
+	rules, err := protocol.NewRules(r.AllowBindRoot)
+	if err != nil {
+		return err
+	}
+	a, err := startAgent(ctx, agentConfig{TaskRules: rules,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags,
 		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention},
@@ -68,6 +74,7 @@ type agentConfig struct {
 	DataDir, Backend, TokenFile, CAFile, AgentID, Runtime, DockerHost, Listen string
 	CleanupWait                                                               time.Duration
 	Engine                                                                    engine.Config
+	TaskRules                                                                 protocol.Rules // --allow-bind-root; the engine must decode tasks with it
 	Trust                                                                     trustFlags
 }
 
@@ -136,7 +143,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	a.eng.RegisterStateCollector()
 	registerHealthCollector(a.eng) // healthmetrics.go
 	// The API answers 503 while recovering, so it starts first.
-	a.srv = api.Server(introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime}, fsm.Config{CleanupWait: c.CleanupWait}))
+	a.srv = api.Server(introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: logReader(a.rt)}, fsm.Config{CleanupWait: c.CleanupWait}))
 	go func() { _ = a.srv.Serve(ln) }()
 	if err := a.eng.Recover(ctx); err != nil {
 		return fail(err)
@@ -189,4 +196,12 @@ func newDockerRuntime(ctx context.Context, host, agentID string) (docker.Runtime
 		return nil, err
 	}
 	return e, err
+}
+
+// logReader is the runtime's log reader, or nil (the API then says it serves no logs).
+func logReader(rt docker.Runtime) docker.LogReader {
+	if lr, ok := rt.(docker.LogReader); ok {
+		return lr
+	}
+	return nil
 }

@@ -20,8 +20,9 @@ import (
 // (github.com/moby/moby/client; github.com/docker/docker is frozen). The client is pinned and
 // kept behind Runtime: it is still 0.x and changes between minor versions.
 //
-// Only what the protocol carries reaches Docker: image, command, env and agentd's labels. No
-// privileged mode, no mounts, no host network, nothing from unknown payload fields.
+// Only what the protocol carries reaches Docker (containerConfig, hostconfig.go): the fields
+// of PROTOCOL.md §4 as validated at arrival, and agentd's labels. No privileged mode, no host
+// network, no bind mount outside --allow-bind-root, nothing from unknown payload fields.
 type Engine struct {
 	cli   *client.Client
 	agent string
@@ -106,22 +107,12 @@ func (e *Engine) labels(task, name string) map[string]string {
 // name, and the container that holds it is found by its labels. (Creating first and finding
 // only on a conflict saves a list of every container on each create.)
 func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
-	env := make([]string, 0, len(spec.Container.Env))
-	for k, v := range spec.Container.Env {
-		env = append(env, k+"="+v)
-	}
-	slices.Sort(env)
 	name := Name(spec.Task, spec.Container.Name)
-	res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name: name,
-		Config: &container.Config{
-			Image:  spec.Container.Image,
-			Cmd:    spec.Container.Command,
-			Env:    env,
-			Labels: e.labels(spec.Task, spec.Container.Name),
-		},
-		HostConfig: hardened(), // hygiene.go
-	})
+	cfg, hc, err := containerConfig(spec, e.labels(spec.Task, spec.Container.Name))
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
+	res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
 	if cerrdefs.IsConflict(err) {
 		// The name is taken: by our container, created by an agent that died before it could
 		// journal the id — possibly still being created by the engine, not yet listed. Find
@@ -162,13 +153,18 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 	return e.wrap("start", id, err)
 }
 
-// Stop sends SIGTERM and kills after timeout.
+// Stop sends the container's stop signal (SIGTERM unless its spec named another) and kills
+// it after its own stop_timeout_s when it was created with one, else after timeout.
 func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) error {
-	if err := e.ownKnown(ctx, id); err != nil {
+	c, _, err := e.inspect(ctx, id)
+	if err != nil {
 		return err
 	}
 	secs := int(math.Ceil(timeout.Seconds()))
-	_, err := e.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
+	if c.Config != nil && c.Config.StopTimeout != nil {
+		secs = *c.Config.StopTimeout
+	}
+	_, err = e.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
 	return e.wrap("stop", id, err)
 }
 
@@ -191,9 +187,15 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 
 // own inspects a container and refuses one that does not carry this agent's id.
 func (e *Engine) own(ctx context.Context, id string) (State, error) {
+	_, st, err := e.inspect(ctx, id)
+	return st, err
+}
+
+// inspect is own with the engine's full answer, for the callers that need more than State.
+func (e *Engine) inspect(ctx context.Context, id string) (container.InspectResponse, State, error) {
 	res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return State{}, e.wrap("inspect", id, err)
+		return container.InspectResponse{}, State{}, e.wrap("inspect", id, err)
 	}
 	c := res.Container
 	var labels map[string]string
@@ -201,7 +203,7 @@ func (e *Engine) own(ctx context.Context, id string) (State, error) {
 		labels = c.Config.Labels
 	}
 	if labels[LabelAgent] != e.agent {
-		return State{}, fmt.Errorf("container %s belongs to agent %q, not %q: %w", id, labels[LabelAgent], e.agent, ErrNotFound)
+		return c, State{}, fmt.Errorf("container %s belongs to agent %q, not %q: %w", id, labels[LabelAgent], e.agent, ErrNotFound)
 	}
 	e.ours.Store(id, struct{}{})
 	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
@@ -210,8 +212,14 @@ func (e *Engine) own(ctx context.Context, id string) (State, error) {
 		st.Exited = !s.Running && (s.Status == container.StateExited || s.Status == container.StateDead)
 		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled
 		st.FinishedAt, _ = time.Parse(time.RFC3339Nano, s.FinishedAt)
+		if s.Running {
+			st.Health = healthOf(s.Health)
+			if c.NetworkSettings != nil {
+				st.Bindings = bindingsOf(c.NetworkSettings.Ports)
+			}
+		}
 	}
-	return st, nil
+	return c, st, nil
 }
 
 func (e *Engine) Inspect(ctx context.Context, id string) (State, error) { return e.own(ctx, id) }
@@ -282,6 +290,12 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 				code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
 				x := Exit{ID: m.Actor.ID, Task: m.Actor.Attributes[LabelTask], Container: m.Actor.Attributes[LabelContainer],
 					ExitCode: code, At: time.Unix(0, m.TimeNano).UTC(), Cursor: m.TimeNano}
+				if code != 0 {
+					// The die event does not say why; the kernel's OOM kill shows in the state.
+					if st, err := e.own(ctx, x.ID); err == nil {
+						x.OOMKilled = st.OOMKilled
+					}
+				}
 				select {
 				case out <- x:
 				case <-ctx.Done():

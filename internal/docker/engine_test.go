@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,9 @@ func removeAgentContainers(t *testing.T, agent string) {
 	}
 }
 
-const testbox = "agentd-testbox:latest"
+// testbox is the test image (make testbox-image); AGENTD_TESTBOX_IMAGE names another build
+// of it, for a machine where several checkouts share the engine.
+var testbox = cmp.Or(os.Getenv("AGENTD_TESTBOX_IMAGE"), "agentd-testbox:latest")
 
 func start(t *testing.T, e *Engine, task string, cmd ...string) string {
 	t.Helper()
@@ -96,6 +99,7 @@ func TestDockerCommandWordsAndExitCodes(t *testing.T) {
 	if st, _ := e.Inspect(ctx, runner); !st.Running {
 		t.Fatal("run is not running")
 	}
+	waitLog(t, e, runner, "testbox:") // its SIGTERM handler is set: as PID 1 it would ignore one before
 	if err := e.Stop(ctx, runner, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}

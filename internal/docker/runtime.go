@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"strings"
 	"time"
 
@@ -69,8 +70,12 @@ type State struct {
 	Running    bool
 	Exited     bool // has run and stopped
 	ExitCode   int
-	OOMKilled  bool
+	OOMKilled  bool // the kernel killed it for going over its memory limit
 	FinishedAt time.Time
+	// Health is the verdict of its health check (HealthUnknown without one, or before the
+	// first verdict); Bindings the host ports bound for it while it runs.
+	Health   event.Health
+	Bindings []event.NetworkBinding
 }
 
 // Exit is a container that stopped, as seen in the runtime's event stream.
@@ -79,8 +84,25 @@ type Exit struct {
 	Task      string
 	Container string
 	ExitCode  int
+	OOMKilled bool // killed for going over its memory limit: report a reason starting OutOfMemory
 	At        time.Time
 	Cursor    int64 // resume the stream after this
+}
+
+// HealthChange is a container's health check reaching a verdict (PROTOCOL.md §4).
+type HealthChange struct {
+	ID        string
+	Task      string
+	Container string
+	Health    event.Health // HealthHealthy or HealthUnhealthy
+	At        time.Time
+}
+
+// LogOptions select a container's log: the last Tail lines (negative: all), and with Follow
+// what it writes after, until the container stops or the context ends.
+type LogOptions struct {
+	Tail   int
+	Follow bool
 }
 
 // Runtime is a container runtime. Calls may block on I/O; every call takes a context.
@@ -92,7 +114,8 @@ type Runtime interface {
 	// Create makes the container, or returns the existing one of the same task and name.
 	Create(ctx context.Context, spec CreateSpec) (id string, err error)
 	Start(ctx context.Context, id string) error
-	// Stop signals the container and kills it after timeout.
+	// Stop signals the container with its stop signal and kills it after its own stop
+	// timeout (stop_timeout_s) when it was created with one, else after timeout.
 	Stop(ctx context.Context, id string, timeout time.Duration) error
 	// Remove deletes the container and its anonymous volumes; gone already is success.
 	Remove(ctx context.Context, id string) error
@@ -106,3 +129,44 @@ type Runtime interface {
 	Exits(ctx context.Context, cursor int64) (<-chan Exit, error)
 	Close() error
 }
+
+// The runtime's answers to PROTOCOL.md §4 beyond Runtime, each its own interface so that a
+// runtime (or a test's stand-in) without them still is a Runtime: callers ask with a type
+// assertion. Both Engine and Sim have all three.
+
+// HealthWatcher follows containers' health checks.
+type HealthWatcher interface {
+	// Health streams health verdicts of this agent's containers until ctx ends: first the
+	// current verdict of every running container that has one, then each change. The
+	// channel closes on error or end; the caller resubscribes, and since every subscription
+	// starts with the current verdicts, it needs no cursor (handling must be idempotent).
+	Health(ctx context.Context) (<-chan HealthChange, error)
+}
+
+// LogReader reads containers' logs.
+type LogReader interface {
+	// Logs returns a container's stdout and stderr multiplexed in the Docker Engine's
+	// stream format (demultiplex with github.com/moby/moby/api/pkg/stdcopy).
+	Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error)
+}
+
+// PolicyPuller pulls as a container's pull_policy says.
+type PolicyPuller interface {
+	// PullWith makes the image present as policy says: always, never, if-not-present (Pull).
+	PullWith(ctx context.Context, image, policy string) error
+}
+
+var (
+	_ interface {
+		Runtime
+		HealthWatcher
+		LogReader
+		PolicyPuller
+	} = (*Engine)(nil)
+	_ interface {
+		Runtime
+		HealthWatcher
+		LogReader
+		PolicyPuller
+	} = (*Sim)(nil)
+)

@@ -24,6 +24,14 @@ import (
 //	["sleep", "2s", "3"]   runs 2 s, then exits 3
 //	["exit", "3"]          exits 3 at once
 //
+// and the words of PROTOCOL.md §4's workloads, as Docker would decide them
+// (sim_workloads.go): `serve PORT`, `spew KIB` and `alloc MIB` run until stopped, but an
+// alloc at or over the container's memory_mib is OOM-killed as it starts (137, OOMKilled);
+// `linger D` exits 0 when its stop timeout exceeds D, else is killed (137); `write PATH TEXT`
+// and `probe PORT` exit 0. Host ports are assigned at create (0: the lowest free from 32768).
+// A health check passes when its words (after "CMD" and a program named testbox) exit 0 at
+// once or are probe: HEALTHY after one interval; else UNHEALTHY after retries intervals.
+//
 // An image whose name contains fail-pull, fail-create or fail-start fails that step.
 type Sim struct {
 	path  string
@@ -54,6 +62,7 @@ type simContainer struct {
 	EndCode   int       `json:"end_code"`
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
 	StopCode  int       `json:"stop_code"`
+	simWorkload
 }
 
 // SimFileName is the simulated runtime's file inside a data directory.
@@ -201,6 +210,10 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	s.state.Next++
 	c := &simContainer{ID: "sim-" + strconv.FormatInt(s.state.Next, 10), Agent: s.agent, Task: spec.Task,
 		Container: spec.Container.Name, Name: name, Image: spec.Container.Image, Command: spec.Container.Command}
+	if err := s.workload(c, spec.Container); err != nil {
+		s.state.Next--
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
 	s.state.Containers[c.ID] = c
 	return c.ID, s.save(simOp{Put: c, Next: s.state.Next})
 }
@@ -231,7 +244,7 @@ func plan(cmd []string) (d time.Duration, code int, forever bool, err error) {
 		code, err = strconv.Atoi(cmd[1])
 		return 0, code, false, err
 	}
-	return 0, 0, false, fmt.Errorf("unknown command %q (run, sleep, exit)", cmd[0])
+	return planWorkload(cmd)
 }
 
 func (s *Sim) Start(ctx context.Context, id string) error {
@@ -263,6 +276,8 @@ func exitOf(c *simContainer, now time.Time) (at time.Time, code int, ended bool)
 	switch {
 	case c.StartedAt.IsZero():
 		return time.Time{}, 0, false
+	case c.OOM:
+		return c.StartedAt, 137, true // killed by the kernel as it allocates, before any stop
 	case !c.StoppedAt.IsZero() && (c.EndsAt.IsZero() || c.StoppedAt.Before(c.EndsAt)):
 		return c.StoppedAt, c.StopCode, true
 	case !c.EndsAt.IsZero() && !now.Before(c.EndsAt):
@@ -282,7 +297,7 @@ func (s *Sim) Stop(ctx context.Context, id string, timeout time.Duration) error 
 	if _, _, ended := exitOf(c, now); ended || c.StartedAt.IsZero() {
 		return nil
 	}
-	c.StoppedAt, c.StopCode = now, 143 // SIGTERM obeyed at once
+	c.StoppedAt, c.StopCode = now, c.stopCode(timeout)
 	return s.save(simOp{Put: c})
 }
 
@@ -303,9 +318,11 @@ func (s *Sim) Remove(ctx context.Context, id string) error {
 func (s *Sim) stateOf(c *simContainer, now time.Time) State {
 	st := State{ID: c.ID, Task: c.Task, Container: c.Container}
 	if at, code, ended := exitOf(c, now); ended {
-		st.Exited, st.ExitCode, st.FinishedAt = true, code, at
+		st.Exited, st.ExitCode, st.FinishedAt, st.OOMKilled = true, code, at, c.OOM
 	} else if !c.StartedAt.IsZero() {
 		st.Running = true
+		st.Health, _, _ = c.health(now)
+		st.Bindings = slices.Clone(c.Bindings)
 	}
 	return st
 }
@@ -358,7 +375,7 @@ func (s *Sim) ExitsAfter(cursor int64) (exits []Exit, next time.Time) {
 		}
 		if at, code, ended := exitOf(c, now); ended {
 			if at.UnixNano() > cursor {
-				exits = append(exits, Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, At: at, Cursor: at.UnixNano()})
+				exits = append(exits, Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, OOMKilled: c.OOM, At: at, Cursor: at.UnixNano()})
 			}
 		} else if !c.EndsAt.IsZero() && (next.IsZero() || c.EndsAt.Before(next)) {
 			next = c.EndsAt

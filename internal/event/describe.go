@@ -54,6 +54,11 @@ func Describe(e Event) string {
 			names[i] = c.Name
 		}
 		kv("containers", names)
+		for _, c := range e.Containers {
+			if w := workloadSummary(c); w != "" {
+				fmt.Fprintf(&b, " %s[%s]", c.Name, w)
+			}
+		}
 	case *TaskRejected:
 		kv("message", e.MessageID)
 		kv("reason", e.Reason)

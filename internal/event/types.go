@@ -41,13 +41,130 @@ func (s Status) Reportable() bool {
 }
 
 // ContainerSpec is a container as the control plane assigned it, after validation.
+//
+// The fields after Essential are PROTOCOL.md 1.1 §4. Each is omitempty, so a record written
+// before they existed decodes unchanged and a container that uses none of them journals the
+// same bytes as before; a zero value means "the runtime's default" (the agent's own default
+// for Log). Their JSON names are the wire names and never change.
 type ContainerSpec struct {
 	Name      string            `json:"name"`
 	Image     string            `json:"image"`
 	Command   []string          `json:"command,omitempty"`
 	Env       map[string]string `json:"env,omitempty"` // encoding/json sorts keys: deterministic
 	Essential bool              `json:"essential"`
+
+	Entrypoint           []string          `json:"entrypoint,omitempty"`
+	WorkingDir           string            `json:"working_dir,omitempty"`
+	User                 string            `json:"user,omitempty"`
+	Labels               map[string]string `json:"labels,omitempty"`
+	CPUShares            int64             `json:"cpu_shares,omitempty"`
+	MemoryMiB            int64             `json:"memory_mib,omitempty"`
+	MemoryReservationMiB int64             `json:"memory_reservation_mib,omitempty"`
+	PidsLimit            int64             `json:"pids_limit,omitempty"`
+	Ports                []PortMapping     `json:"ports,omitempty"`
+	Mounts               []Mount           `json:"mounts,omitempty"`
+	StopSignal           string            `json:"stop_signal,omitempty"`
+	StopTimeoutS         *int              `json:"stop_timeout_s,omitempty"` // nil: the agent's stop timeout; 0 is "kill at once"
+	HealthCheck          *HealthCheck      `json:"health_check,omitempty"`
+	DependsOn            []Dependency      `json:"depends_on,omitempty"`
+	Log                  *LogConfig        `json:"log,omitempty"`
+	PullPolicy           string            `json:"pull_policy,omitempty"`
 }
+
+// StopTimeout is how long a stop waits between the stop signal and SIGKILL: the container's
+// own stop_timeout_s when it gave one, else def (the agent's).
+func (c *ContainerSpec) StopTimeout(def time.Duration) time.Duration {
+	if c.StopTimeoutS != nil {
+		return time.Duration(*c.StopTimeoutS) * time.Second
+	}
+	return def
+}
+
+// PortMapping publishes a container port on the host (PROTOCOL.md §4 "ports").
+type PortMapping struct {
+	ContainerPort int    `json:"container_port"`
+	HostPort      int    `json:"host_port"`          // 0: the runtime picks one
+	Protocol      string `json:"protocol,omitempty"` // tcp (the default) or udp
+	HostIP        string `json:"host_ip,omitempty"`  // empty: every address
+}
+
+// NetworkBinding is a port the runtime actually bound, as reported on a container's RUNNING
+// change (PROTOCOL.md §4, "network_bindings").
+type NetworkBinding struct {
+	ContainerPort int    `json:"container_port"`
+	HostPort      int    `json:"host_port"`
+	Protocol      string `json:"protocol"`
+	HostIP        string `json:"host_ip"`
+}
+
+// Mount kinds (PROTOCOL.md §4 "mounts").
+const (
+	MountBind   = "bind"
+	MountVolume = "volume"
+	MountTmpfs  = "tmpfs"
+)
+
+// Mount is a bind mount, a volume or a tmpfs.
+type Mount struct {
+	Type     string `json:"type"`
+	Source   string `json:"source,omitempty"` // bind: a host path; volume: a name (empty: anonymous); tmpfs: none
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+	SizeMiB  int64  `json:"size_mib,omitempty"` // tmpfs only; 0: the runtime's default
+}
+
+// HealthCheck is a container's health probe; zero durations and retries are the runtime's
+// defaults.
+type HealthCheck struct {
+	Command      []string `json:"command"` // ["CMD", prog, args...] or ["CMD-SHELL", line]
+	IntervalS    int      `json:"interval_s,omitempty"`
+	TimeoutS     int      `json:"timeout_s,omitempty"`
+	Retries      int      `json:"retries,omitempty"`
+	StartPeriodS int      `json:"start_period_s,omitempty"`
+}
+
+// Dependency conditions (PROTOCOL.md §4 "depends_on").
+const (
+	DependStart    = "START"    // the dependency has started
+	DependComplete = "COMPLETE" // it has exited, whatever its code
+	DependSuccess  = "SUCCESS"  // it has exited 0
+	DependHealthy  = "HEALTHY"  // its health check has passed
+)
+
+// Dependency says a container starts only once another of its task meets a condition.
+type Dependency struct {
+	Container string `json:"container"`
+	Condition string `json:"condition"`
+}
+
+// Health is a container's health as reported (PROTOCOL.md §4).
+type Health string
+
+const (
+	HealthUnknown   Health = ""          // no health check, or none has concluded yet
+	HealthHealthy   Health = "HEALTHY"   // the check passes
+	HealthUnhealthy Health = "UNHEALTHY" // the check failed its retries
+)
+
+// LogConfig is the rotation of a container's json-file log; zero fields take the agent's
+// default (DefaultLogMaxSizeMiB × DefaultLogMaxFiles).
+type LogConfig struct {
+	MaxSizeMiB int64 `json:"max_size_mib,omitempty"`
+	MaxFiles   int   `json:"max_files,omitempty"`
+}
+
+// The agent's log rotation when a task says nothing: at most 10 MiB × 3 a container.
+const (
+	DefaultLogMaxSizeMiB = 10
+	DefaultLogMaxFiles   = 3
+)
+
+// Pull policies (PROTOCOL.md §4 "pull_policy"); empty is PullIfNotPresent.
+const (
+	PullAlways       = "always"
+	PullIfNotPresent = "if-not-present"
+	PullNever        = "never"
+)
 
 // AgentStarted opens every run of the agent.
 type AgentStarted struct {

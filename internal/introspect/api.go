@@ -1,5 +1,6 @@
 // Package introspect serves the agent's introspection API on --listen: /healthz,
-// /v1/metadata, /v1/tasks, /v1/tasks/{arn}, /v1/journal/export and /metrics.
+// /v1/metadata, /v1/tasks, /v1/tasks/{arn}, /v1/tasks/{arn}/containers/{name}/logs,
+// /v1/journal/export and /metrics.
 //
 // It promises never to answer from a half-recovered state: until the engine has recovered,
 // /healthz and /v1/tasks answer 503. Reads go through the engine's loop, so they see a
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
@@ -23,6 +25,7 @@ type Info struct {
 	Version string
 	DataDir string
 	Runtime string
+	Logs    docker.LogReader // container logs (the runtime); nil: the logs endpoint answers 501
 }
 
 // TaskView is a task as the API shows it.
@@ -46,6 +49,8 @@ type ContainerView struct {
 	ExitCode    *int         `json:"exit_code"`
 	RuntimeID   string       `json:"runtime_id"`
 	Reason      string       `json:"reason"`
+	// Spec is the container as assigned (PROTOCOL.md §4), without env: values may be secrets.
+	Spec event.ContainerSpec `json:"spec"`
 }
 
 func view(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) TaskView {
@@ -58,7 +63,9 @@ func view(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) TaskView {
 		v.BlockedOnAckFor = d.Round(time.Millisecond).String()
 	}
 	for _, c := range t.Containers {
-		v.Containers = append(v.Containers, ContainerView{Name: c.Name, KnownStatus: c.Known, SentStatus: c.Sent, ExitCode: c.ExitCode, RuntimeID: c.RuntimeID, Reason: c.Reason})
+		spec := c.ContainerSpec
+		spec.Env = nil
+		v.Containers = append(v.Containers, ContainerView{Name: c.Name, KnownStatus: c.Known, SentStatus: c.Sent, ExitCode: c.ExitCode, RuntimeID: c.RuntimeID, Reason: c.Reason, Spec: spec})
 	}
 	return v
 }
@@ -109,6 +116,10 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 	})
 	mux.HandleFunc("GET /v1/tasks/{arn...}", func(w http.ResponseWriter, r *http.Request) {
 		arn := r.PathValue("arn")
+		if task, container, ok := logsPath(arn); ok {
+			serveLogs(e, info.Logs, w, r, task, container)
+			return
+		}
 		now := e.Now()
 		var out any
 		if !query(w, r, func(st *fsm.State) {

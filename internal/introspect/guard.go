@@ -136,6 +136,8 @@ func (a *API) Wrap(h http.Handler) http.Handler {
 			extra = exports
 		case r.URL.Path == "/v1/journal/records" && r.URL.Query().Get("wait") != "" && r.URL.Query().Get("wait") != "0":
 			extra = longPolls
+		case strings.HasSuffix(r.URL.Path, "/logs") && (r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"):
+			extra = longPolls // a followed container log (logs.go) holds its request as long as a long poll
 		}
 		if extra != nil {
 			select {

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
@@ -59,6 +60,24 @@ type Container struct {
 	Command   []string          `json:"command,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	Essential *bool             `json:"essential,omitempty"` // absent means essential
+
+	// PROTOCOL.md 1.1 §4, checked by Rules.validateContainer (container.go).
+	Entrypoint           []string            `json:"entrypoint,omitempty"`
+	WorkingDir           string              `json:"working_dir,omitempty"`
+	User                 string              `json:"user,omitempty"`
+	Labels               map[string]string   `json:"labels,omitempty"`
+	CPUShares            int64               `json:"cpu_shares,omitempty"`
+	MemoryMiB            int64               `json:"memory_mib,omitempty"`
+	MemoryReservationMiB int64               `json:"memory_reservation_mib,omitempty"`
+	PidsLimit            int64               `json:"pids_limit,omitempty"`
+	Ports                []event.PortMapping `json:"ports,omitempty"`
+	Mounts               []event.Mount       `json:"mounts,omitempty"`
+	StopSignal           string              `json:"stop_signal,omitempty"`
+	StopTimeoutS         *int                `json:"stop_timeout_s,omitempty"`
+	HealthCheck          *event.HealthCheck  `json:"health_check,omitempty"`
+	DependsOn            []event.Dependency  `json:"depends_on,omitempty"`
+	Log                  *event.LogConfig    `json:"log,omitempty"`
+	PullPolicy           string              `json:"pull_policy,omitempty"`
 }
 
 // AcksRequest acknowledges payloads.
@@ -108,8 +127,11 @@ type Decoded struct {
 	Invalid string // non-empty: the rule broken, naming the field
 }
 
-// DecodeTask reads and checks one raw task.
-func DecodeTask(raw json.RawMessage) Decoded {
+// DecodeTask reads and checks one raw task under the default Rules (no bind mounts allowed).
+func DecodeTask(raw json.RawMessage) Decoded { return Rules{}.DecodeTask(raw) }
+
+// DecodeTask reads and checks one raw task under these rules.
+func (r Rules) DecodeTask(raw json.RawMessage) Decoded {
 	var t Task
 	if err := json.Unmarshal(raw, &t); err != nil {
 		// Salvage the ARN, so the task can still be recorded STOPPED with the reason.
@@ -120,7 +142,7 @@ func DecodeTask(raw json.RawMessage) Decoded {
 		return Decoded{ARN: probe.ARN, Invalid: "task is not a valid task object: " + err.Error()}
 	}
 	d := Decoded{ARN: t.ARN, Task: &t}
-	if err := Validate(&t); err != nil {
+	if err := r.Validate(&t); err != nil {
 		d.Invalid = err.Error()
 		return d
 	}
@@ -128,8 +150,13 @@ func DecodeTask(raw json.RawMessage) Decoded {
 	return d
 }
 
-// Validate checks a task against every rule and limit of PROTOCOL.md.
-func Validate(t *Task) error {
+// Validate checks a task against every rule and limit of PROTOCOL.md under the default
+// Rules (no bind mounts allowed).
+func Validate(t *Task) error { return Rules{}.Validate(t) }
+
+// Validate checks a task against every rule and limit of PROTOCOL.md, and its containers'
+// §4 fields against these rules.
+func (r Rules) Validate(t *Task) error {
 	if t.ARN == "" {
 		return fmt.Errorf("arn: missing")
 	}
@@ -176,8 +203,11 @@ func Validate(t *Task) error {
 		if n > MaxCommandBytes {
 			return fmt.Errorf("containers[%d].command: %d bytes, at most %d", i, n, MaxCommandBytes)
 		}
+		if err := r.validateContainer(&t.Containers[i]); err != nil {
+			return fmt.Errorf("containers[%d].%w", i, err)
+		}
 	}
-	return nil
+	return validateDependencies(t.Containers)
 }
 
 // imageRef is a loose form of a Docker image reference: [registry[:port]/]path[:tag][@digest].
@@ -201,7 +231,16 @@ func ValidateImage(image string) error {
 func (t *Task) Spec() []event.ContainerSpec {
 	out := make([]event.ContainerSpec, len(t.Containers))
 	for i, c := range t.Containers {
-		out[i] = event.ContainerSpec{Name: c.Name, Image: c.Image, Command: c.Command, Env: c.Env, Essential: c.Essential == nil || *c.Essential}
+		out[i] = event.ContainerSpec{Name: c.Name, Image: c.Image, Command: c.Command, Env: c.Env, Essential: c.Essential == nil || *c.Essential,
+			Entrypoint: c.Entrypoint, WorkingDir: c.WorkingDir, User: c.User, Labels: c.Labels,
+			CPUShares: c.CPUShares, MemoryMiB: c.MemoryMiB, MemoryReservationMiB: c.MemoryReservationMiB, PidsLimit: c.PidsLimit,
+			Ports: slices.Clone(c.Ports), Mounts: c.Mounts, StopSignal: c.StopSignal, StopTimeoutS: c.StopTimeoutS,
+			HealthCheck: c.HealthCheck, DependsOn: c.DependsOn, Log: c.Log, PullPolicy: c.PullPolicy}
+		for j := range out[i].Ports {
+			if out[i].Ports[j].Protocol == "" {
+				out[i].Ports[j].Protocol = "tcp" // journaled as it will run
+			}
+		}
 	}
 	return out
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 func TestValidateNamesTheFieldAtFault(t *testing.T) {
@@ -63,10 +65,43 @@ func FuzzDecodeTask(f *testing.F) {
 	f.Add([]byte(`{"arn":"task/7f3a","family":"web","version":"3","desired_status":"RUNNING","containers":[{"name":"app","image":"registry.example/web:3","command":["serve"],"env":{"PORT":"8080"},"essential":true}]}`))
 	f.Add([]byte(`{"arn":"t","containers":[]}`))
 	f.Add([]byte(`[]`))
+	// PROTOCOL.md 1.1 §4: every container field, and near misses of each.
+	f.Add([]byte(fullTask()))
+	f.Add([]byte(`{"arn":"t","desired_status":"RUNNING","containers":[{"name":"a","image":"b","ports":[{"container_port":80,"host_port":-1}],"mounts":[{"type":"bind","source":"/srv/../etc","target":"/x"}]}]}`))
+	f.Add([]byte(`{"arn":"t","desired_status":"RUNNING","containers":[{"name":"a","image":"b","stop_timeout_s":"30","health_check":{"command":"CMD"},"log":{"max_files":1e9}}]}`))
+	f.Add([]byte(`{"arn":"t","desired_status":"RUNNING","containers":[{"name":"a","image":"b","depends_on":[{"container":"a","condition":"HEALTHY"}],"labels":{"io.agentd.agent":"x"}}]}`))
+	f.Add([]byte(`{"arn":"t","desired_status":"RUNNING","containers":[{"name":"a","image":"b","memory_mib":9223372036854775807,"cpu_shares":-5,"user":"0:0","working_dir":"/"}]}`))
+	rules, _ := NewRules([]string{"/srv"})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d := DecodeTask(b)
-		if d.Invalid == "" && (d.Task == nil || Validate(d.Task) != nil) {
-			t.Fatalf("accepted an invalid task: %s", b)
+		for _, r := range []Rules{{}, rules} {
+			d := r.DecodeTask(b)
+			if d.Invalid == "" && (d.Task == nil || r.Validate(d.Task) != nil) {
+				t.Fatalf("accepted an invalid task: %s", b)
+			}
+			if d.Invalid != "" {
+				continue
+			}
+			// What is accepted is journaled and replayed: the spec survives its encoding.
+			specs := d.Task.Spec()
+			body, err := event.MarshalBody(&event.TaskAdded{Containers: specs})
+			if err != nil {
+				t.Fatalf("accepted task does not encode: %v", err)
+			}
+			if _, err := event.UnmarshalBody(event.TypeTaskAdded, body); err != nil {
+				t.Fatalf("accepted task's record does not decode: %v", err)
+			}
+			for _, c := range specs {
+				for _, m := range c.Mounts {
+					if m.Type == event.MountBind && !r.bindAllowed(m.Source) {
+						t.Fatalf("accepted a bind of %q outside %v", m.Source, r.AllowBindRoots)
+					}
+				}
+				for k := range c.Labels {
+					if strings.HasPrefix(strings.ToLower(k), AgentLabelPrefix) {
+						t.Fatalf("accepted the agent's own label %q", k)
+					}
+				}
+			}
 		}
 	})
 }

@@ -1,0 +1,183 @@
+package docker
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+)
+
+// containerConfig translates a container's spec (PROTOCOL.md §4, validated at arrival) into
+// the Docker Engine's create request: one function, so what reaches Docker is all in one
+// place. agentLabels are agentd's own labels; they are set last, so no task label can pass
+// for them (validation refuses the prefix as well).
+//
+// Choices where the protocol leaves one to the agent:
+//   - memory_mib is a hard limit without swap (MemorySwap = Memory), so a container over it
+//     is OOM-killed, as the protocol's OutOfMemory reason promises, rather than swapping.
+//   - Logs always go to the json-file driver with rotation: the task's log settings, else
+//     the agent's default of 10 MiB × 3, so no container can fill the disk.
+func containerConfig(spec CreateSpec, agentLabels map[string]string) (*container.Config, *container.HostConfig, error) {
+	c := spec.Container
+	env := make([]string, 0, len(c.Env))
+	for k, v := range c.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	labels := make(map[string]string, len(c.Labels)+len(agentLabels))
+	for k, v := range c.Labels {
+		labels[k] = v
+	}
+	for k, v := range agentLabels {
+		labels[k] = v
+	}
+	cfg := &container.Config{
+		Image:      c.Image,
+		Cmd:        c.Command,
+		Entrypoint: c.Entrypoint,
+		Env:        env,
+		WorkingDir: c.WorkingDir,
+		User:       c.User,
+		Labels:     labels,
+		StopSignal: c.StopSignal,
+		StopTimeout: func() *int {
+			if c.StopTimeoutS == nil {
+				return nil
+			}
+			s := *c.StopTimeoutS
+			return &s
+		}(),
+	}
+	if h := c.HealthCheck; h != nil {
+		cfg.Healthcheck = &container.HealthConfig{
+			Test:        h.Command,
+			Interval:    time.Duration(h.IntervalS) * time.Second,
+			Timeout:     time.Duration(h.TimeoutS) * time.Second,
+			StartPeriod: time.Duration(h.StartPeriodS) * time.Second,
+			Retries:     h.Retries,
+		}
+	}
+	hc := hardened() // hygiene.go: no-new-privileges and the default pids limit, which the task's may replace
+	hc.LogConfig = logConfig(c.Log)
+	hc.CPUShares = c.CPUShares
+	if c.MemoryMiB > 0 {
+		hc.Memory = c.MemoryMiB << 20
+		hc.MemorySwap = hc.Memory
+	}
+	hc.MemoryReservation = c.MemoryReservationMiB << 20
+	if c.PidsLimit > 0 {
+		n := c.PidsLimit
+		hc.PidsLimit = &n
+	}
+	if len(c.Ports) > 0 {
+		cfg.ExposedPorts = network.PortSet{}
+		hc.PortBindings = network.PortMap{}
+	}
+	for i, p := range c.Ports {
+		proto := network.TCP
+		if p.Protocol == "udp" {
+			proto = network.UDP
+		}
+		port, ok := network.PortFrom(uint16(p.ContainerPort), proto)
+		if !ok {
+			return nil, nil, fmt.Errorf("ports[%d]: %d/%s is not a port", i, p.ContainerPort, proto)
+		}
+		b := network.PortBinding{}
+		if p.HostPort != 0 {
+			b.HostPort = strconv.Itoa(p.HostPort) // empty: the engine picks one
+		}
+		if p.HostIP != "" {
+			ip, err := netip.ParseAddr(p.HostIP)
+			if err != nil {
+				return nil, nil, fmt.Errorf("ports[%d].host_ip: %w", i, err)
+			}
+			b.HostIP = ip
+		}
+		cfg.ExposedPorts[port] = struct{}{}
+		hc.PortBindings[port] = append(hc.PortBindings[port], b)
+	}
+	for _, m := range c.Mounts {
+		dm := mount.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
+		switch m.Type {
+		case event.MountBind:
+			dm.Type = mount.TypeBind
+		case event.MountVolume:
+			dm.Type = mount.TypeVolume
+		case event.MountTmpfs:
+			dm.Type = mount.TypeTmpfs
+			if m.SizeMiB > 0 {
+				dm.TmpfsOptions = &mount.TmpfsOptions{SizeBytes: m.SizeMiB << 20}
+			}
+		default:
+			return nil, nil, fmt.Errorf("mount of type %q: not bind, volume or tmpfs", m.Type)
+		}
+		hc.Mounts = append(hc.Mounts, dm)
+	}
+	return cfg, hc, nil
+}
+
+// logConfig is the json-file driver with rotation: the task's sizes, else the agent's default.
+func logConfig(l *event.LogConfig) container.LogConfig {
+	size, files := int64(event.DefaultLogMaxSizeMiB), event.DefaultLogMaxFiles
+	if l != nil && l.MaxSizeMiB > 0 {
+		size = l.MaxSizeMiB
+	}
+	if l != nil && l.MaxFiles > 0 {
+		files = l.MaxFiles
+	}
+	// The engine reads max-size in its binary units: "10m" is 10 MiB.
+	return container.LogConfig{Type: "json-file", Config: map[string]string{
+		"max-size": strconv.FormatInt(size, 10) + "m",
+		"max-file": strconv.Itoa(files),
+	}}
+}
+
+// bindingsOf reads the ports the engine bound, sorted, in the protocol's form.
+func bindingsOf(ports network.PortMap) []event.NetworkBinding {
+	var out []event.NetworkBinding
+	for p, bs := range ports {
+		for _, b := range bs {
+			hp, err := strconv.Atoi(b.HostPort)
+			if err != nil || hp == 0 {
+				continue // exposed, not published
+			}
+			ip := ""
+			if b.HostIP.IsValid() {
+				ip = b.HostIP.String()
+			}
+			out = append(out, event.NetworkBinding{ContainerPort: int(p.Num()), HostPort: hp, Protocol: string(p.Proto()), HostIP: ip})
+		}
+	}
+	sortBindings(out)
+	return out
+}
+
+func sortBindings(bs []event.NetworkBinding) {
+	slices.SortFunc(bs, func(a, b event.NetworkBinding) int {
+		return cmp.Or(cmp.Compare(a.ContainerPort, b.ContainerPort), strings.Compare(a.Protocol, b.Protocol),
+			strings.Compare(a.HostIP, b.HostIP), cmp.Compare(a.HostPort, b.HostPort))
+	})
+}
+
+// healthOf maps the engine's health status to the protocol's; "starting" and "none" are not
+// reported (nothing has concluded yet).
+func healthOf(h *container.Health) event.Health {
+	if h == nil {
+		return event.HealthUnknown
+	}
+	switch h.Status {
+	case container.Healthy:
+		return event.HealthHealthy
+	case container.Unhealthy:
+		return event.HealthUnhealthy
+	}
+	return event.HealthUnknown
+}
