@@ -138,6 +138,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	rt := seal.OpeningRuntime{Runtime: a.rt, Key: key}
 	cp := seal.SealingControlPlane{Inner: a.cp, Key: key}
 	cfg := c.Engine
+	cfg.TaskRules = c.TaskRules // the bind roots --allow-bind-root allows
 	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, buildVersion().Version, c.Runtime, c.CleanupWait
 	a.eng = engine.New(cfg, a.j, rt, cp, nil, nil, log)
 	a.eng.RegisterStateCollector()

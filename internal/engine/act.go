@@ -60,22 +60,28 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 	var res fsm.Result
 	switch a.Kind {
 	case fsm.ActPull:
-		err = rt.Pull(ctx, a.Spec.Image)
+		if pp, ok := rt.(docker.PolicyPuller); ok {
+			err = pp.PullWith(ctx, a.Spec.Image, a.Spec.PullPolicy)
+		} else {
+			err = rt.Pull(ctx, a.Spec.Image)
+		}
 	case fsm.ActCreate:
 		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec})
 		failpoint.Hit("runtime-after-create-before-journal")
 	case fsm.ActStart:
 		if err = rt.Start(ctx, id); err == nil {
-			// A container may end before its start is journaled: say so now.
-			if st, ierr := rt.Inspect(ctx, id); ierr == nil && st.Exited {
-				res.Exited, res.ExitCode = true, st.ExitCode
+			// The ports bound for it go with its RUNNING; and a container may end before its
+			// start is journaled: say so now.
+			if st, ierr := rt.Inspect(ctx, id); ierr == nil {
+				res.Bindings = st.Bindings
+				res.Exited, res.ExitCode, res.OOMKilled = st.Exited, st.ExitCode, st.OOMKilled
 			}
 		}
 	case fsm.ActStop:
 		if err = rt.Stop(ctx, id, stopTimeout); err == nil || errors.Is(err, docker.ErrNotFound) {
 			var st docker.State
 			if st, err = rt.Inspect(ctx, id); err == nil {
-				res.Exited, res.ExitCode = st.Exited, st.ExitCode
+				res.Exited, res.ExitCode, res.OOMKilled = st.Exited, st.ExitCode, st.OOMKilled
 			}
 		}
 	case fsm.ActInspect:
@@ -85,7 +91,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		} else {
 			st, err = rt.Inspect(ctx, id)
 		}
-		res.Running, res.Exited, res.ExitCode = st.Running, st.Exited, st.ExitCode
+		res.Running, res.Exited, res.ExitCode, res.OOMKilled, res.Bindings = st.Running, st.Exited, st.ExitCode, st.OOMKilled, st.Bindings
 	case fsm.ActRemove:
 		if id == "" {
 			// Never journaled an id (a crash after create, or a stop before it): find it by name.

@@ -58,6 +58,7 @@ type Config struct {
 	PollWait       time.Duration // long-poll wait (default 20 s)
 	Seed           uint64        // jitter (0: random)
 	Submit         submit.Policy
+	TaskRules      protocol.Rules // how payloads' tasks are read: the host's allowed bind roots
 }
 
 func (c *Config) defaults() {

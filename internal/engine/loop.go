@@ -155,7 +155,7 @@ func (e *Engine) handle(in Input) {
 // durable (a duplicate at once: the journal holds it already).
 func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
 	p := in.Payload
-	v := e.st.Step(now, fsm.PayloadArrived{MessageID: p.MessageID, Tasks: p.Tasks})
+	v := e.st.Step(now, fsm.PayloadArrived{MessageID: p.MessageID, Tasks: p.Tasks, Rules: e.cfg.TaskRules})
 	for _, s := range v.Skipped {
 		e.log.Warn().Str("message", p.MessageID).Str("problem", s).Msg("skipped")
 	}
@@ -177,7 +177,7 @@ func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
 // before its start was journaled is held until it is.
 func (e *Engine) handleExit(now time.Time, in ExitInput) {
 	x := in.Exit
-	v := e.st.Step(now, fsm.ContainerExited{Task: x.Task, Container: x.Container, RuntimeID: x.ID, ExitCode: x.ExitCode, Cursor: x.Cursor})
+	v := e.st.Step(now, fsm.ContainerExited{Task: x.Task, Container: x.Container, RuntimeID: x.ID, ExitCode: x.ExitCode, OOMKilled: x.OOMKilled, Cursor: x.Cursor})
 	if v.Hold {
 		e.held[x.ID] = x
 		return

@@ -146,7 +146,7 @@ func observe(ctx context.Context, rt docker.Runtime, probes []probe) ([]fsm.Obse
 }
 
 func observed(s docker.State) fsm.Observed {
-	return fsm.Observed{ID: s.ID, Task: s.Task, Container: s.Container, Running: s.Running, Exited: s.Exited, ExitCode: s.ExitCode}
+	return fsm.Observed{ID: s.ID, Task: s.Task, Container: s.Container, Running: s.Running, Exited: s.Exited, ExitCode: s.ExitCode, OOMKilled: s.OOMKilled}
 }
 
 // ResolveAgentID settles the agent id before anything else needs it (the runtime labels

@@ -226,6 +226,9 @@ type ContainerTransitioned struct {
 	// the stream). The projection keeps the highest, so a restarted agent resumes the stream
 	// where it left off.
 	Cursor int64 `json:"cursor,omitempty"`
+	// NetworkBindings are the host ports the runtime bound for a container that went RUNNING
+	// (PROTOCOL.md §4), reported with its RUNNING change.
+	NetworkBindings []NetworkBinding `json:"network_bindings,omitempty"`
 }
 
 // CallStarted records, before it is made, a runtime call that must never be made twice (a

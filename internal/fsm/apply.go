@@ -278,7 +278,13 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 			t.StopCause = essentialStopped(c)
 		}
 	}
+	if e.To == event.StatusRunning {
+		c.Bindings = e.NetworkBindings
+	}
 	s.addChange(rec, t, c, e.To, e.ExitCode, e.Reason)
+	if e.To == event.StatusRunning && len(e.NetworkBindings) > 0 {
+		s.Outbox[rec.Seq].NetworkBindings = e.NetworkBindings
+	}
 	return nil
 }
 

@@ -27,6 +27,8 @@ type Change struct {
 	ExitCode  *int         `json:"exit_code,omitempty"`
 	Reason    string       `json:"reason,omitempty"`
 	At        time.Time    `json:"at"`
+	// NetworkBindings go with a container's RUNNING (PROTOCOL.md §4).
+	NetworkBindings []event.NetworkBinding `json:"network_bindings,omitempty"`
 }
 
 // ChangeID is the id of the change caused by record seq.

@@ -27,7 +27,7 @@ func (s *State) payload(p PayloadArrived) Verdict {
 		// the STOPPED is reported again under its ids.
 		v.Duplicate = true
 		for _, raw := range p.Tasks {
-			if arn := protocol.DecodeTask(raw).ARN; s.settledStopped(arn) {
+			if arn := p.Rules.DecodeTask(raw).ARN; s.settledStopped(arn) {
 				v.Records = append(v.Records, event.Record{Task: arn, Event: &event.TaskResent{MessageID: p.MessageID}})
 			}
 		}
@@ -37,7 +37,7 @@ func (s *State) payload(p PayloadArrived) Verdict {
 	v.Records = append(v.Records, event.Record{Event: received})
 	desired := map[string]event.Status{} // tasks of this payload and their desired status so far
 	for i, raw := range p.Tasks {
-		d := protocol.DecodeTask(raw)
+		d := p.Rules.DecodeTask(raw)
 		if d.ARN == "" {
 			v.Skipped = append(v.Skipped, fmt.Sprintf("task %d without arn: %s", i, d.Invalid))
 			continue

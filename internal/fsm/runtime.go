@@ -44,7 +44,7 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 			rec(&event.CallEnded{Call: string(ActStart), Reason: "container vanished from the runtime"})
 			rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "container vanished from the runtime"})
 		case Succeeded:
-			s.startSettled(c, r.Running, r.Exited, r.ExitCode, "", rec)
+			s.startSettled(c, r, rec)
 		default:
 			v.Retry = true
 		}
@@ -66,6 +66,7 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 			e.Reason = "container vanished from the runtime"
 		} else if r.Exited {
 			e.ExitCode = exitCode(r.ExitCode)
+			e.Reason = oomReason(r.OOMKilled, e.Reason)
 		}
 		rec(e)
 	case r.Kind != Succeeded:
@@ -82,23 +83,34 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 	case a.Kind == ActCreate:
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.RuntimeID})
 	case a.Kind == ActStart:
-		s.startSettled(c, true, r.Exited, r.ExitCode, "", rec)
+		r.Running = !r.Exited
+		s.startSettled(c, r, rec)
 	}
 	return v
 }
 
-// startSettled records what became of a start: it runs, or ran and ended, or — the runtime
-// shows it never started — the start is over and may be made again.
-func (s *State) startSettled(c *Container, running, exited bool, code int, reason string, rec func(event.Event)) {
+// startSettled records what became of a start: it runs (with the ports bound for it), or ran
+// and ended, or — the runtime shows it never started — the start is over and may be made
+// again.
+func (s *State) startSettled(c *Container, r Result, rec func(event.Event)) {
 	switch {
-	case exited:
-		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, Reason: reason})
-		rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(code), Reason: reason})
-	case running:
-		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, Reason: reason})
+	case r.Exited:
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, NetworkBindings: r.Bindings})
+		rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(r.ExitCode), Reason: oomReason(r.OOMKilled, "")})
+	case r.Running:
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, NetworkBindings: r.Bindings})
 	default:
 		rec(&event.CallEnded{Call: string(ActStart), Reason: "the runtime shows it never started"})
 	}
+}
+
+// oomReason is the reason of a container's STOPPED: OutOfMemory when the kernel killed it for
+// its memory limit (PROTOCOL.md §4), else the reason given.
+func oomReason(oom bool, reason string) string {
+	if oom {
+		return event.OutOfMemoryReason
+	}
+	return reason
 }
 
 // exited maps an exit from the runtime's event stream to a record, once: an exit of a
@@ -117,7 +129,7 @@ func (s *State) exited(x ContainerExited) Verdict {
 	switch c.Known {
 	case event.StatusRunning:
 		v.Records = []event.Record{{Task: x.Task, Container: x.Container,
-			Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(x.ExitCode), Cursor: x.Cursor}}}
+			Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(x.ExitCode), Reason: oomReason(x.OOMKilled, ""), Cursor: x.Cursor}}}
 	case event.StatusCreated:
 		v.Hold = true
 	}
@@ -172,10 +184,10 @@ func (s *State) reconcile(in RuntimeObserved) Verdict {
 				}
 				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "container vanished from the runtime while the agent was down"})
 			case o.Exited && c.Known == event.StatusRunning:
-				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, ExitCode: exitCode(o.ExitCode), Reason: "exited while the agent was down"})
+				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, ExitCode: exitCode(o.ExitCode), Reason: oomReason(o.OOMKilled, "exited while the agent was down")})
 			case o.Exited && c.Known == event.StatusCreated:
 				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning})
-				rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(o.ExitCode), Reason: "exited while the agent was down"})
+				rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(o.ExitCode), Reason: oomReason(o.OOMKilled, "exited while the agent was down")})
 			case o.Running && c.Known == event.StatusCreated:
 				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, Reason: "found running after restart"})
 			}

@@ -60,16 +60,17 @@ func (t *Task) heldBy(message string) {
 // Container is one container of a live task.
 type Container struct {
 	event.ContainerSpec
-	Known     event.Status `json:"known"`
-	Sent      event.Status `json:"sent"`
-	ExitCode  *int         `json:"exit_code,omitempty"`
-	Reason    string       `json:"reason,omitempty"`
-	RuntimeID string       `json:"runtime_id,omitempty"`
-	Removed   bool         `json:"removed,omitempty"`
-	InFlight  ActionKind   `json:"in_flight,omitempty"` // a call journaled as started whose outcome is not journaled yet
-	StoppedAt time.Time    `json:"stopped_at,omitzero"`
-	StopSeq   uint64       `json:"stop_seq,omitempty"`
-	Pending   []uint64     `json:"pending,omitempty"` // unsettled changes, by seq
+	Known     event.Status           `json:"known"`
+	Sent      event.Status           `json:"sent"`
+	ExitCode  *int                   `json:"exit_code,omitempty"`
+	Reason    string                 `json:"reason,omitempty"`
+	RuntimeID string                 `json:"runtime_id,omitempty"`
+	Removed   bool                   `json:"removed,omitempty"`
+	InFlight  ActionKind             `json:"in_flight,omitempty"`        // a call journaled as started whose outcome is not journaled yet
+	Bindings  []event.NetworkBinding `json:"network_bindings,omitempty"` // host ports bound while it runs
+	StoppedAt time.Time              `json:"stopped_at,omitzero"`
+	StopSeq   uint64                 `json:"stop_seq,omitempty"`
+	Pending   []uint64               `json:"pending,omitempty"` // unsettled changes, by seq
 }
 
 // Tombstone is what outlives a cleaned task for the retention period: enough to recognise a

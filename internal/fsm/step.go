@@ -16,10 +16,12 @@ import (
 // the scripts and property tests exercise the very code the daemon runs.
 type Input interface{ isInput() }
 
-// PayloadArrived is a payload from the control plane, tasks still raw.
+// PayloadArrived is a payload from the control plane, tasks still raw, and the task rules it
+// is read by (the host's allowed bind roots; the zero Rules allow none).
 type PayloadArrived struct {
 	MessageID string
 	Tasks     []json.RawMessage
+	Rules     protocol.Rules
 }
 
 // ActionFinished is what a runtime call for an action came to.
@@ -47,13 +49,16 @@ type Result struct {
 	Running   bool   // inspect: the container runs
 	Exited    bool   // start, stop and inspect: the container has run and ended, with ExitCode
 	ExitCode  int
-	Err       string // Failed and Unavailable: the cause
+	OOMKilled bool                   // it ended killed for going over its memory limit
+	Bindings  []event.NetworkBinding // start and inspect: the host ports bound for it
+	Err       string                 // Failed and Unavailable: the cause
 }
 
 // ContainerExited is an exit from the runtime's event stream.
 type ContainerExited struct {
 	Task, Container, RuntimeID string
 	ExitCode                   int
+	OOMKilled                  bool  // killed for going over its memory limit
 	Cursor                     int64 // the stream's position, journaled so a restart resumes there
 }
 
@@ -75,6 +80,7 @@ type Observed struct {
 	ID, Task, Container string
 	Running, Exited     bool
 	ExitCode            int
+	OOMKilled           bool
 	Gone                bool // asked for by id: the runtime has no such container
 }
 

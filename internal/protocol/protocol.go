@@ -94,6 +94,8 @@ type StateChange struct {
 	ExitCode  *int      `json:"exit_code,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	At        time.Time `json:"at"`
+	// NetworkBindings: on a container's RUNNING, the ports actually bound (PROTOCOL.md §4).
+	NetworkBindings []event.NetworkBinding `json:"network_bindings,omitempty"`
 }
 
 // StateChangesRequest is the body of POST /v1/agents/{agent}/state-changes.

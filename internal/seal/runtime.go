@@ -25,3 +25,15 @@ func (r OpeningRuntime) Create(ctx context.Context, spec docker.CreateSpec) (str
 	spec.Container.Env = env
 	return r.Runtime.Create(ctx, spec)
 }
+
+// PullWith passes a container's pull policy through to a runtime that honours one.
+func (r OpeningRuntime) PullWith(ctx context.Context, image, policy string) error {
+	if pp, ok := r.Runtime.(docker.PolicyPuller); ok {
+		return pp.PullWith(ctx, image, policy)
+	}
+	return r.Runtime.Pull(ctx, image)
+}
+
+// Unwrap is the runtime beneath, for callers that look for optional interfaces it has
+// (health verdicts, logs).
+func (r OpeningRuntime) Unwrap() docker.Runtime { return r.Runtime }

@@ -97,7 +97,7 @@ func (s *Submitter) Begin(changes []fsm.Change) []protocol.StateChange {
 	s.Stats.Requests++
 	out := make([]protocol.StateChange, len(changes))
 	for i, c := range changes {
-		out[i] = protocol.StateChange{ID: c.ID, TaskARN: c.Task, Container: c.Container, Status: string(c.Status), ExitCode: c.ExitCode, Reason: c.Reason, At: c.At}
+		out[i] = protocol.StateChange{ID: c.ID, TaskARN: c.Task, Container: c.Container, Status: string(c.Status), ExitCode: c.ExitCode, Reason: c.Reason, At: c.At, NetworkBindings: c.NetworkBindings}
 	}
 	return out
 }
