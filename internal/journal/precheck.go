@@ -171,11 +171,15 @@ func (c *fileCheck) run() error {
 	default:
 		m = m0
 	}
+	// A meta page that passes its checksum but not its (unchecksummed) header is damage bbolt's
+	// own check would trip over.
+	for _, mm := range []boltMeta{m0, m1} {
+		if mm.invalid == "" && (mm.headerID != mm.page || mm.headerFlags != boltMetaPage) {
+			return c.damage(0, "meta page %d has a bad header (id %d, type 0x%02x)", mm.page, mm.headerID, mm.headerFlags)
+		}
+	}
 	// bbolt uses the valid meta page with the higher transaction id; everything below is about
 	// the tree that one roots.
-	if m.headerID != m.page || m.headerFlags != boltMetaPage {
-		return c.damage(0, "meta page %d has a bad header (id %d, type 0x%02x)", m.page, m.headerID, m.headerFlags)
-	}
 	c.hwm = m.hwm
 	if m.hwm < 4 || int64(m.hwm) > c.size/ps {
 		return c.damage(0, "truncated: meta page %d (transaction %d) says the file holds %d pages (%d bytes) but it has %d bytes",
