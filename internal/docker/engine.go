@@ -97,6 +97,11 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	}
 	env := make([]string, 0, len(spec.Container.Env))
 	for k, v := range spec.Container.Env {
+		// A journal from before PROTOCOL.md 1.1 may hold a name like "PATH=/evil:", which
+		// Docker would read as PATH: refuse it here too.
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return "", fmt.Errorf("create %s: env name %q is empty or holds \"=\" or NUL", Name(spec.Task, spec.Container.Name), k)
+		}
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)
@@ -133,11 +138,18 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	return res.ID, nil
 }
 
+// Start starts a container that never ran. Docker itself starts an exited container again;
+// the guard (checkStart) refuses that with ErrAlreadyStarted, so a start re-dispatched after a
+// failed commit or a restart never makes a second run.
 func (e *Engine) Start(ctx context.Context, id string) error {
-	if _, err := e.own(ctx, id); err != nil {
+	st, err := e.own(ctx, id)
+	if err != nil {
 		return err
 	}
-	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	if running, err := checkStart(st); err != nil || running {
+		return err
+	}
+	_, err = e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
 	return e.wrap("start", id, err)
 }
 
@@ -185,6 +197,14 @@ func (e *Engine) own(ctx context.Context, id string) (State, error) {
 		st.Exited = !s.Running && (s.Status == container.StateExited || s.Status == container.StateDead)
 		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled
 		st.FinishedAt, _ = time.Parse(time.RFC3339Nano, s.FinishedAt)
+		// Docker's "never" is 0001-01-01T00:00:00Z, which parses to the zero time.
+		st.StartedAt, _ = time.Parse(time.RFC3339Nano, s.StartedAt)
+		if st.FinishedAt.Year() <= 1 {
+			st.FinishedAt = time.Time{}
+		}
+		if st.StartedAt.Year() <= 1 {
+			st.StartedAt = time.Time{}
+		}
 	}
 	return st, nil
 }

@@ -67,7 +67,8 @@ type State struct {
 	Task       string
 	Container  string
 	Running    bool
-	Exited     bool // has run and stopped
+	Exited     bool      // has run and stopped
+	StartedAt  time.Time // when it was last started (zero: never)
 	ExitCode   int
 	OOMKilled  bool
 	FinishedAt time.Time
@@ -91,6 +92,8 @@ type Runtime interface {
 	Pull(ctx context.Context, image string) error
 	// Create makes the container, or returns the existing one of the same task and name.
 	Create(ctx context.Context, spec CreateSpec) (id string, err error)
+	// Start starts a container that never ran; a running one is left as it is (nil); one
+	// that has run and stopped is never started again: ErrAlreadyStarted.
 	Start(ctx context.Context, id string) error
 	// Stop signals the container and kills it after timeout.
 	Stop(ctx context.Context, id string, timeout time.Duration) error
