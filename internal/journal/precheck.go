@@ -33,8 +33,8 @@ func (e *DamageError) Error() string {
 	if e.Page != 0 {
 		where = fmt.Sprintf("page %d (offset %d)", e.Page, e.Offset)
 	}
-	return fmt.Sprintf("%s: %s is damaged: %s: %s; the file was not changed: keep it for inspection, restore a copy "+
-		"(agentd journal export), or move it aside to start a new journal knowingly", ErrDamaged, e.Path, where, e.What)
+	return fmt.Sprintf("%s: %s is damaged: %s: %s; the file was not changed: keep it for inspection, and restore an "+
+		"earlier copy (agentd journal export) or move it aside to start a new journal knowingly", ErrDamaged, e.Path, where, e.What)
 }
 
 func (e *DamageError) Unwrap() error { return ErrDamaged }
@@ -108,7 +108,7 @@ func checkFile(path string, timeout time.Duration) error {
 	if !st.Mode().IsRegular() {
 		return &DamageError{Path: path, What: "not a regular file"}
 	}
-	c := &fileCheck{f: f, path: path, size: st.Size(), seen: map[uint64]bool{}}
+	c := &fileCheck{f: f, path: path, size: st.Size()}
 	return c.run()
 }
 
@@ -118,7 +118,8 @@ type fileCheck struct {
 	size int64
 	ps   int64
 	hwm  uint64
-	seen map[uint64]bool
+	seen []uint64 // a bit per page: referenced already
+	bufs [][]byte // one page buffer per tree depth, reused: the walk reads every page once
 }
 
 func (c *fileCheck) damage(page uint64, what string, args ...any) error {
@@ -185,7 +186,9 @@ func (c *fileCheck) run() error {
 		return c.damage(0, "truncated: meta page %d (transaction %d) says the file holds %d pages (%d bytes) but it has %d bytes",
 			m.page, m.txid, m.hwm, int64(m.hwm)*ps, c.size)
 	}
-	c.seen[0], c.seen[1] = true, true
+	c.seen = make([]uint64, (m.hwm+63)/64)
+	c.mark(0)
+	c.mark(1)
 	if m.freelist != boltNoFreelist {
 		if err := c.checkFreelist(m.freelist); err != nil {
 			return err
@@ -194,7 +197,7 @@ func (c *fileCheck) run() error {
 	if m.root < 2 || m.root >= m.hwm {
 		return c.damage(0, "meta page %d points the root bucket at page %d, outside pages 2..%d", m.page, m.root, m.hwm-1)
 	}
-	return c.walk(m.root, nil, nil, "")
+	return c.walk(m.root, nil, nil, "", 0)
 }
 
 // readMeta reads meta page n assuming page size ps (0: page 0, whose size is not known yet).
@@ -225,18 +228,26 @@ func (c *fileCheck) readMeta(n uint64, ps int64) boltMeta {
 	return m
 }
 
-// page reads page id with its overflow pages, after checking its header: its own id, a type
-// in want, and an overflow that stays inside the high water mark.
-func (c *fileCheck) page(id uint64, want uint16, in string) ([]byte, error) {
+func (c *fileCheck) mark(p uint64)        { c.seen[p/64] |= 1 << (p % 64) }
+func (c *fileCheck) marked(p uint64) bool { return c.seen[p/64]&(1<<(p%64)) != 0 }
+
+// page reads page id with its overflow pages into the buffer of tree depth depth, after
+// checking its header: its own id, a type in want, and an overflow that stays inside the high
+// water mark. The bytes stay valid until the next page read at the same depth.
+func (c *fileCheck) page(id uint64, want uint16, in string, depth int) ([]byte, error) {
 	if id < 2 || id >= c.hwm {
 		return nil, c.damage(0, "%sa page reference %d is outside pages 2..%d", in, id, c.hwm-1)
 	}
-	hdr := make([]byte, boltPageHeader)
-	if _, err := c.f.ReadAt(hdr, int64(id)*c.ps); err != nil {
+	for len(c.bufs) <= depth {
+		c.bufs = append(c.bufs, make([]byte, c.ps))
+	}
+	// One read for the page (its header first), a second only for overflow pages.
+	first := c.bufs[depth][:c.ps]
+	if _, err := c.f.ReadAt(first, int64(id)*c.ps); err != nil {
 		return nil, c.damage(id, "%scannot be read: %v", in, err)
 	}
 	le := binary.LittleEndian
-	gotID, flags, overflow := le.Uint64(hdr[0:]), le.Uint16(hdr[8:]), uint64(le.Uint32(hdr[12:]))
+	gotID, flags, overflow := le.Uint64(first[0:]), le.Uint16(first[8:]), uint64(le.Uint32(first[12:]))
 	if gotID != id {
 		return nil, c.damage(id, "%sits header says it is page %d", in, gotID)
 	}
@@ -247,13 +258,22 @@ func (c *fileCheck) page(id uint64, want uint16, in string) ([]byte, error) {
 		return nil, c.damage(id, "%sits %d overflow pages run past the last page %d", in, overflow, c.hwm-1)
 	}
 	for p := id; p <= id+overflow; p++ {
-		if c.seen[p] {
+		if c.marked(p) {
 			return nil, c.damage(id, "%spage %d is referenced twice", in, p)
 		}
-		c.seen[p] = true
+		c.mark(p)
 	}
-	buf := make([]byte, int64(overflow+1)*c.ps)
-	if _, err := c.f.ReadAt(buf, int64(id)*c.ps); err != nil {
+	if overflow == 0 {
+		return first, nil
+	}
+	size := int64(overflow+1) * c.ps
+	if int64(cap(c.bufs[depth])) < size {
+		grown := make([]byte, size)
+		copy(grown, first)
+		c.bufs[depth] = grown
+	}
+	buf := c.bufs[depth][:size]
+	if _, err := c.f.ReadAt(buf[c.ps:], int64(id+1)*c.ps); err != nil {
 		return nil, c.damage(id, "%scannot be read: %v", in, err)
 	}
 	return buf, nil
@@ -273,7 +293,7 @@ func pageTypes(want uint16) string {
 }
 
 func (c *fileCheck) checkFreelist(id uint64) error {
-	buf, err := c.page(id, boltFreelist, "the freelist: ")
+	buf, err := c.page(id, boltFreelist, "the freelist: ", 0)
 	if err != nil {
 		return err
 	}
@@ -295,93 +315,112 @@ func (c *fileCheck) checkFreelist(id uint64) error {
 
 // walk checks the subtree rooted at page id of bucket path, whose keys must lie in [lo, hi)
 // (nil: unbounded), and every bucket it holds.
-func (c *fileCheck) walk(id uint64, lo, hi []byte, path string) error {
+func (c *fileCheck) walk(id uint64, lo, hi []byte, path string, depth int) error {
+	if depth > 64 {
+		return c.damage(id, "the tree is more than 64 levels deep: a reference loop")
+	}
 	in := ""
 	if path != "" {
 		in = "in bucket " + strconv.Quote(path) + ": "
 	}
-	buf, err := c.page(id, boltBranch|boltLeaf, in)
+	buf, err := c.page(id, boltBranch|boltLeaf, in, depth)
 	if err != nil {
 		return err
 	}
-	return c.elements(id, buf, lo, hi, path, in)
+	return c.elements(id, buf, lo, hi, path, in, depth)
+}
+
+// element is one decoded element of a branch or leaf page.
+type element struct {
+	key, val []byte
+	child    uint64 // branch: the child page
+	bucket   bool   // leaf: the value is a bucket
+}
+
+// element decodes element i of a page (or inline bucket) buf of the given type, checking that
+// it lies inside buf.
+func (c *fileCheck) element(id uint64, buf []byte, branch bool, i uint64, in string) (element, error) {
+	le := binary.LittleEndian
+	at := uint64(boltPageHeader + i*boltElement)
+	e := buf[at:]
+	var pos, ksize, vsize uint64
+	var el element
+	if branch {
+		pos, ksize, el.child = uint64(le.Uint32(e[0:])), uint64(le.Uint32(e[4:])), le.Uint64(e[8:])
+	} else {
+		f := le.Uint32(e[0:])
+		if f&^boltBucketLeafFlag != 0 {
+			return el, c.damage(id, "%selement %d has unknown flags 0x%x", in, i, f)
+		}
+		el.bucket = f&boltBucketLeafFlag != 0
+		pos, ksize, vsize = uint64(le.Uint32(e[4:])), uint64(le.Uint32(e[8:])), uint64(le.Uint32(e[12:]))
+	}
+	if at+pos+ksize+vsize > uint64(len(buf)) {
+		return el, c.damage(id, "%selement %d (key %d bytes, value %d bytes at +%d) runs past the page's %d bytes", in, i, ksize, vsize, pos, len(buf))
+	}
+	el.key = buf[at+pos : at+pos+ksize]
+	el.val = buf[at+pos+ksize : at+pos+ksize+vsize]
+	return el, nil
 }
 
 // elements checks the elements of one branch or leaf page (buf, which for an inline bucket is
-// the value holding it) and descends into its children and buckets.
-func (c *fileCheck) elements(id uint64, buf, lo, hi []byte, path, in string) error {
+// the value holding it) and descends into its children and buckets: first every element and
+// the order of the keys, then the subtrees.
+func (c *fileCheck) elements(id uint64, buf, lo, hi []byte, path, in string, depth int) error {
 	le := binary.LittleEndian
 	flags, n := le.Uint16(buf[8:]), uint64(le.Uint16(buf[10:]))
+	branch := flags == boltBranch
 	if boltPageHeader+n*boltElement > uint64(len(buf)) {
 		return c.damage(id, "%sits %d elements do not fit in its %d bytes", in, n, len(buf))
 	}
-	if flags == boltBranch && n == 0 {
+	if branch && n == 0 {
 		return c.damage(id, "%sa branch page with no elements", in)
 	}
-	type entry struct {
-		key, val []byte
-		child    uint64
-		bucket   bool
-	}
-	entries := make([]entry, n)
+	var prev []byte
 	for i := uint64(0); i < n; i++ {
-		e := buf[boltPageHeader+i*boltElement:]
-		at := uint64(boltPageHeader + i*boltElement)
-		var pos, ksize, vsize uint64
-		var ent entry
-		if flags == boltBranch {
-			pos, ksize, ent.child = uint64(le.Uint32(e[0:])), uint64(le.Uint32(e[4:])), le.Uint64(e[8:])
-		} else {
-			f := le.Uint32(e[0:])
-			if f&^boltBucketLeafFlag != 0 {
-				return c.damage(id, "%selement %d has unknown flags 0x%x", in, i, f)
-			}
-			ent.bucket = f&boltBucketLeafFlag != 0
-			pos, ksize, vsize = uint64(le.Uint32(e[4:])), uint64(le.Uint32(e[8:])), uint64(le.Uint32(e[12:]))
+		el, err := c.element(id, buf, branch, i, in)
+		if err != nil {
+			return err
 		}
-		if at+pos+ksize+vsize > uint64(len(buf)) {
-			return c.damage(id, "%selement %d (key %d bytes, value %d bytes at +%d) runs past the page's %d bytes", in, i, ksize, vsize, pos, len(buf))
+		if i == 0 && lo != nil && bytes.Compare(el.key, lo) < 0 {
+			return c.damage(id, "%sthe first key %q sorts before its parent's key %q", in, abbrev(el.key), abbrev(lo))
 		}
-		ent.key = buf[at+pos : at+pos+ksize]
-		ent.val = buf[at+pos+ksize : at+pos+ksize+vsize]
-		if i == 0 && lo != nil && bytes.Compare(ent.key, lo) < 0 {
-			return c.damage(id, "%sthe first key %q sorts before its parent's key %q", in, abbrev(ent.key), abbrev(lo))
+		if i > 0 && bytes.Compare(prev, el.key) >= 0 {
+			return c.damage(id, "%skey %d %q does not sort after key %d %q", in, i, abbrev(el.key), i-1, abbrev(prev))
 		}
-		if i > 0 && bytes.Compare(entries[i-1].key, ent.key) >= 0 {
-			return c.damage(id, "%skey %d %q does not sort after key %d %q", in, i, abbrev(ent.key), i-1, abbrev(entries[i-1].key))
+		if hi != nil && bytes.Compare(el.key, hi) >= 0 {
+			return c.damage(id, "%skey %d %q does not sort before its parent's next key %q", in, i, abbrev(el.key), abbrev(hi))
 		}
-		if hi != nil && bytes.Compare(ent.key, hi) >= 0 {
-			return c.damage(id, "%skey %d %q does not sort before its parent's next key %q", in, i, abbrev(ent.key), abbrev(hi))
-		}
-		entries[i] = ent
+		prev = el.key
 	}
-	for i, ent := range entries {
+	for i := uint64(0); i < n; i++ {
+		el, _ := c.element(id, buf, branch, i, in) // checked above
 		switch {
-		case flags == boltBranch:
+		case branch:
 			next := hi
-			if i+1 < len(entries) {
-				next = entries[i+1].key
+			if i+1 < n {
+				nx, _ := c.element(id, buf, branch, i+1, in)
+				next = nx.key
 			}
-			if err := c.walk(ent.child, ent.key, next, path); err != nil {
+			if err := c.walk(el.child, el.key, next, path, depth+1); err != nil {
 				return err
 			}
-		case ent.bucket:
-			sub := string(ent.key)
+		case el.bucket:
+			sub := string(el.key)
 			if path != "" {
 				sub = path + "/" + sub
 			}
-			if len(ent.val) < boltBucketHeader {
-				return c.damage(id, "%sbucket %q has a %d-byte header, want %d", in, sub, len(ent.val), boltBucketHeader)
+			if len(el.val) < boltBucketHeader {
+				return c.damage(id, "%sbucket %q has a %d-byte header, want %d", in, sub, len(el.val), boltBucketHeader)
 			}
-			root := le.Uint64(ent.val)
-			if root != 0 {
-				if err := c.walk(root, nil, nil, sub); err != nil {
+			if root := le.Uint64(el.val); root != 0 {
+				if err := c.walk(root, nil, nil, sub, depth+1); err != nil {
 					return err
 				}
 				continue
 			}
 			// An inline bucket: its single leaf page is stored in the value itself.
-			inline := ent.val[boltBucketHeader:]
+			inline := el.val[boltBucketHeader:]
 			subIn := "in bucket " + strconv.Quote(sub) + " (inline): "
 			if len(inline) < boltPageHeader {
 				return c.damage(id, "%sits page is %d bytes, shorter than a page header", subIn, len(inline))
@@ -389,7 +428,7 @@ func (c *fileCheck) elements(id uint64, buf, lo, hi []byte, path, in string) err
 			if f := le.Uint16(inline[8:]); f != boltLeaf {
 				return c.damage(id, "%sits page type 0x%02x is not leaf", subIn, f)
 			}
-			if err := c.elements(id, inline, nil, nil, sub, subIn); err != nil {
+			if err := c.elements(id, inline, nil, nil, sub, subIn, depth+1); err != nil {
 				return err
 			}
 		}
