@@ -17,12 +17,14 @@ test:
 test-docker: testbox-image
 	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./cmd/agentd
 
-## test-sim: the deterministic simulation over SEEDS seeds, and the proof that it finds the
-## seed's bug when the guard is compiled out (-tags simbug). Replay one: -seed N.
+## test-sim: the deterministic simulation over SEEDS seeds, and the proof that it and the
+## engine's scripts find the seed's bug when the guard is compiled out (-tags simbug).
+## Replay one: -seed N.
 SEEDS ?= 1000
 test-sim:
 	$(GO) test -count=1 -timeout 0 -run 'TestSim$$|TestSimIsDeterministic' ./internal/simulation -seeds $(SEEDS) -v
 	$(GO) test -count=1 -tags simbug -run TestSimFindsTheSeedBug -v ./internal/simulation
+	$(GO) test -count=1 -tags simbug -run TestScriptsFailWithoutTheGuard -v ./internal/engine
 
 ## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.
 test-crash:

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"slices"
 	"time"
 
@@ -79,38 +78,4 @@ func (p CompactionPlan) Drop(h journal.Header) bool {
 // Done is the record that closes the compaction.
 func (p CompactionPlan) Done(records int) *event.CompactionDone {
 	return &event.CompactionDone{UpToSeq: p.UpTo, Tasks: p.Tasks, Messages: p.Messages, Records: records}
-}
-
-// maybeCompact runs, after a snapshot, the compaction the projection calls for. The deletions
-// run on the executor in commits of their own, so appends wait at most one short commit.
-func (e *Engine) maybeCompact() {
-	if e.compacting || e.cfg.Retention < 0 {
-		return
-	}
-	plan, err := PlanCompaction(e.st, e.j, e.clock.Now(), e.cfg.Retention, e.snapSeq)
-	if err != nil {
-		e.log.Warn().Err(err).Msg("compaction skipped")
-		return
-	}
-	if plan.Empty() {
-		return
-	}
-	e.compacting = true
-	e.onDrop(func() { e.compacting = false })
-	j := e.j
-	e.goWork(func() Input {
-		res, err := j.Compact(context.Background(), plan.UpTo, plan.Drop)
-		return CompactInput{Done: plan.Done(res.Records), Err: err}
-	})
-}
-
-func (e *Engine) handleCompact(in CompactInput) {
-	e.compacting = false
-	if in.Err != nil {
-		e.log.Warn().Err(in.Err).Msg("compaction failed; the next snapshot tries again")
-		return
-	}
-	// Lost with a failed commit, the next compaction repeats it (the records are gone already).
-	e.record(event.Record{Event: in.Done})
-	e.log.Info().Int("records", in.Done.Records).Int("tasks", len(in.Done.Tasks)).Int("messages", len(in.Done.Messages)).Msg("journal compacted")
 }

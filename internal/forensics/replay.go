@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 )
@@ -17,8 +17,8 @@ type Replayed struct {
 	FromSnap uint64    // the snapshot replay started from (0: the beginning)
 }
 
-// Replay rebuilds the projection up to record toSeq (0: the end), from the newest snapshot
-// at or before it, with the daemon's own projection code.
+// Replay rebuilds the projection up to record toSeq (0: the end) by the daemon's own load
+// path (engine.Load: the newest sound snapshot at or before it, then the records after it).
 func Replay(j *journal.Journal, toSeq uint64) (Replayed, error) {
 	if toSeq == 0 {
 		_, last, err := j.Range()
@@ -27,27 +27,8 @@ func Replay(j *journal.Journal, toSeq uint64) (Replayed, error) {
 		}
 		toSeq = last
 	}
-	st := fsm.New()
-	from := uint64(1)
-	var snapAt uint64
-	snap, _, err := j.SnapshotAtOrBefore(toSeq)
-	if err != nil {
-		return Replayed{}, err
-	}
-	if snap != nil {
-		if restored, err := fsm.Restore(snap.Data); err == nil {
-			st, from, snapAt = restored, snap.AtSeq+1, snap.AtSeq
-		}
-	}
-	r := Replayed{State: st, FromSnap: snapAt, Seq: st.LastSeq, At: st.LastTime}
-	err = j.IterateRange(from, toSeq, func(rec event.Record) error {
-		if err := st.Apply(rec); err != nil {
-			return fmt.Errorf("replay stops: %w (run `agentd journal verify` for every problem)", err)
-		}
-		return nil
-	})
-	r.Seq, r.At = st.LastSeq, st.LastTime
-	return r, err
+	l, err := engine.Load(j, toSeq)
+	return Replayed{State: l.State, FromSnap: l.FromSnap, Seq: l.State.LastSeq, At: l.State.LastTime}, err
 }
 
 // ReplayAt rebuilds the projection as it was at a moment: after the last record at or before t.

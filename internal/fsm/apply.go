@@ -3,42 +3,8 @@ package fsm
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/agentd/agentd/internal/event"
-)
-
-// ApplyError is a record the projection refused. It names the record, its type and subject.
-type ApplyError struct {
-	Seq       uint64
-	Type      event.Type
-	Task      string
-	Container string
-	Err       error
-}
-
-func (e *ApplyError) Error() string {
-	subj := ""
-	if e.Task != "" {
-		subj = ", task " + e.Task
-	}
-	if e.Container != "" {
-		subj += ", container " + e.Container
-	}
-	return fmt.Sprintf("record %d (%s%s): %v", e.Seq, e.Type, subj, e.Err)
-}
-
-func (e *ApplyError) Unwrap() error { return e.Err }
-
-// Errors Apply wraps, for callers that sort violations.
-var (
-	ErrUnknownTask   = errors.New("unknown task")
-	ErrRunTwice      = errors.New("task added twice")
-	ErrPayloadTwice  = errors.New("payload applied twice")
-	ErrCleanupGuard  = errors.New("cleanup guard")
-	ErrSentAhead     = errors.New("settles a change that was never made")
-	ErrOutOfSequence = errors.New("record out of sequence")
-	ErrStoppedOrder  = errors.New("task stopped before its containers")
 )
 
 // Apply folds one record into the projection. A record that breaks a rule changes nothing and
@@ -319,79 +285,6 @@ func (s *State) transitionTask(rec event.Record, e *event.TaskTransitioned) erro
 		t.StoppedAt, t.StopSeq = rec.Time, rec.Seq
 	}
 	s.addChange(rec, t, nil, e.To, nil, e.Reason)
-	return nil
-}
-
-func (s *State) addChange(rec event.Record, t *Task, c *Container, status event.Status, exit *int, reason string) {
-	if !status.Reportable() {
-		return
-	}
-	ch := &Change{ID: s.ChangeID(rec.Seq), Seq: rec.Seq, Task: t.ARN, Status: status, ExitCode: exit, Reason: reason, At: rec.Time}
-	if c != nil {
-		ch.Container = c.Name
-		c.Pending = append(c.Pending, rec.Seq)
-	} else {
-		t.Pending = append(t.Pending, rec.Seq)
-	}
-	s.Outbox[rec.Seq] = ch
-	s.order = append(s.order, rec.Seq)
-}
-
-func (s *State) insertOrder(seq uint64) {
-	s.sweep()
-	i, found := slices.BinarySearch(s.order, seq)
-	if !found {
-		s.order = slices.Insert(s.order, i, seq)
-	}
-}
-
-// settle applies the control plane's answer. Every id is checked before anything changes.
-func (s *State) settle(rec event.Record, e *event.ChangesSettled) error {
-	ids := append([]string(nil), e.Accepted...)
-	for _, r := range e.Rejected {
-		ids = append(ids, r.ID)
-	}
-	var found []*Change
-	for _, id := range ids {
-		seq, ok := ChangeSeq(id)
-		if !ok || seq >= rec.Seq {
-			return fmt.Errorf("%w: %q", ErrSentAhead, id)
-		}
-		if c, ok := s.Outbox[seq]; ok && c.ID == id {
-			found = append(found, c)
-		}
-		// Otherwise settled before (a retry's answer) or coalesced: nothing to do.
-	}
-	for _, c := range found {
-		if _, still := s.Outbox[c.Seq]; !still {
-			continue
-		}
-		t := s.Tasks[c.Task]
-		if t == nil {
-			delete(s.Outbox, c.Seq) // a tombstone's final change, re-sent
-			continue
-		}
-		pending, sent := &t.Pending, &t.Sent
-		if c.Container != "" {
-			if ct := t.Container(c.Container); ct != nil {
-				pending, sent = &ct.Pending, &ct.Sent
-			}
-		}
-		// Earlier changes of the same subject are settled with it (coalescing).
-		keep := (*pending)[:0]
-		for _, seq := range *pending {
-			if seq <= c.Seq {
-				delete(s.Outbox, seq)
-			} else {
-				keep = append(keep, seq)
-			}
-		}
-		*pending = keep
-		delete(s.Outbox, c.Seq)
-		if c.Status.Rank() > sent.Rank() {
-			*sent = c.Status
-		}
-	}
 	return nil
 }
 

@@ -18,9 +18,9 @@ const (
 	ActRemove ActionKind = "remove"
 )
 
-// Action asks the runtime to do something to one container. The engine runs it and turns the
-// outcome into a record; until that record is applied, Decide keeps proposing the action, so
-// the engine keeps track of what it already has in flight (Key).
+// Action asks the runtime to do something to one container. The engine runs it and hands the
+// outcome to Step; until the outcome's record is applied, Decide keeps proposing the action,
+// so the engine keeps track of what it already has in flight (by Key).
 type Action struct {
 	Kind      ActionKind
 	Task      string
@@ -30,8 +30,17 @@ type Action struct {
 	From      event.Status // the container's status when decided, for the record of the outcome
 }
 
-// Key identifies an action for de-duplication while it is in flight.
-func (a Action) Key() string { return string(a.Kind) + " " + a.Task + " " + a.Container }
+// ActionKey identifies an action for de-duplication while it is in flight or backing off.
+type ActionKey struct {
+	Kind      ActionKind
+	Task      string
+	Container string
+}
+
+// Key is the action's identity.
+func (a Action) Key() ActionKey { return ActionKey{Kind: a.Kind, Task: a.Task, Container: a.Container} }
+
+func (k ActionKey) String() string { return string(k.Kind) + " " + k.Task + "/" + k.Container }
 
 // Config is what decisions depend on besides the journal. It is not journaled: an operator
 // may change it between runs, and cleanup deadlines follow (from the journaled stop time).
@@ -41,10 +50,8 @@ type Config struct {
 
 // Decisions is what should happen next, at a given "now".
 type Decisions struct {
-	Records  []event.Record // to journal now (Time is now; Seq is assigned by the journal)
-	Actions  []Action       // runtime operations
-	Cleanups []string       // tasks whose cleanup is due: STOPPED_ACKED and the wait has passed
-	NextDue  time.Time      // the earliest future moment a decision changes with time alone (zero: none)
+	Records []event.Record // to journal now (Time is now; Seq is assigned when journaled)
+	Actions []Action       // runtime operations
 }
 
 // CleanupAllowed reports whether a task may enter CLEANING: it is STOPPED_ACKED (and, in a
@@ -105,17 +112,16 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			rec("", &event.TaskCleaned{})
 		}
 	case event.StatusStoppedAcked:
-		if due := t.CleanupDue(cfg); !now.Before(due) {
-			d.Cleanups = append(d.Cleanups, t.ARN)
-		} else if d.NextDue.IsZero() || due.Before(d.NextDue) {
-			d.NextDue = due
+		// The cleanup wait counts from the journaled stop time; the engine wakes for it.
+		if t.CleanupAllowed() && !now.Before(t.CleanupDue(cfg)) {
+			rec("", &event.CleanupStarted{})
 		}
 	case event.StatusStopped:
 		// The only door to cleanup: the task's STOPPED change settled by the control plane.
 		if t.Sent == event.StatusStopped {
 			rec("", &event.StoppedAcked{ChangeID: s.ChangeID(t.StopSeq)})
-		} else if !ackGuard && !now.Before(t.CleanupDue(cfg)) {
-			d.Cleanups = append(d.Cleanups, t.ARN) // the seed's bug (-tags simbug only)
+		} else if t.CleanupAllowed() && !now.Before(t.CleanupDue(cfg)) {
+			rec("", &event.CleanupStarted{}) // the seed's bug: reachable in -tags simbug builds only
 		}
 	case event.StatusCleaned:
 		// Gone from Tasks once applied; nothing to do.

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/agentd/agentd/internal/event"
@@ -60,9 +59,6 @@ func newTaskMachine() *machine {
 func newContainerMachine() *machine {
 	return &machine{kind: "container", m: lfsm.NewFSM("NONE", containerEvents, nil)}
 }
-
-// ErrIllegalTransition is wrapped by every refused transition.
-var ErrIllegalTransition = errors.New("illegal transition")
 
 // check reports whether from → to is legal. The context is never cancelled: a cancelled
 // context wedges a looplab machine for good.

@@ -84,36 +84,42 @@ func (w *world) step() {
 		} else if live || w.st.Tombstones[arn] != nil {
 			w.apply(arn, "", &event.TaskResent{})
 		}
-	default: // the engine carries out one decision
+	default: // the engine carries out one decision, mapping its outcome as the engine does
 		d := w.st.Decide(w.now, w.cfg)
 		switch {
 		case len(d.Records) > 0:
 			r := d.Records[rapid.IntRange(0, len(d.Records)-1).Draw(w.t, "record")]
 			w.apply(r.Task, r.Container, r.Event)
-		case len(d.Cleanups) > 0:
-			w.apply(d.Cleanups[0], "", &event.CleanupStarted{})
 		case len(d.Actions) > 0:
 			a := d.Actions[rapid.IntRange(0, len(d.Actions)-1).Draw(w.t, "action")]
-			fails := rapid.IntRange(0, 9).Draw(w.t, "fails") == 0
-			var e event.Event
-			switch {
-			case a.Kind == fsm.ActRemove:
-				e = &event.ContainerRemoved{}
-			case fails:
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, Reason: string(a.Kind) + " failed"}
-			case a.Kind == fsm.ActPull:
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusPulled}
-			case a.Kind == fsm.ActCreate:
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusCreated, RuntimeID: "id-" + a.Task + a.Container}
-			case a.Kind == fsm.ActStart:
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusRunning}
-			case a.Kind == fsm.ActStop:
-				code := 143
-				e = &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, ExitCode: &code}
+			res := fsm.Result{Kind: fsm.Succeeded, RuntimeID: "id-" + a.Task + a.Container}
+			switch rapid.IntRange(0, 19).Draw(w.t, "outcome") {
+			case 0:
+				res = fsm.Result{Kind: fsm.Failed, Err: "injected"}
+			case 1:
+				res = fsm.Result{Kind: fsm.Unavailable, Err: "runtime down"}
+			case 2:
+				res = fsm.Result{Kind: fsm.Vanished}
 			}
-			w.apply(a.Task, a.Container, e)
+			if a.Kind == fsm.ActStop && res.Kind == fsm.Succeeded {
+				res.Exited, res.ExitCode = true, 143
+			}
+			for _, r := range w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res}).Records {
+				w.apply(r.Task, r.Container, r.Event)
+			}
 		}
 	}
+}
+
+// nextCleanup is the earliest cleanup deadline of a STOPPED_ACKED task (zero: none).
+func nextCleanup(st *fsm.State, cfg fsm.Config) time.Time {
+	var next time.Time
+	for _, t := range st.Tasks {
+		if due := t.CleanupDue(cfg); t.Known == event.StatusStoppedAcked && (next.IsZero() || due.Before(next)) {
+			next = due
+		}
+	}
+	return next
 }
 
 func newWorld(t *rapid.T) *world {
@@ -218,34 +224,29 @@ func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 				continue
 			}
 			d := w.st.Decide(w.now, w.cfg)
-			if len(d.Records) == 0 && len(d.Cleanups) == 0 && len(d.Actions) == 0 && !d.NextDue.IsZero() {
-				w.now = d.NextDue // only the cleanup wait is left
-				continue
-			}
-			if len(d.Records) == 0 && len(d.Cleanups) == 0 && len(d.Actions) == 0 {
+			if len(d.Records) == 0 && len(d.Actions) == 0 {
+				if due := nextCleanup(w.st, w.cfg); due.After(w.now) {
+					w.now = due // only the cleanup wait is left
+					continue
+				}
 				rt.Fatalf("stuck with %d live tasks:\n%s", len(w.st.Tasks), w.st.Format(w.now, w.cfg))
 			}
 			for _, r := range d.Records {
 				w.apply(r.Task, r.Container, r.Event)
 			}
-			for _, arn := range d.Cleanups {
-				w.apply(arn, "", &event.CleanupStarted{})
-			}
-			if len(d.Records)+len(d.Cleanups) > 0 {
+			if len(d.Records) > 0 {
 				continue
 			}
 			for _, a := range d.Actions {
 				if t := w.st.Tasks[a.Task]; t == nil || t.Container(a.Container).Known != a.From || (a.Kind == fsm.ActRemove && t.Container(a.Container).Removed) {
 					continue // an earlier action of this round changed it
 				}
-				switch a.Kind {
-				case fsm.ActRemove:
-					w.apply(a.Task, a.Container, &event.ContainerRemoved{})
-				case fsm.ActStop:
-					code := 143
-					w.apply(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, ExitCode: &code})
-				default:
-					w.apply(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, Reason: "task stopping"})
+				res := fsm.Result{Kind: fsm.Failed, Err: "task stopping"}
+				if a.Kind == fsm.ActRemove || a.Kind == fsm.ActStop {
+					res = fsm.Result{Kind: fsm.Succeeded, Exited: true, ExitCode: 143}
+				}
+				for _, r := range w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res}).Records {
+					w.apply(r.Task, r.Container, r.Event)
 				}
 			}
 		}

@@ -194,12 +194,6 @@ func formatDecisions(dec fsm.Decisions) string {
 	for _, a := range dec.Actions {
 		fmt.Fprintf(&b, "act %s %s/%s\n", a.Kind, a.Task, a.Container)
 	}
-	for _, c := range dec.Cleanups {
-		fmt.Fprintf(&b, "cleanup due %s\n", c)
-	}
-	if !dec.NextDue.IsZero() {
-		fmt.Fprintf(&b, "next due %s\n", dec.NextDue.Format(time.TimeOnly))
-	}
 	if b.Len() == 0 {
 		return "nothing\n"
 	}
@@ -207,7 +201,9 @@ func formatDecisions(dec fsm.Decisions) string {
 }
 
 // run plays the engine until nothing more happens by itself: it journals what Decide asks,
-// and carries out every runtime action successfully — except those named by fail=(name:kind).
+// and carries out every runtime action successfully — except those named by fail=(name:kind)
+// — turning each outcome into records with the projection's own mapping (Step), as the
+// engine does.
 func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	fail := map[string]bool{}
 	if arg, ok := d.Arg("fail"); ok {
@@ -218,47 +214,42 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	var b strings.Builder
 	for i := 0; i < 200; i++ {
 		dec := h.st.Decide(h.now, h.cfg)
-		progressed := false
 		for _, r := range dec.Records {
 			b.WriteString(h.record(r.Task, r.Container, r.Event))
-			progressed = true
 		}
-		if progressed {
+		if len(dec.Records) > 0 {
 			continue // decisions after records see the new state
 		}
-		for _, arn := range dec.Cleanups {
-			b.WriteString(h.record(arn, "", &event.CleanupStarted{}))
-			progressed = true
-		}
-		for _, a := range dec.Actions {
-			progressed = true
-			if fail[a.Container+":"+string(a.Kind)] {
-				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, Reason: string(a.Kind) + " failed"}))
-				continue
-			}
-			switch a.Kind {
-			case fsm.ActPull:
-				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusPulled}))
-			case fsm.ActCreate:
-				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusCreated, RuntimeID: "sim-" + a.Container}))
-			case fsm.ActStart:
-				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusRunning}))
-			case fsm.ActStop:
-				code := 143
-				b.WriteString(h.record(a.Task, a.Container, &event.ContainerTransitioned{From: a.From, To: event.StatusStopped, ExitCode: &code, Reason: "stopped"}))
-			case fsm.ActRemove:
-				b.WriteString(h.record(a.Task, a.Container, &event.ContainerRemoved{RuntimeID: a.RuntimeID}))
-			}
-		}
-		if !progressed {
+		if len(dec.Actions) == 0 {
 			if b.Len() == 0 {
 				return "nothing\n"
 			}
 			return b.String()
 		}
+		for _, a := range dec.Actions {
+			res := succeed(a)
+			if fail[a.Container+":"+string(a.Kind)] {
+				res = fsm.Result{Kind: fsm.Failed, Err: "injected"}
+			}
+			for _, r := range h.st.Step(h.now, fsm.ActionFinished{Action: a, Result: res}).Records {
+				b.WriteString(h.record(r.Task, r.Container, r.Event))
+			}
+		}
 	}
 	d.Fatalf(t, "run did not settle in 200 rounds:\n%s", b.String())
 	return ""
+}
+
+// succeed is what a runtime where every call works answers: a stop ends the container with
+// 143, as a SIGTERM does.
+func succeed(a fsm.Action) fsm.Result {
+	switch a.Kind {
+	case fsm.ActCreate:
+		return fsm.Result{Kind: fsm.Succeeded, RuntimeID: "sim-" + a.Container}
+	case fsm.ActStop:
+		return fsm.Result{Kind: fsm.Succeeded, Exited: true, ExitCode: 143}
+	}
+	return fsm.Result{Kind: fsm.Succeeded}
 }
 
 // checkReplay proves, at every `state`, that replaying the history from scratch and from a

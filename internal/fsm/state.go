@@ -1,7 +1,9 @@
-// Package fsm is agentd's projection: it turns journal records into what the agent believes
+// Package fsm is agentd's pure core: it turns journal records into what the agent believes
 // now — per task and per container the known status (what the runtime did), the desired status
 // (what the control plane wants) and the sent status (what the control plane has settled) —
-// and decides, given a "now" passed in, what should happen next.
+// maps every input from outside (a payload, a runtime call's outcome, an exit, a report's
+// answer, what the runtime holds after a restart) to the records that say so (Step), and
+// decides, given a "now" passed in, what should happen next (Decide).
 //
 // It promises:
 //   - Purity: no I/O, no clock, no goroutines, no logging. Replay and live operation run the
@@ -18,7 +20,6 @@ package fsm
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -73,19 +74,6 @@ type Tombstone struct {
 	Exits     map[string]int `json:"exits,omitempty"`
 }
 
-// Change is one state change for the control plane (PROTOCOL.md §3). Its id derives from the
-// sequence number of the record that caused it, so it is the same on every retry and restart.
-type Change struct {
-	ID        string       `json:"id"`
-	Seq       uint64       `json:"seq"`
-	Task      string       `json:"task_arn"`
-	Container string       `json:"container,omitempty"`
-	Status    event.Status `json:"status"`
-	ExitCode  *int         `json:"exit_code,omitempty"`
-	Reason    string       `json:"reason,omitempty"`
-	At        time.Time    `json:"at"`
-}
-
 // State is the projection.
 type State struct {
 	AgentID    string                `json:"agent_id,omitempty"`
@@ -130,85 +118,6 @@ func (t *Task) Container(name string) *Container {
 // or an essential container has stopped.
 func (t *Task) Stopping() bool {
 	return t.StopCause != "" || t.Known.Rank() >= event.StatusStopped.Rank()
-}
-
-// ChangeID is the id of the change caused by record seq.
-func (s *State) ChangeID(seq uint64) string {
-	if s.JournalID == "" {
-		return "c-" + strconv.FormatUint(seq, 10)
-	}
-	return "c-" + s.JournalID + "-" + strconv.FormatUint(seq, 10)
-}
-
-// ChangeSeq reads the sequence number of the record that caused a change out of its id: the
-// digits after the last dash. It does not depend on the journal id, so ids made before the
-// first agent_started (or by an older build) still resolve; callers compare the whole id.
-func ChangeSeq(id string) (uint64, bool) {
-	if !strings.HasPrefix(id, "c-") {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(id[strings.LastIndexByte(id, '-')+1:], 10, 64)
-	return n, err == nil
-}
-
-// Pending returns up to max changes to send next, in the order they happened, with earlier
-// changes of a subject coalesced into its latest one (PROTOCOL.md §3). A task's STOPPED is
-// caused only after all its containers stopped, so its containers' STOPPED changes come first.
-func (s *State) Pending(max int) []Change {
-	s.sweep()
-	var out []Change
-	for _, seq := range s.order {
-		if len(out) >= max {
-			break
-		}
-		c := s.Outbox[seq]
-		if latest, ok := s.latestPending(c); ok && latest != seq {
-			continue // a later change of the same subject carries this one
-		}
-		out = append(out, *c)
-	}
-	return out
-}
-
-// latestPending is the newest unsettled change of c's subject (false for a tombstone's re-sent
-// final changes, which stand alone).
-func (s *State) latestPending(c *Change) (uint64, bool) {
-	t := s.Tasks[c.Task]
-	if t == nil {
-		return 0, false
-	}
-	p := t.Pending
-	if c.Container != "" {
-		ct := t.Container(c.Container)
-		if ct == nil {
-			return 0, false
-		}
-		p = ct.Pending
-	}
-	if len(p) == 0 {
-		return 0, false
-	}
-	return p[len(p)-1], true
-}
-
-// OutboxLen is the number of unsettled changes.
-func (s *State) OutboxLen() int { return len(s.Outbox) }
-
-// OldestUnsent is the time of the oldest unsettled change (zero when none).
-func (s *State) OldestUnsent() time.Time {
-	s.sweep()
-	if len(s.order) == 0 {
-		return time.Time{}
-	}
-	return s.Outbox[s.order[0]].At
-}
-
-// sweep drops settled seqs from the order.
-func (s *State) sweep() {
-	if len(s.order) == len(s.Outbox) {
-		return
-	}
-	s.order = slices.DeleteFunc(s.order, func(seq uint64) bool { _, ok := s.Outbox[seq]; return !ok })
 }
 
 // SortedTasks returns the live tasks ordered by ARN.

@@ -38,8 +38,11 @@ func (j *Journal) Stats() CommitStats {
 }
 
 // Append journals records atomically and durably, assigning their sequence numbers. Time,
-// Task, Container and Event are taken from each record; Seq is ignored and set. It returns the
-// records as stored once they are fsync'd. Concurrent callers share one commit.
+// Task, Container and Event are taken from each record. A record whose Seq is set was numbered
+// by its appender (the engine numbers its records to apply them before they are durable): the
+// commit fails unless that is the number it gets, so a caller's prediction is checked, never
+// trusted. It returns the records as stored once they are fsync'd. Concurrent callers share
+// one commit.
 func (j *Journal) Append(ctx context.Context, recs ...event.Record) ([]event.Record, error) {
 	if len(recs) == 0 {
 		return nil, nil
@@ -236,6 +239,9 @@ func (j *Journal) commit(batch []*request) time.Duration {
 			}
 			for i := range r.recs {
 				rec := &r.recs[i]
+				if rec.Seq != 0 && rec.Seq != seq {
+					return fmt.Errorf("record numbered %d by its appender, but the journal's next is %d", rec.Seq, seq)
+				}
 				rec.Seq = seq
 				rec.Time = rec.Time.UTC()
 				start := len(arena)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -49,7 +48,7 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 			return 0
 		}
 		d = time.Duration(n * float64(time.Second))
-	} else if t, err := http.ParseTime(v); err == nil {
+	} else if t, err := parseHTTPDate(v); err == nil {
 		d = t.Sub(now)
 	}
 	return min(max(d, 0), MaxRetryAfter)
@@ -61,7 +60,7 @@ func ParseRetryAfter(v string, now time.Time) time.Duration {
 func ClassifyReport(status int, retryAfter string, body []byte, now time.Time) ReportResult {
 	r := ReportResult{HTTPStatus: status}
 	switch {
-	case status == http.StatusOK:
+	case status == 200:
 		var ok StateChangesResponse
 		if err := json.Unmarshal(body, &ok); err != nil {
 			r.Outcome, r.Err = ServerError, fmt.Errorf("200 answer is not JSON: %w", err)
@@ -74,19 +73,33 @@ func ClassifyReport(status int, retryAfter string, body []byte, now time.Time) R
 			}
 		}
 		r.Outcome, r.Accepted, r.Rejected = Settled, ok.Accepted, ok.Rejected
-	case status == http.StatusTooManyRequests:
+	case status == 429:
 		r.Outcome, r.Err = Throttled, errors.New("throttled")
 		r.RetryAfter = ParseRetryAfter(retryAfter, now)
-	case status == http.StatusBadRequest:
+	case status == 400:
 		var e ErrorResponse
 		_ = json.Unmarshal(body, &e)
 		r.Outcome, r.Err = BadRequest, fmt.Errorf("request refused as malformed: %s", ShortenReason(e.Error))
-	case status == http.StatusRequestEntityTooLarge:
+	case status == 413:
 		r.Outcome, r.Err = TooLarge, fmt.Errorf("request body over %d bytes refused (HTTP 413)", MaxRequestBody)
-	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+	case status == 401 || status == 403:
 		r.Outcome, r.Err = Unauthorized, fmt.Errorf("credentials refused (HTTP %d)", status)
 	default:
 		r.Outcome, r.Err = ServerError, fmt.Errorf("HTTP %d", status)
 	}
 	return r
+}
+
+// parseHTTPDate reads the three date forms HTTP/1.1 allows (RFC 9110 §5.6.7), as net/http's
+// ParseTime does — here so that the protocol's rules, which the pure projection uses, pull in
+// no networking package.
+func parseHTTPDate(v string) (time.Time, error) {
+	var err error
+	for _, layout := range []string{"Mon, 02 Jan 2006 15:04:05 GMT", time.RFC850, time.ANSIC} {
+		var t time.Time
+		if t, err = time.Parse(layout, v); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, err
 }

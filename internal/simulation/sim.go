@@ -30,6 +30,7 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/rs/zerolog"
@@ -368,8 +369,8 @@ func describe(in engine.Input) string {
 	switch in := in.(type) {
 	case engine.ActionResult:
 		s := fmt.Sprintf("%s %s/%s", in.Action.Kind, in.Action.Task, in.Action.Container)
-		if in.Err != nil {
-			s += " failed"
+		if in.Result.Kind != fsm.Succeeded {
+			s += " " + string(in.Result.Kind)
 		}
 		return s
 	case engine.ReportInput:

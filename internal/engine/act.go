@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/failpoint"
+	"github.com/agentd/agentd/internal/fsm"
+)
+
+// dispatch puts a runtime action into the burst's Ready unless it is already in flight or
+// waiting out a backoff. Removals are the I/O of cleaning: thousands of tasks stopping
+// together queue for CleanupWorkers slots instead of storming the runtime.
+func (e *Engine) dispatch(now time.Time, a fsm.Action) {
+	key := a.Key()
+	if e.inflight[key] {
+		return
+	}
+	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
+		return
+	}
+	if a.Kind == fsm.ActRemove {
+		if e.removing >= e.cfg.CleanupWorkers {
+			if !e.waiting[a.Task] {
+				e.waiting[a.Task] = true
+				e.waitQ = append(e.waitQ, a.Task)
+			}
+			return
+		}
+		e.removing++
+		e.onDrop(func() { e.removing-- })
+	}
+	e.inflight[key] = true
+	e.onDrop(func() { delete(e.inflight, key) })
+	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
+}
+
+// runtimeCall is the executor's work for one action: the call, its outcome sorted by kind.
+func (e *Engine) runtimeCall(a fsm.Action) func() Input {
+	rt, stopTimeout := e.rt, e.cfg.StopTimeout
+	return func() Input {
+		failpoint.Hit("engine-after-apply-before-runtime-call")
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout+2*time.Minute)
+		defer cancel()
+		return ActionResult{Action: a, Result: call(ctx, rt, a, stopTimeout)}
+	}
+}
+
+// call makes the runtime call for an action and sorts its outcome: the runtime's errors are
+// the edge's knowledge; what they mean for the container is the core's.
+func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time.Duration) fsm.Result {
+	id := a.RuntimeID
+	var err error
+	var res fsm.Result
+	switch a.Kind {
+	case fsm.ActPull:
+		err = rt.Pull(ctx, a.Spec.Image)
+	case fsm.ActCreate:
+		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec})
+		failpoint.Hit("runtime-after-create-before-journal")
+	case fsm.ActStart:
+		if err = rt.Start(ctx, id); err == nil {
+			// A container may end before its start is journaled: say so now.
+			if st, ierr := rt.Inspect(ctx, id); ierr == nil && st.Exited {
+				res.Exited, res.ExitCode = true, st.ExitCode
+			}
+		}
+	case fsm.ActStop:
+		if err = rt.Stop(ctx, id, stopTimeout); err == nil || errors.Is(err, docker.ErrNotFound) {
+			var st docker.State
+			if st, err = rt.Inspect(ctx, id); err == nil {
+				res.Exited, res.ExitCode = st.Exited, st.ExitCode
+			}
+		}
+	case fsm.ActRemove:
+		if id == "" {
+			// Never journaled an id (a crash after create, or a stop before it): find it by name.
+			var st docker.State
+			if st, err = rt.Find(ctx, a.Task, a.Container); err == nil {
+				id = st.ID
+			} else if errors.Is(err, docker.ErrNotFound) {
+				err = nil
+			}
+		}
+		if id != "" && err == nil {
+			err = rt.Remove(ctx, id)
+		}
+	}
+	switch {
+	case err == nil:
+		res.Kind = fsm.Succeeded
+	case errors.Is(err, docker.ErrUnavailable):
+		res.Kind, res.Err = fsm.Unavailable, err.Error()
+	case errors.Is(err, docker.ErrNotFound):
+		res.Kind, res.Err = fsm.Vanished, err.Error()
+	default:
+		res.Kind, res.Err = fsm.Failed, err.Error()
+	}
+	return res
+}
+
+// handleAction records what a runtime call did (the core decides what), keeps the runtime's
+// health slot, and schedules a retry when the core asks for one.
+func (e *Engine) handleAction(now time.Time, in ActionResult) {
+	a, r := in.Action, in.Result
+	key := a.Key()
+	delete(e.inflight, key)
+	if a.Kind == fsm.ActRemove {
+		e.freeRemovalSlot()
+	}
+	switch r.Kind {
+	case fsm.Unavailable:
+		e.setHealth(HealthRuntime, r.Err)
+	default:
+		e.clearHealth(HealthRuntime)
+	}
+	v := e.st.Step(now, fsm.ActionFinished{Action: a, Result: r})
+	if v.Retry {
+		e.backoffAction(now, key, r.Err)
+		return
+	}
+	delete(e.retryAt, key)
+	if r.Kind == fsm.Failed && len(v.Records) > 0 {
+		e.log.Warn().Str("action", key.String()).Str("error", r.Err).Msg("runtime call failed; the container is recorded STOPPED")
+	}
+	e.record(v.Records...)
+	if a.Kind == fsm.ActRemove && len(v.Records) > 0 {
+		failpoint.Hit("cleanup-between-removals")
+	}
+}
+
+// freeRemovalSlot ends a removal and gives its slot to the task that has waited longest.
+func (e *Engine) freeRemovalSlot() {
+	e.removing--
+	for len(e.waitQ) > 0 {
+		arn := e.waitQ[0]
+		e.waitQ = e.waitQ[1:]
+		delete(e.waiting, arn)
+		if _, live := e.st.Tasks[arn]; live {
+			e.dirty[arn] = true
+			return
+		}
+	}
+}
+
+// backoffAction schedules a failed call again, later each time it fails.
+func (e *Engine) backoffAction(now time.Time, key fsm.ActionKey, cause string) {
+	r := e.retryAt[key]
+	r.tries++
+	wait := exponential(r.tries, 200*time.Millisecond, 30*time.Second)
+	r.at = now.Add(wait)
+	e.retryAt[key] = r
+	e.log.Warn().Str("error", cause).Str("action", key.String()).Int("tries", r.tries).Dur("retry_in", wait).Msg("runtime call failed; will retry")
+}

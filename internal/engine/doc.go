@@ -1,0 +1,44 @@
+// Package engine is the agent: it hands every input — a payload, a runtime call's outcome, an
+// exit, a report's answer, a timer — to the projection's pure core (fsm.State.Step and
+// Decide), journals the records the core returns, and only then carries out the effects they
+// allow, in the order etcd-io/raft taught: journal first, then report, then act. The results
+// of acting come back as new inputs. The engine decides nothing itself: what an input means is
+// the core's business; the engine owns time, I/O and bookkeeping of what is in flight.
+//
+// # The burst protocol
+//
+// The loop works in bursts. A burst takes the inputs that are waiting (up to 256), then
+// decides until nothing more follows from the journal alone, then commits once:
+//
+//  1. Each input goes to the core, which returns records. Each record is numbered (the loop
+//     is the journal's only appender, and Append checks the numbers), applied to the
+//     projection at once — so the next input and decision see it — and kept in the burst.
+//  2. Decide runs over the tasks the records touched and over those whose timers are due: it
+//     returns more records (applied the same way) and runtime actions. Effects — runtime
+//     actions, the next state-change report, payload acknowledgements, a compaction — are
+//     kept in the burst's Ready as plain data, never started.
+//  3. The burst's records are appended in one commit (one fsync pair for all of them).
+//  4. Only once that commit has returned are the effects released, in a fixed order: the
+//     report first (the request slot is what throttling makes scarce), then the payload
+//     acknowledgements, then the runtime actions, then the compaction.
+//  5. If the commit fails, the effects are dropped — they were decided on state that never
+//     became true — their bookkeeping (in flight, report begun) is reverted, the projection
+//     is rebuilt from the journal by the one load path (Load), and exits journaled in the
+//     burst are kept to be handed in again, since nothing else re-derives them.
+//
+// Recovery, reconciliation and shutdown are bursts too, so there is one commit path.
+//
+// What waits for what: a payload is acknowledged only after the commit holding its records;
+// a runtime call starts only after the commit holding the decision that asked for it; a task
+// is cleaned only through a journaled stopped-acked, which the core decides only from a
+// journaled settlement of the task's STOPPED.
+//
+// It promises:
+//   - Nothing acts on state that is not durable.
+//   - One goroutine owns the projection. Runtime calls and HTTP run on an Executor and report
+//     back as inputs, so a throttled report or a slow runtime holds nothing the loop needs.
+//   - Waiting is cheap: a task awaiting its acknowledgement is a row in the projection, a
+//     cleanup deadline is an entry in one heap, and one timer serves them all.
+//   - Restart resumes exactly: snapshot + tail rebuild the projection, the runtime is
+//     reconciled, cleanup deadlines come from journaled stop times.
+package engine

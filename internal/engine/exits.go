@@ -1,0 +1,53 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// watchExits follows the runtime's exit stream and resubscribes from the last cursor when it
+// ends, with backoff, until ctx ends. It owns the exit stream's health slot.
+func (e *Engine) watchExits(ctx context.Context) {
+	defer e.wg.Done()
+	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+3)
+	// Resume from the journaled cursor (the last exit the journal holds from the stream), but
+	// never from later than a little before recovery began: reconciliation covered the time
+	// the agent was down, and the overlap covers the moments between reconciling and
+	// subscribing. Exits are journaled once however often they are seen.
+	cursor := e.startedAt.Add(-time.Second).UnixNano()
+	if c := e.journaledCursor; c > 0 && c < cursor {
+		cursor = c
+	}
+	for ctx.Err() == nil {
+		began := time.Now()
+		ch, err := e.rt.Exits(ctx, cursor)
+		if err != nil {
+			e.log.Warn().Err(err).Msg("runtime event stream unavailable; retrying")
+			e.setHealth(HealthExitStream, err.Error())
+		} else {
+			e.clearHealth(HealthExitStream)
+			for x := range ch {
+				cursor = max(cursor, x.Cursor)
+				select {
+				case e.inputs <- ExitInput{Exit: x}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(began) < time.Second {
+				e.setHealth(HealthExitStream, "the runtime's event stream keeps breaking (is the engine down?)")
+			} else {
+				bo.reset()
+			}
+			e.log.Warn().Msg("runtime event stream ended; resubscribing from the last exit seen")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(bo.next()):
+		}
+	}
+}

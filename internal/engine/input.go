@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// Input is something that happened, for the loop to hand to the core.
+type Input interface{ isInput() }
+
+// PayloadInput is a payload from the poller; Done receives nil once it is journaled (or was
+// journaled before), and the journal's error otherwise.
+type PayloadInput struct {
+	Payload protocol.Payload
+	Done    chan error
+}
+
+// ActionResult is a finished runtime call, its outcome already sorted by kind.
+type ActionResult struct {
+	Action fsm.Action
+	Result fsm.Result
+}
+
+// ExitInput is a container exit from the runtime's event stream.
+type ExitInput struct{ Exit docker.Exit }
+
+// ReportInput is the answer to a state-change report.
+type ReportInput struct {
+	Sent   []protocol.StateChange
+	Result protocol.ReportResult
+}
+
+// CompactInput is a finished compaction and the record that closes it.
+type CompactInput struct {
+	Done *event.CompactionDone
+	Err  error
+}
+
+func (PayloadInput) isInput() {}
+func (ActionResult) isInput() {}
+func (ExitInput) isInput()    {}
+func (ReportInput) isInput()  {}
+func (CompactInput) isInput() {}

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+)
+
+// SnapshotInterval is how many records pass between snapshots: at least every, and at least
+// four records for each task and tombstone the snapshot holds — so writing snapshots never
+// costs more than the history they save replaying, however much state a host keeps.
+func SnapshotInterval(st *fsm.State, every uint64) uint64 {
+	return max(every, 4*uint64(len(st.Tasks)+len(st.Tombstones)))
+}
+
+// maybeSnapshot stores the projection once enough records have passed since the last
+// snapshot, so a restart replays only the tail. The snapshot and its snapshot_taken record go
+// in one commit of the journal's own. It reports whether it stored one.
+func (e *Engine) maybeSnapshot(ctx context.Context) bool {
+	if e.st.LastSeq-e.snapSeq < SnapshotInterval(e.st, e.cfg.SnapshotEvery) {
+		return false
+	}
+	at := e.st.LastSeq
+	data, err := e.st.Snapshot()
+	if err != nil {
+		e.log.Error().Err(err).Msg("cannot encode a snapshot")
+		return false
+	}
+	rec, err := e.j.SaveSnapshot(ctx, at, data, event.Record{Time: e.clock.Now(), Event: &event.SnapshotTaken{AtSeq: at, Bytes: len(data)}})
+	if err != nil {
+		e.log.Error().Err(err).Msg("cannot store a snapshot")
+		return false
+	}
+	if err := e.st.Apply(rec); err != nil {
+		e.log.Error().Err(err).Msg("BUG: snapshot_taken refused")
+		e.st.Skip(rec)
+	}
+	e.snapSeq = at
+	e.log.Debug().Uint64("at", at).Int("bytes", len(data)).Msg("snapshot stored")
+	return true
+}
+
+// planCompaction is, after a snapshot, the compaction the projection calls for (nil: none).
+// The deletions run on the executor in commits of their own, so appends wait at most one
+// short commit; the compaction_done record follows as an input.
+func (e *Engine) planCompaction() *CompactionPlan {
+	if e.compacting || e.cfg.Retention < 0 {
+		return nil
+	}
+	plan, err := PlanCompaction(e.st, e.j, e.clock.Now(), e.cfg.Retention, e.snapSeq)
+	if err != nil {
+		e.log.Warn().Err(err).Msg("compaction skipped")
+		return nil
+	}
+	if plan.Empty() {
+		return nil
+	}
+	e.compacting = true
+	return &plan
+}
+
+// compaction is the executor's work for one compaction.
+func (e *Engine) compaction(plan CompactionPlan) func() Input {
+	j := e.j
+	return func() Input {
+		res, err := j.Compact(context.Background(), plan.UpTo, plan.Drop)
+		return CompactInput{Done: plan.Done(res.Records), Err: err}
+	}
+}

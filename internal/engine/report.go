@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentd/agentd/internal/failpoint"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// report puts the next state-change request into the burst's Ready when the submitter allows
+// and something is unsent.
+func (e *Engine) report(now time.Time) {
+	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 || !e.sub.Ready(now) {
+		return
+	}
+	batch := e.st.Pending(protocol.MaxChangesPerRequest)
+	if len(batch) == 0 {
+		return
+	}
+	e.burst.ready.Report = e.sub.Begin(batch)
+	e.onDrop(e.sub.Abort)
+}
+
+// sendReport is the executor's work for one report.
+func (e *Engine) sendReport(sent []protocol.StateChange) func() Input {
+	cp := e.cp
+	return func() Input {
+		res := cp.Report(context.Background(), sent)
+		if res.Outcome == protocol.Settled {
+			failpoint.Hit("report-after-send-before-journal") // settled there, not yet here
+		}
+		return ReportInput{Sent: sent, Result: res}
+	}
+}
+
+// handleReport records what the control plane settled; only a settled task STOPPED opens the
+// door to cleanup (the core then decides stopped_acked).
+func (e *Engine) handleReport(now time.Time, in ReportInput) {
+	o := e.sub.Done(now, in.Sent, in.Result)
+	for _, c := range in.Sent {
+		e.dirty[c.TaskARN] = true // a settled STOPPED makes stopped_acked due
+	}
+	e.metrics.reports.WithLabelValues(string(in.Result.Outcome)).Inc()
+	if o.Log != "" {
+		if in.Result.Outcome == protocol.Settled {
+			e.log.Info().Msg(o.Log)
+		} else {
+			e.log.Warn().Str("outcome", string(in.Result.Outcome)).Msg(o.Log)
+		}
+	}
+	// Lost with a failed commit: the changes are sent again, same ids.
+	e.record(e.st.Step(now, fsm.ReportAnswered{Sent: in.Sent, Settled: o.Settled, Attempt: o.Attempt}).Records...)
+	// The next batch goes out with this burst, before the decisions this answer unlocks are
+	// acted on: under throttling the request slot is the scarce thing, not the disk.
+	e.report(now)
+	switch problem, credentials := e.sub.Health(); {
+	case problem == "":
+		e.clearHealth(HealthControlPlane)
+		e.clearHealth(HealthCredentials)
+	case credentials:
+		e.setHealth(HealthCredentials, problem)
+		e.clearHealth(HealthControlPlane)
+	default:
+		e.setHealth(HealthControlPlane, problem)
+		e.clearHealth(HealthCredentials)
+	}
+}

@@ -1,0 +1,96 @@
+package fsm
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// payload maps a payload to its records: payload_received with the tasks as received, then
+// per task one of task_added, task_rejected (it breaks a rule: recorded STOPPED with the
+// reason), task_resent (the ARN is live or tombstoned: never started again) and
+// desired_changed (a re-sent task's desired status moved forward). The engine journals them
+// in one commit before the payload is acknowledged, so a payload is applied whole or not at
+// all, and exactly once: a message id the journal holds is a Duplicate.
+func (s *State) payload(p PayloadArrived) Verdict {
+	var v Verdict
+	if p.MessageID == "" {
+		v.Skipped = append(v.Skipped, fmt.Sprintf("payload without message_id (%d tasks): it cannot be acknowledged", len(p.Tasks)))
+		return v
+	}
+	if _, seen := s.Messages[p.MessageID]; seen {
+		v.Duplicate = true
+		return v
+	}
+	received := &event.PayloadReceived{MessageID: p.MessageID, Tasks: compactRaw(p.Tasks)}
+	v.Records = append(v.Records, event.Record{Event: received})
+	desired := map[string]event.Status{} // tasks of this payload and their desired status so far
+	for i, raw := range p.Tasks {
+		d := protocol.DecodeTask(raw)
+		if d.ARN == "" {
+			v.Skipped = append(v.Skipped, fmt.Sprintf("task %d without arn: %s", i, d.Invalid))
+			continue
+		}
+		rec := func(e event.Event) { v.Records = append(v.Records, event.Record{Task: d.ARN, Event: e}) }
+		cur, known := desired[d.ARN]
+		if !known {
+			cur, known = s.knownDesired(d.ARN)
+		}
+		if known {
+			rec(&event.TaskResent{MessageID: p.MessageID, Desired: d.Desired})
+			if d.Desired == event.StatusStopped && cur == event.StatusRunning {
+				rec(&event.DesiredChanged{MessageID: p.MessageID, To: event.StatusStopped})
+				cur = event.StatusStopped
+			}
+			desired[d.ARN] = cur
+			continue
+		}
+		switch {
+		case i >= protocol.MaxTasksPerPayload:
+			rec(&event.TaskRejected{MessageID: p.MessageID, Reason: fmt.Sprintf("payload carries more than %d tasks; this one is past the limit", protocol.MaxTasksPerPayload)})
+		case d.Invalid != "":
+			rej := &event.TaskRejected{MessageID: p.MessageID, Reason: d.Invalid}
+			if d.Task != nil {
+				for _, c := range d.Task.Containers {
+					rej.Containers = append(rej.Containers, c.Name)
+				}
+			}
+			rec(rej)
+		default:
+			rec(&event.TaskAdded{MessageID: p.MessageID, Family: d.Task.Family, Version: d.Task.Version, Desired: d.Desired, Containers: d.Task.Spec()})
+		}
+		desired[d.ARN] = d.Desired
+	}
+	return v
+}
+
+// knownDesired is the desired status of an ARN the agent knows, live or tombstoned.
+func (s *State) knownDesired(arn string) (event.Status, bool) {
+	if t, live := s.Tasks[arn]; live {
+		return t.Desired, true
+	}
+	if _, tomb := s.Tombstones[arn]; tomb {
+		return event.StatusStopped, true
+	}
+	return "", false
+}
+
+// compactRaw removes insignificant space from raw tasks, so the journal holds them
+// deterministically and exactly as received otherwise (json.Compact keeps numbers and text as
+// they were); a task that is not JSON at all is kept as a JSON string.
+func compactRaw(raws []json.RawMessage) []json.RawMessage {
+	out := make([]json.RawMessage, len(raws))
+	for i, r := range raws {
+		var b bytes.Buffer
+		if err := json.Compact(&b, r); err != nil {
+			s, _ := json.Marshal(string(r))
+			out[i] = s
+			continue
+		}
+		out[i] = b.Bytes()
+	}
+	return out
+}

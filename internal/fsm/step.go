@@ -1,0 +1,136 @@
+package fsm
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// Input is something that happened outside the projection, as plain data: what the control
+// plane sent, what a runtime call did, what the runtime reported by itself, what the control
+// plane answered, what the runtime holds after a restart, a compaction that finished. Step
+// turns each into the records that say so. The engine journals and applies those records and
+// decides nothing itself, so every rule that maps the world into the journal lives here, where
+// the scripts and property tests exercise the very code the daemon runs.
+type Input interface{ isInput() }
+
+// PayloadArrived is a payload from the control plane, tasks still raw.
+type PayloadArrived struct {
+	MessageID string
+	Tasks     []json.RawMessage
+}
+
+// ActionFinished is what a runtime call for an action came to.
+type ActionFinished struct {
+	Action Action
+	Result Result
+}
+
+// ResultKind classifies a runtime call's outcome. The engine sorts the runtime's errors into
+// these; the projection decides what each means for the container.
+type ResultKind string
+
+const (
+	Succeeded   ResultKind = "ok"          // the call did what it was asked
+	Failed      ResultKind = "failed"      // the call failed for this container
+	Unavailable ResultKind = "unavailable" // the runtime did not answer: nothing is known
+	Vanished    ResultKind = "vanished"    // the container is gone from the runtime
+)
+
+// Result is a runtime call's outcome.
+type Result struct {
+	Kind      ResultKind
+	RuntimeID string // create: the new container's id
+	Exited    bool   // start and stop: the container has ended, with ExitCode
+	ExitCode  int
+	Err       string // Failed and Unavailable: the cause
+}
+
+// ContainerExited is an exit from the runtime's event stream.
+type ContainerExited struct {
+	Task, Container, RuntimeID string
+	ExitCode                   int
+	Cursor                     int64 // the stream's position, journaled so a restart resumes there
+}
+
+// ReportAnswered is what the control plane settled of a report, as the submitter read it.
+type ReportAnswered struct {
+	Sent    []protocol.StateChange
+	Settled *event.ChangesSettled  // nil: nothing settled
+	Attempt *event.ReportAttempted // nil: nothing to journal about the attempt
+}
+
+// RuntimeObserved is what the runtime holds of this agent's containers after a restart: every
+// container it lists, plus those the projection knows by id that the runtime said it lacks.
+type RuntimeObserved struct {
+	Containers []Observed
+}
+
+// Observed is one container as the runtime showed it.
+type Observed struct {
+	ID, Task, Container string
+	Running, Exited     bool
+	ExitCode            int
+	Gone                bool // asked for by id: the runtime has no such container
+}
+
+// CompactionFinished is a compaction of the journal that has run; its record closes it.
+type CompactionFinished struct {
+	Done *event.CompactionDone
+}
+
+func (PayloadArrived) isInput()     {}
+func (ActionFinished) isInput()     {}
+func (ContainerExited) isInput()    {}
+func (ReportAnswered) isInput()     {}
+func (RuntimeObserved) isInput()    {}
+func (CompactionFinished) isInput() {}
+
+// Verdict is what an input comes to: the records to journal (stamped now, not yet numbered)
+// and what the engine must know besides.
+type Verdict struct {
+	Records []event.Record
+	// Duplicate: a payload whose message id the journal holds: acknowledge it again, apply
+	// nothing.
+	Duplicate bool
+	// Skipped: tasks of a payload that cannot be recorded at all (no usable ARN), each with
+	// its problem, for the log.
+	Skipped []string
+	// Retry: the action's outcome says nothing about the container (the runtime is down, or a
+	// stop failed): run it again after a backoff.
+	Retry bool
+	// Hold: an exit that came before its container's start was journaled: hand it in again
+	// once the start is.
+	Hold bool
+	// Strangers: containers of this agent the projection does not know, for the log; they are
+	// left alone.
+	Strangers []Observed
+}
+
+// Step maps one input to its records, reading the projection only: the same projection, now
+// and input always give the same verdict.
+func (s *State) Step(now time.Time, in Input) Verdict {
+	var v Verdict
+	switch in := in.(type) {
+	case PayloadArrived:
+		v = s.payload(in)
+	case ActionFinished:
+		v = s.actionFinished(in)
+	case ContainerExited:
+		v = s.exited(in)
+	case ReportAnswered:
+		v.Records = settledByTask(in)
+	case RuntimeObserved:
+		v = s.reconcile(in)
+	case CompactionFinished:
+		if in.Done != nil {
+			v.Records = []event.Record{{Event: in.Done}}
+		}
+	}
+	for i := range v.Records {
+		v.Records[i].Time = now
+	}
+	return v
+}
