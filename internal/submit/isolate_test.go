@@ -221,9 +221,9 @@ func TestReportsStayWithinTheProtocolsLimits(t *testing.T) {
 	}
 }
 
-// The deprecated Begin (what the engine calls until it is wired to BeginAt) never sends a held
-// change in a batch, and its empty report when every candidate is held neither panics nor
-// spins.
+// The deprecated Begin (what the engine calls until it is wired to BeginAt) holds a refused
+// change too, and when every candidate is held it returns nil with nothing in flight, so the
+// next report is not blocked behind one that is never sent.
 func TestDeprecatedBeginHoldsToo(t *testing.T) {
 	s := New(Policy{Seed: 6})
 	lone := []fsm.Change{{ID: "c-p", Task: "task/p", Status: event.StatusRunning, At: t0}}
@@ -236,12 +236,14 @@ func TestDeprecatedBeginHoldsToo(t *testing.T) {
 	if !s.Ready(now) {
 		t.Fatal("a held change keeps the submitter from others")
 	}
-	sent = s.Begin(lone)
-	if len(sent) != 0 {
-		t.Fatalf("sent %v while it is held", sent)
+	if sent = s.Begin(lone); sent != nil || s.InFlight() {
+		t.Fatalf("sent %v (in flight %v) while it is held", sent, s.InFlight())
 	}
-	o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400})
-	if !o.Next.After(now) || s.Ready(now) {
-		t.Fatalf("an empty report is followed at once by another (next %v)", o.Next)
+	if !s.NextAttempt().After(now) {
+		t.Fatalf("NextAttempt %v: the engine would not wake for the held change", s.NextAttempt())
+	}
+	other := append(lone, fsm.Change{ID: "c-o", Task: "task/o", Status: event.StatusRunning, At: t0})
+	if sent = s.Begin(other); len(sent) != 1 || sent[0].ID != "c-o" {
+		t.Fatalf("sent %v; want the other task's change", sent)
 	}
 }

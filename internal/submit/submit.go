@@ -122,17 +122,12 @@ func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.S
 	return out
 }
 
-// Begin is BeginAt for an engine not yet wired to it: the time is the one of the last Ready,
-// and when nothing may go it still marks an (empty) report in flight, which Done then clears
-// without counting it. Deprecated: call BeginAt and skip the report when it returns nil.
+// Begin is BeginAt at the time of the last Ready, for an engine not yet wired to BeginAt. Like
+// BeginAt it returns nil, with nothing in flight, when no candidate may go now; an engine
+// that sends nothing for an empty report (as this one does) needs no other change.
+// Deprecated: call BeginAt(now, e.st.Pending(s.Want())).
 func (s *Submitter) Begin(changes []fsm.Change) []protocol.StateChange {
-	out, wake := s.choose(s.lastReady, changes, false)
-	s.wake = wake
-	s.inflight = true
-	if len(out) > 0 {
-		s.Stats.Requests++
-	}
-	return out
+	return s.BeginAt(s.lastReady, changes)
 }
 
 // Abort forgets a report that was begun but never sent (the engine dropped it).
@@ -156,14 +151,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	s.inflight = false
 	var o Outcome
 	if len(sent) == 0 {
-		// The deprecated Begin's empty report: nothing was chosen, nothing to learn. At most
-		// one such report a second, until a held change is due.
-		s.next = now.Add(time.Second)
-		if !s.wake.IsZero() && s.wake.Before(s.next) {
-			s.next = s.wake
-		}
-		o.Next = s.next
-		return o
+		return o // nothing was sent: nothing to learn
 	}
 	if r.Outcome == protocol.Settled {
 		ids := map[string]bool{}
