@@ -2,6 +2,7 @@ package submit
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/agentd/agentd/internal/fsm"
@@ -18,6 +19,7 @@ import (
 // held is a change refused alone.
 type held struct {
 	task  string
+	since time.Time // first refused alone
 	until time.Time // not sent again before this
 	tries int       // refusals so far
 }
@@ -101,7 +103,7 @@ func (s *Submitter) refused(now time.Time, sent []protocol.StateChange, r protoc
 	c := sent[0]
 	h := s.held[c.ID]
 	if h == nil {
-		h = &held{task: c.TaskARN}
+		h = &held{task: c.TaskARN, since: now}
 		s.held[c.ID] = h
 	}
 	h.tries++
@@ -147,4 +149,17 @@ func (s *Submitter) Held() []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// heldHealth names the held changes for /healthz: how many, and the oldest-held one's task.
+func (s *Submitter) heldHealth() string {
+	var first string
+	var firstHeld *held
+	for id, h := range s.held {
+		if firstHeld == nil || h.since.Before(firstHeld.since) || (h.since.Equal(firstHeld.since) && id < first) {
+			first, firstHeld = id, h
+		}
+	}
+	return fmt.Sprintf("the control plane refuses %d state change(s) one by one (each held and retried alone, the others still reported); "+
+		"first %s of task %s, refused since %s", len(s.held), first, protocol.Quote(firstHeld.task), firstHeld.since.Format(time.RFC3339))
 }

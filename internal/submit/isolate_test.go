@@ -135,6 +135,9 @@ func TestRefusedChangeIsIsolatedWhileTheRestFlow(t *testing.T) {
 	if held := s.Held(); len(held) != 1 || held[0] != poison {
 		t.Fatalf("held %v; want just %s", held, poison)
 	}
+	if h, cred := s.Health(); cred || !strings.Contains(h, poison) || !strings.Contains(h, "task/7") {
+		t.Fatalf("health %q: a held change must make reporting unhealthy, naming it", h)
+	}
 	// Retried alone, with growing waits.
 	s2 := New(Policy{Seed: 3})
 	lone := []fsm.Change{{ID: poison, Task: "task/7", Status: event.StatusRunning, At: t0}}
@@ -245,5 +248,28 @@ func TestDeprecatedBeginHoldsToo(t *testing.T) {
 	other := append(lone, fsm.Change{ID: "c-o", Task: "task/o", Status: event.StatusRunning, At: t0})
 	if sent = s.Begin(other); len(sent) != 1 || sent[0].ID != "c-o" {
 		t.Fatalf("sent %v; want the other task's change", sent)
+	}
+}
+
+// A held change that the control plane later settles is forgotten, and reporting is healthy
+// again.
+func TestHeldChangeThatSettlesIsReleased(t *testing.T) {
+	s := New(Policy{Seed: 8})
+	lone := []fsm.Change{{ID: "c-p", Task: "task/p", Status: event.StatusRunning, At: t0}}
+	sent := s.BeginAt(t0, lone)
+	s.Done(t0, sent, protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: fmt.Errorf("no")})
+	if h, _ := s.Health(); h == "" {
+		t.Fatal("healthy while a change is held")
+	}
+	if sent = s.BeginAt(t0, lone); sent != nil {
+		t.Fatalf("sent %v at once", sent)
+	}
+	later := s.NextAttempt() // when it is due
+	if sent = s.BeginAt(later, lone); len(sent) != 1 {
+		t.Fatalf("the held change is not retried when due: %v", sent)
+	}
+	s.Done(later, sent, protocol.ReportResult{Outcome: protocol.Settled, HTTPStatus: 200, Accepted: []string{"c-p"}})
+	if h, _ := s.Health(); h != "" || len(s.Held()) != 0 {
+		t.Fatalf("after it settled: health %q, held %v", h, s.Held())
 	}
 }

@@ -258,8 +258,13 @@ func (s *Submitter) jittered(d time.Duration) time.Duration {
 }
 
 // Health is "" when reporting works, else what is wrong (for /healthz and metrics), and
-// whether the problem is the agent's credentials rather than the reports themselves.
+// whether the problem is the agent's credentials rather than the reports themselves. A change
+// the control plane refuses alone is such a problem while it is held: its task cannot settle,
+// so it is never cleaned up, though the other tasks' changes flow.
 func (s *Submitter) Health() (problem string, credentials bool) {
+	if s.health == "" && len(s.held) > 0 {
+		return s.heldHealth(), false
+	}
 	return s.health, s.streak == protocol.Unauthorized
 }
 
