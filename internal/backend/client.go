@@ -198,9 +198,22 @@ func (c *Client) Ack(ctx context.Context, ids []string) error {
 	return nil
 }
 
-// Report sends state changes and classifies the answer.
+// Report sends state changes and classifies the answer. A report the protocol does not allow
+// is not sent: none (nothing to report) or a body over protocol.MaxRequestBody, which is
+// answered here as the control plane would, with 413, so the submitter splits it.
 func (c *Client) Report(ctx context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	resp, err := c.do(ctx, http.MethodPost, "/state-changes", protocol.StateChangesRequest{Changes: changes}, c.timeout)
+	if len(changes) == 0 {
+		return protocol.ReportResult{Outcome: protocol.BadRequest, Err: errors.New("no changes to report: not sent")}
+	}
+	body, err := json.Marshal(protocol.StateChangesRequest{Changes: changes})
+	if err != nil {
+		return protocol.ReportResult{Outcome: protocol.BadRequest, Err: fmt.Errorf("encoding the report: %w", err)}
+	}
+	if len(body) > protocol.MaxRequestBody {
+		return protocol.ReportResult{Outcome: protocol.TooLarge, HTTPStatus: http.StatusRequestEntityTooLarge,
+			Err: fmt.Errorf("report of %d changes is %d bytes, over %d: not sent", len(changes), len(body), protocol.MaxRequestBody)}
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/state-changes", json.RawMessage(body), c.timeout)
 	if err != nil {
 		return protocol.ReportResult{Outcome: protocol.Network, Err: err}
 	}

@@ -8,6 +8,7 @@ package controlplane
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -110,6 +111,7 @@ type Violation struct {
 // Stats counts what the control plane saw.
 type Stats struct {
 	Polls, PayloadsSent, Acks, Reports, Throttled, Failed, Dropped, ChangesAccepted, ChangesDuplicate, ChangesRejected int
+	TooLarge                                                                                                           int // reports answered 413
 }
 
 // New returns a control plane. tokenFile may be empty (no authentication).
@@ -347,8 +349,16 @@ func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req protocol.StateChangesRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, protocol.MaxRequestBody))
 	if err := dec.Decode(&req); err != nil {
+		if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+			// PROTOCOL.md §3: nothing settled; the agent sends fewer changes a request.
+			s.mu.Lock()
+			s.stats.TooLarge++
+			s.mu.Unlock()
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			return
+		}
 		badRequest(w, "body: %v", err)
 		return
 	}
@@ -359,6 +369,13 @@ func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 	for i, c := range req.Changes {
 		if c.ID == "" || c.TaskARN == "" || statusRank[c.Status] == 0 || c.At.IsZero() {
 			badRequest(w, "changes[%d]: needs id, task_arn, a status of PULLED, CREATED, RUNNING or STOPPED, and at", i)
+			return
+		}
+		if len(c.Reason) > protocol.MaxReasonBytes {
+			s.mu.Lock()
+			s.violate(id, c, fmt.Sprintf("reason of %d bytes, at most %d", len(c.Reason), protocol.MaxReasonBytes))
+			s.mu.Unlock()
+			badRequest(w, "changes[%d].reason: %d bytes, at most %d", i, len(c.Reason), protocol.MaxReasonBytes)
 			return
 		}
 	}

@@ -107,6 +107,13 @@ func (e *Engine) labels(task, name string) map[string]string {
 // name, and the container that holds it is found by its labels. (Creating first and finding
 // only on a conflict saves a list of every container on each create.)
 func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
+	for k := range spec.Container.Env {
+		// A journal from before PROTOCOL.md 1.1 may hold a name like "PATH=/evil:", which
+		// Docker would read as PATH: refuse it here too.
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return "", fmt.Errorf("create %s: env name %q is empty or holds \"=\" or NUL", Name(spec.Task, spec.Container.Name), k)
+		}
+	}
 	name := Name(spec.Task, spec.Container.Name)
 	cfg, hc, err := containerConfig(spec, e.labels(spec.Task, spec.Container.Name))
 	if err != nil {
@@ -145,11 +152,18 @@ func (e *Engine) ownKnown(ctx context.Context, id string) error {
 	return err
 }
 
+// Start starts a container that never ran. Docker itself starts an exited container again;
+// the guard (checkStart) refuses that with ErrAlreadyStarted, so a start re-dispatched after a
+// failed commit or a restart never makes a second run.
 func (e *Engine) Start(ctx context.Context, id string) error {
-	if _, err := e.own(ctx, id); err != nil {
+	st, err := e.own(ctx, id)
+	if err != nil {
 		return err
 	}
-	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	if running, err := checkStart(st); err != nil || running {
+		return err
+	}
+	_, err = e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
 	return e.wrap("start", id, err)
 }
 
@@ -212,6 +226,14 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 		st.Exited = !s.Running && (s.Status == container.StateExited || s.Status == container.StateDead)
 		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled
 		st.FinishedAt, _ = time.Parse(time.RFC3339Nano, s.FinishedAt)
+		// Docker's "never" is 0001-01-01T00:00:00Z, which parses to the zero time.
+		st.StartedAt, _ = time.Parse(time.RFC3339Nano, s.StartedAt)
+		if st.FinishedAt.Year() <= 1 {
+			st.FinishedAt = time.Time{}
+		}
+		if st.StartedAt.Year() <= 1 {
+			st.StartedAt = time.Time{}
+		}
 		if s.Running {
 			st.Health = healthOf(s.Health)
 			if c.NetworkSettings != nil {

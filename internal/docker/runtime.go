@@ -68,7 +68,8 @@ type State struct {
 	Task       string
 	Container  string
 	Running    bool
-	Exited     bool // has run and stopped
+	Exited     bool      // has run and stopped
+	StartedAt  time.Time // when it was last started (zero: never)
 	ExitCode   int
 	OOMKilled  bool // the kernel killed it for going over its memory limit
 	FinishedAt time.Time
@@ -113,6 +114,8 @@ type Runtime interface {
 	Pull(ctx context.Context, image string) error
 	// Create makes the container, or returns the existing one of the same task and name.
 	Create(ctx context.Context, spec CreateSpec) (id string, err error)
+	// Start starts a container that never ran; a running one is left as it is (nil); one
+	// that has run and stopped is never started again: ErrAlreadyStarted.
 	Start(ctx context.Context, id string) error
 	// Stop signals the container with its stop signal and kills it after its own stop
 	// timeout (stop_timeout_s) when it was created with one, else after timeout.

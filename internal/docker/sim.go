@@ -33,10 +33,17 @@ import (
 // once or are probe: HEALTHY after one interval; else UNHEALTHY after retries intervals.
 //
 // An image whose name contains fail-pull, fail-create or fail-start fails that step.
+//
+// Where the engine's correctness depends on it, Sim behaves like Docker, sharp edges included:
+// Docker's start of an exited container runs it again (StartUnguarded; Start applies the same
+// guard as the Docker runtime and refuses with ErrAlreadyStarted); a stop of a container that
+// has not started yet does nothing, so a start that lands after it runs the container; and,
+// with SetFaults, a call can be slow, time out, and still have taken effect.
 type Sim struct {
-	path  string
-	agent string
-	now   func() time.Time
+	path   string
+	agent  string
+	now    func() time.Time
+	faults func(op, id string) SimFault
 
 	mu      sync.Mutex
 	state   simFile
@@ -63,6 +70,67 @@ type simContainer struct {
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
 	StopCode  int       `json:"stop_code"`
 	simWorkload
+	Runs int       `json:"runs,omitempty"` // times started: more than 1 is a second incarnation
+	Past []simExit `json:"past,omitempty"` // the exits of the runs before the current one
+}
+
+// simExit is how an earlier run of a container ended.
+type simExit struct {
+	At   time.Time `json:"at"`
+	Code int       `json:"code"`
+}
+
+// SimFault is what SetFaults makes of one call.
+type SimFault struct {
+	// Delay is how long the call takes after it took effect (on the wall clock, cut short by
+	// the caller's context — which then makes it an error, though the effect stands).
+	Delay time.Duration
+	// Err is returned after the call took effect: a timeout or a broken connection whose
+	// request the engine still carried out.
+	Err error
+	// NoEffect fails the call before it takes effect (with Err, or a generic error).
+	NoEffect bool
+}
+
+// SetFaults makes every later call (op is create, start, stop or remove) behave as f says.
+// nil turns faults off.
+func (s *Sim) SetFaults(f func(op, id string) SimFault) {
+	s.mu.Lock()
+	s.faults = f
+	s.mu.Unlock()
+}
+
+// withFault runs effect (which takes the lock itself) as the faults say for op on id.
+func (s *Sim) withFault(ctx context.Context, op, id string, effect func() error) error {
+	s.mu.Lock()
+	faults := s.faults
+	s.mu.Unlock()
+	var f SimFault
+	if faults != nil {
+		f = faults(op, id)
+	}
+	if f.NoEffect {
+		if f.Err == nil {
+			f.Err = fmt.Errorf("simulated failure before it took effect")
+		}
+		return fmt.Errorf("%s %s: %w", op, id, f.Err)
+	}
+	if err := effect(); err != nil {
+		return err
+	}
+	if f.Delay > 0 {
+		t := time.NewTimer(f.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s: %w (the call took effect)", op, id, ctx.Err())
+		}
+	}
+	if f.Err != nil {
+		return fmt.Errorf("%s %s: %w (the call took effect)", op, id, f.Err)
+	}
+	return nil
 }
 
 // SimFileName is the simulated runtime's file inside a data directory.
@@ -199,23 +267,29 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	if err := failsAt(spec.Container.Image, "create"); err != nil {
 		return "", err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	name := Name(spec.Task, spec.Container.Name)
-	for _, c := range s.state.Containers {
-		if c.Name == name && c.Agent == s.agent {
-			return c.ID, nil // idempotent: a crash between create and journaling the id
+	var id string
+	err := s.withFault(ctx, "create", name, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range s.state.Containers {
+			if c.Name == name && c.Agent == s.agent {
+				id = c.ID
+				return nil // idempotent: a crash between create and journaling the id
+			}
 		}
-	}
-	s.state.Next++
-	c := &simContainer{ID: "sim-" + strconv.FormatInt(s.state.Next, 10), Agent: s.agent, Task: spec.Task,
-		Container: spec.Container.Name, Name: name, Image: spec.Container.Image, Command: spec.Container.Command}
-	if err := s.workload(c, spec.Container); err != nil {
-		s.state.Next--
-		return "", fmt.Errorf("create %s: %w", name, err)
-	}
-	s.state.Containers[c.ID] = c
-	return c.ID, s.save(simOp{Put: c, Next: s.state.Next})
+		s.state.Next++
+		c := &simContainer{ID: "sim-" + strconv.FormatInt(s.state.Next, 10), Agent: s.agent, Task: spec.Task,
+			Container: spec.Container.Name, Name: name, Image: spec.Container.Image, Command: spec.Container.Command}
+		if err := s.workload(c, spec.Container); err != nil {
+			s.state.Next--
+			return fmt.Errorf("create %s: %w", name, err)
+		}
+		s.state.Containers[c.ID] = c
+		id = c.ID
+		return s.save(simOp{Put: c, Next: s.state.Next})
+	})
+	return id, err
 }
 
 // plan reads a command into how long the container runs and how it ends.
@@ -247,28 +321,67 @@ func plan(cmd []string) (d time.Duration, code int, forever bool, err error) {
 	return planWorkload(cmd)
 }
 
-func (s *Sim) Start(ctx context.Context, id string) error {
+// Start starts a container that never ran, under the same guard as the Docker runtime: a
+// running container is left as it is, one that has run and stopped is refused with
+// ErrAlreadyStarted.
+func (s *Sim) Start(ctx context.Context, id string) error { return s.start(ctx, id, true) }
+
+// StartUnguarded is Docker's own start: an exited container runs again, as a new incarnation
+// (its earlier exit stays in the exit stream). It is what Start guards against, kept so tests
+// can show the guard is what stands between a re-dispatched start and a second run.
+func (s *Sim) StartUnguarded(ctx context.Context, id string) error { return s.start(ctx, id, false) }
+
+func (s *Sim) start(ctx context.Context, id string, guarded bool) error {
+	return s.withFault(ctx, "start", id, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c, ok := s.state.Containers[id]
+		if !ok || c.Agent != s.agent {
+			return fmt.Errorf("start %s: %w", id, ErrNotFound)
+		}
+		if err := failsAt(c.Image, "start"); err != nil {
+			return err
+		}
+		now := s.now().UTC()
+		st := s.stateOf(c, now)
+		if guarded {
+			if running, err := checkStart(st); err != nil || running {
+				return err
+			}
+		} else if st.Running {
+			return nil // Docker: starting a running container changes nothing
+		}
+		d, code, forever, err := plan(c.Command)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+		if st.Exited {
+			// Docker runs it again: the earlier run's exit stays in the event stream.
+			c.Past = append(c.Past, simExit{At: st.FinishedAt, Code: st.ExitCode})
+			c.StoppedAt, c.StopCode, c.EndsAt, c.EndCode = time.Time{}, 0, time.Time{}, 0
+		}
+		c.StartedAt = now
+		c.Runs++
+		if !forever {
+			c.EndsAt, c.EndCode = c.StartedAt.Add(d), code
+		}
+		return s.save(simOp{Put: c})
+	})
+}
+
+// Reruns lists the containers that were started more than once (a second incarnation): a
+// test's proof that nothing ran twice.
+func (s *Sim) Reruns() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.state.Containers[id]
-	if !ok || c.Agent != s.agent {
-		return fmt.Errorf("start %s: %w", id, ErrNotFound)
+	var out []string
+	for id, c := range s.state.Containers {
+		if c.Runs > 1 {
+			out = append(out, id)
+		}
 	}
-	if err := failsAt(c.Image, "start"); err != nil {
-		return err
-	}
-	if !c.StartedAt.IsZero() {
-		return nil
-	}
-	d, code, forever, err := plan(c.Command)
-	if err != nil {
-		return fmt.Errorf("start %s: %w", id, err)
-	}
-	c.StartedAt = s.now().UTC()
-	if !forever {
-		c.EndsAt, c.EndCode = c.StartedAt.Add(d), code
-	}
-	return s.save(simOp{Put: c})
+	slices.Sort(out)
+	return out
 }
 
 // exitOf says whether and how a container has ended at now.
@@ -286,37 +399,44 @@ func exitOf(c *simContainer, now time.Time) (at time.Time, code int, ended bool)
 	return time.Time{}, 0, false
 }
 
+// Stop ends a running container with 143. Like Docker's, a stop of a container that never
+// started does nothing: a start that lands after it (one that was in flight) runs the
+// container.
 func (s *Sim) Stop(ctx context.Context, id string, timeout time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.state.Containers[id]
-	if !ok || c.Agent != s.agent {
-		return fmt.Errorf("stop %s: %w", id, ErrNotFound)
-	}
-	now := s.now().UTC()
-	if _, _, ended := exitOf(c, now); ended || c.StartedAt.IsZero() {
-		return nil
-	}
-	c.StoppedAt, c.StopCode = now, c.stopCode(timeout)
-	return s.save(simOp{Put: c})
+	return s.withFault(ctx, "stop", id, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c, ok := s.state.Containers[id]
+		if !ok || c.Agent != s.agent {
+			return fmt.Errorf("stop %s: %w", id, ErrNotFound)
+		}
+		now := s.now().UTC()
+		if _, _, ended := exitOf(c, now); ended || c.StartedAt.IsZero() {
+			return nil
+		}
+		c.StoppedAt, c.StopCode = now, c.stopCode(timeout)
+		return s.save(simOp{Put: c})
+	})
 }
 
 func (s *Sim) Remove(ctx context.Context, id string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.state.Containers[id]
-	if !ok {
-		return nil
-	}
-	if c.Agent != s.agent {
-		return fmt.Errorf("remove %s: belongs to agent %q, not %q", id, c.Agent, s.agent)
-	}
-	delete(s.state.Containers, id)
-	return s.save(simOp{Del: id})
+	return s.withFault(ctx, "remove", id, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c, ok := s.state.Containers[id]
+		if !ok {
+			return nil
+		}
+		if c.Agent != s.agent {
+			return fmt.Errorf("remove %s: belongs to agent %q, not %q", id, c.Agent, s.agent)
+		}
+		delete(s.state.Containers, id)
+		return s.save(simOp{Del: id})
+	})
 }
 
 func (s *Sim) stateOf(c *simContainer, now time.Time) State {
-	st := State{ID: c.ID, Task: c.Task, Container: c.Container}
+	st := State{ID: c.ID, Task: c.Task, Container: c.Container, StartedAt: c.StartedAt}
 	if at, code, ended := exitOf(c, now); ended {
 		st.Exited, st.ExitCode, st.FinishedAt, st.OOMKilled = true, code, at, c.OOM
 	} else if !c.StartedAt.IsZero() {
@@ -372,6 +492,11 @@ func (s *Sim) ExitsAfter(cursor int64) (exits []Exit, next time.Time) {
 	for _, c := range s.state.Containers {
 		if c.Agent != s.agent {
 			continue
+		}
+		for _, p := range c.Past {
+			if p.At.UnixNano() > cursor {
+				exits = append(exits, Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: p.Code, At: p.At, Cursor: p.At.UnixNano()})
+			}
 		}
 		if at, code, ended := exitOf(c, now); ended {
 			if at.UnixNano() > cursor {

@@ -110,14 +110,16 @@ func RecordJSON(r event.Record) ([]byte, error) {
 
 // Line is a record on one human-readable line.
 func Line(r event.Record) string {
-	subj := r.Task
+	// What came from outside (ARNs, names, reasons) is escaped: a NUL or newline in it must not
+	// forge a line of this output.
+	subj := "-"
+	if r.Task != "" {
+		subj = event.Printable(r.Task)
+	}
 	if r.Container != "" {
-		subj += "/" + r.Container
+		subj += "/" + event.Printable(r.Container)
 	}
-	if subj == "" {
-		subj = "-"
-	}
-	return strings.TrimRight(fmt.Sprintf("%8d  %s  %-22s %-28s %s", r.Seq, r.Time.UTC().Format("2006-01-02T15:04:05.000Z"), r.Type(), subj, event.Describe(r.Event)), " ")
+	return strings.TrimRight(fmt.Sprintf("%8d  %s  %-22s %-28s %s", r.Seq, r.Time.UTC().Format("2006-01-02T15:04:05.000Z"), r.Type(), subj, event.PrintableText(event.Describe(r.Event))), " ")
 }
 
 // Dump writes the records that pass the filter, one per line, human or JSON.

@@ -255,7 +255,7 @@ func (tl *Timeline) phases() {
 
 // WriteText prints the timeline for people, with the time since assignment on each line.
 func (tl *Timeline) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "task %s\n", tl.Task)
+	fmt.Fprintf(w, "task %s\n", event.Printable(tl.Task))
 	var t0 time.Time
 	if len(tl.Steps) > 0 {
 		t0 = tl.Steps[0].Time
@@ -265,10 +265,10 @@ func (tl *Timeline) WriteText(w io.Writer) {
 		if s.Kind == "reports-failed" {
 			text = fmt.Sprintf("reports %s %d× until %s", s.Text, s.Count, s.Until.UTC().Format("15:04:05.000"))
 		}
-		fmt.Fprintf(w, "  %8d  %s  %10s  %s\n", s.Seq, s.Time.UTC().Format("2006-01-02T15:04:05.000Z"), "+"+s.Time.Sub(t0).Round(time.Millisecond).String(), text)
+		fmt.Fprintf(w, "  %8d  %s  %10s  %s\n", s.Seq, s.Time.UTC().Format("2006-01-02T15:04:05.000Z"), "+"+s.Time.Sub(t0).Round(time.Millisecond).String(), event.PrintableText(text))
 	}
 	for _, p := range tl.Phases {
-		fmt.Fprintf(w, "  %-42s %s\n", p.Name, p.Duration.Round(time.Millisecond))
+		fmt.Fprintf(w, "  %-42s %s\n", event.PrintableText(p.Name), p.Duration.Round(time.Millisecond))
 	}
-	fmt.Fprintf(w, "  at the end of the journal: %s\n", tl.Now)
+	fmt.Fprintf(w, "  at the end of the journal: %s\n", event.PrintableText(tl.Now))
 }

@@ -70,9 +70,9 @@ func (r VerifyReport) Write(w io.Writer) {
 	for _, f := range r.Findings {
 		task := ""
 		if f.Task != "" {
-			task = " task " + f.Task
+			task = " task " + event.Printable(f.Task)
 		}
-		fmt.Fprintf(w, "record %d%s: %s: %s\n", f.Seq, task, f.Kind, f.Detail)
+		fmt.Fprintf(w, "record %d%s: %s: %s\n", f.Seq, task, f.Kind, event.PrintableText(f.Detail))
 	}
 	fmt.Fprintf(w, "%s: %d problems in %d records\n", r.File, len(r.Findings), r.Records)
 }

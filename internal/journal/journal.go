@@ -102,7 +102,13 @@ func Open(path string, opts Options) (*Journal, error) {
 	} else if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", path, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	// bbolt maps the file and, with NoFreelistSync, walks its whole tree in a goroutine of its
+	// own: a damaged page there panics where no recover reaches, and a truncated file dies of
+	// SIGBUS. So the file is read and checked first, and damage is named instead.
+	if err := checkFile(path, opts.Timeout); err != nil {
+		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	db, err := openBolt(path, &bolt.Options{
 		Timeout:  opts.Timeout,
 		ReadOnly: opts.ReadOnly,
 		// The freelist is rebuilt by scanning at open instead of being rewritten on every

@@ -16,6 +16,7 @@ const (
 	Settled      Outcome = "settled"      // 200: the listed ids are settled
 	Throttled    Outcome = "throttled"    // 429: nothing settled; wait at least Retry-After
 	BadRequest   Outcome = "bad_request"  // 400: the request as a whole is malformed
+	TooLarge     Outcome = "too_large"    // 413: the body is over MaxRequestBody; send fewer changes
 	Unauthorized Outcome = "unauthorized" // 401, 403: credentials refused
 	ServerError  Outcome = "server_error" // 5xx or another status: unknown
 	Network      Outcome = "network"      // timeout or broken connection: unknown
@@ -78,7 +79,9 @@ func ClassifyReport(status int, retryAfter string, body []byte, now time.Time) R
 	case status == 400:
 		var e ErrorResponse
 		_ = json.Unmarshal(body, &e)
-		r.Outcome, r.Err = BadRequest, fmt.Errorf("request refused as malformed: %s", e.Error)
+		r.Outcome, r.Err = BadRequest, fmt.Errorf("request refused as malformed: %s", ShortenReason(e.Error))
+	case status == 413:
+		r.Outcome, r.Err = TooLarge, fmt.Errorf("request body over %d bytes refused (HTTP 413)", MaxRequestBody)
 	case status == 401 || status == 403:
 		r.Outcome, r.Err = Unauthorized, fmt.Errorf("credentials refused (HTTP %d)", status)
 	default:

@@ -16,7 +16,7 @@ import (
 	"github.com/agentd/agentd/internal/event"
 )
 
-// Limits from PROTOCOL.md §1.
+// Limits from PROTOCOL.md §1 and §3 (version 1.1).
 const (
 	MaxTasksPerPayload   = 100
 	MaxContainersPerTask = 10
@@ -24,9 +24,11 @@ const (
 	MaxPollBody          = 4 << 20
 	MaxChangesPerRequest = 100
 	MaxWaitSeconds       = 60
-	MaxARNLength         = 1024
+	MaxARNLength         = 256
 	MaxImageLength       = 512
 	MaxCommandBytes      = 64 << 10
+	MaxReasonBytes       = 1 << 10 // a state change's reason; the agent shortens longer ones
+	MaxRequestBody       = 1 << 20 // a state-change report's body; a larger one is answered 413
 )
 
 var containerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
@@ -120,8 +122,13 @@ type ErrorResponse struct {
 	Error string `json:"error"`
 }
 
-// Decoded is one raw task read as far as it goes: the ARN when there is one, the task when it
-// keeps every rule, else the reason it does not.
+// Decoded is one raw task read as far as it goes: the ARN when there is a valid one, the task
+// when it keeps every rule, else the reason it does not.
+//
+// ARN is "" when the task has none or one that breaks the ARN rule: such a task is logged and
+// skipped, never started, never reported. Invalid is at most MaxReasonBytes. For an invalid
+// task, Task.Containers keeps only the containers safe to name in reports: valid, unique names,
+// at most MaxContainersPerTask of them.
 type Decoded struct {
 	ARN     string
 	Task    *Task
@@ -141,15 +148,38 @@ func (r Rules) DecodeTask(raw json.RawMessage) Decoded {
 			ARN string `json:"arn"`
 		}
 		_ = json.Unmarshal(raw, &probe)
-		return Decoded{ARN: probe.ARN, Invalid: "task is not a valid task object: " + err.Error()}
+		if err := ValidateARN(probe.ARN); err != nil {
+			return Decoded{Invalid: ShortenReason(err.Error())}
+		}
+		return Decoded{ARN: probe.ARN, Invalid: ShortenReason("task is not a valid task object: " + err.Error())}
+	}
+	if err := ValidateARN(t.ARN); err != nil {
+		return Decoded{Invalid: ShortenReason(err.Error())}
 	}
 	d := Decoded{ARN: t.ARN, Task: &t}
 	if err := r.Validate(&t); err != nil {
-		d.Invalid = err.Error()
+		d.Invalid = ShortenReason(err.Error())
+		t.Containers = reportable(t.Containers)
 		return d
 	}
 	d.Desired = event.Status(t.DesiredStatus)
 	return d
+}
+
+// reportable keeps the containers of an invalid task that may be named in its reports.
+func reportable(cs []Container) []Container {
+	var out []Container
+	seen := map[string]bool{}
+	for _, c := range cs {
+		if len(out) == MaxContainersPerTask {
+			break
+		}
+		if containerName.MatchString(c.Name) && !seen[c.Name] {
+			seen[c.Name] = true
+			out = append(out, Container{Name: c.Name})
+		}
+	}
+	return out
 }
 
 // Validate checks a task against every rule and limit of PROTOCOL.md under the default
@@ -157,18 +187,16 @@ func (r Rules) DecodeTask(raw json.RawMessage) Decoded {
 func Validate(t *Task) error { return Rules{}.Validate(t) }
 
 // Validate checks a task against every rule and limit of PROTOCOL.md, and its containers'
-// §4 fields against these rules.
+// §4 fields against these rules. Its errors quote at most a short prefix of any value, so a
+// hostile value never makes a long reason.
 func (r Rules) Validate(t *Task) error {
-	if t.ARN == "" {
-		return fmt.Errorf("arn: missing")
-	}
-	if len(t.ARN) > MaxARNLength {
-		return fmt.Errorf("arn: %d bytes, at most %d", len(t.ARN), MaxARNLength)
+	if err := ValidateARN(t.ARN); err != nil {
+		return err
 	}
 	switch t.DesiredStatus {
 	case "RUNNING", "STOPPED":
 	default:
-		return fmt.Errorf("desired_status: %q, want RUNNING or STOPPED", t.DesiredStatus)
+		return fmt.Errorf("desired_status: %s, want RUNNING or STOPPED", Quote(t.DesiredStatus))
 	}
 	if len(t.Containers) == 0 {
 		return fmt.Errorf("containers: none")
@@ -179,10 +207,10 @@ func (r Rules) Validate(t *Task) error {
 	seen := map[string]bool{}
 	for i, c := range t.Containers {
 		if !containerName.MatchString(c.Name) {
-			return fmt.Errorf("containers[%d].name: %q must match %s", i, c.Name, containerName)
+			return fmt.Errorf("containers[%d].name: %s must match %s", i, Quote(c.Name), containerName)
 		}
 		if seen[c.Name] {
-			return fmt.Errorf("containers[%d].name: %q is used twice", i, c.Name)
+			return fmt.Errorf("containers[%d].name: %s is used twice", i, Quote(c.Name))
 		}
 		seen[c.Name] = true
 		if err := ValidateImage(c.Image); err != nil {
@@ -190,8 +218,8 @@ func (r Rules) Validate(t *Task) error {
 		}
 		n := 0
 		for k, v := range c.Env {
-			if k == "" {
-				return fmt.Errorf("containers[%d].env: empty variable name", i)
+			if err := validateEnvName(k); err != nil {
+				return fmt.Errorf("containers[%d].env: %w", i, err)
 			}
 			n += len(k) + envValueLen(v)
 		}
@@ -224,7 +252,7 @@ func ValidateImage(image string) error {
 		return fmt.Errorf("%d bytes, at most %d", len(image), MaxImageLength)
 	}
 	if !imageRef.MatchString(image) {
-		return fmt.Errorf("%q is not an image reference", image)
+		return fmt.Errorf("%s is not an image reference", Quote(image))
 	}
 	return nil
 }

@@ -7,8 +7,10 @@
 // It promises: never more than one report in flight (per-task order holds by construction);
 // at least the server's Retry-After after a 429, then exponential backoff with jitter
 // (cenkalti/backoff/v4, never giving up) while throttling lasts; slow retries on refused
-// credentials or a malformed-request answer, changes kept; and one log line per change of
-// outcome, not one per attempt.
+// credentials, changes kept; a report refused as a whole (400, 413) split until the change at
+// fault stands alone, which is then held and retried alone, slowly, while the others flow
+// (isolate.go); no report body over protocol.MaxRequestBody and no reason over
+// protocol.MaxReasonBytes; and one log line per change of outcome, not one per attempt.
 package submit
 
 import (
@@ -36,11 +38,15 @@ type Policy struct {
 
 // Submitter decides when to report. Not safe for concurrent use: one engine loop owns it.
 type Submitter struct {
-	p        Policy
-	bo       *backoff.ExponentialBackOff
-	rng      *rand.Rand
-	inflight bool
-	next     time.Time
+	p         Policy
+	bo        *backoff.ExponentialBackOff
+	rng       *rand.Rand
+	inflight  bool
+	next      time.Time
+	wake      time.Time        // when nothing could be chosen: when a held change is due
+	lastReady time.Time        // the time of the last Ready, for the deprecated Begin
+	limit     int              // most changes the next report carries (halved by a refusal)
+	held      map[string]*held // changes refused alone, by id
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -55,6 +61,7 @@ type Submitter struct {
 // Stats counts what the submitter saw, for metrics and the dev view.
 type Stats struct {
 	Requests, Settled, Accepted, Rejected, Throttled, Failed uint64
+	Held                                                     uint64 // changes held now, each refused alone
 }
 
 // New returns a submitter.
@@ -79,27 +86,48 @@ func New(p Policy) *Submitter {
 	// replays exactly. MaxElapsedTime 0: reports awaiting acknowledgement never give up.
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.Initial), backoff.WithMaxInterval(p.Max),
 		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
-	return &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{}}
 }
 
 // Ready reports whether a report may be sent now.
-func (s *Submitter) Ready(now time.Time) bool { return !s.inflight && !now.Before(s.next) }
+func (s *Submitter) Ready(now time.Time) bool {
+	s.lastReady = now
+	return !s.inflight && !now.Before(s.next)
+}
 
-// NextAttempt is when a waiting submitter may send again (zero when it need not wait).
-func (s *Submitter) NextAttempt() time.Time { return s.next }
+// NextAttempt is when a waiting submitter may send again (zero when it need not wait); after a
+// Begin that chose nothing, when a held change is next due.
+func (s *Submitter) NextAttempt() time.Time {
+	if s.wake.After(s.next) {
+		return s.wake
+	}
+	return s.next
+}
 
 // InFlight reports whether a report awaits its answer.
 func (s *Submitter) InFlight() bool { return s.inflight }
 
-// Begin marks a report in flight and returns its wire form.
-func (s *Submitter) Begin(changes []fsm.Change) []protocol.StateChange {
+// BeginAt chooses what the next report carries from candidates — the projection's pending
+// changes, oldest first, as many as Want — marks it in flight and returns its wire form. It
+// returns nil, with nothing in flight, when no candidate may go now (each is held or waits
+// behind a held change of its task); NextAttempt then says when one is due.
+func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.StateChange {
+	out, wake := s.choose(now, candidates, len(candidates) < s.Want())
+	s.wake = wake
+	if len(out) == 0 {
+		return nil
+	}
 	s.inflight = true
 	s.Stats.Requests++
-	out := make([]protocol.StateChange, len(changes))
-	for i, c := range changes {
-		out[i] = protocol.StateChange{ID: c.ID, TaskARN: c.Task, Container: c.Container, Status: string(c.Status), ExitCode: c.ExitCode, Reason: c.Reason, At: c.At, NetworkBindings: c.NetworkBindings}
-	}
 	return out
+}
+
+// Begin is BeginAt at the time of the last Ready, for an engine not yet wired to BeginAt. Like
+// BeginAt it returns nil, with nothing in flight, when no candidate may go now; an engine
+// that sends nothing for an empty report (as this one does) needs no other change.
+// Deprecated: call BeginAt(now, e.st.Pending(s.Want())).
+func (s *Submitter) Begin(changes []fsm.Change) []protocol.StateChange {
+	return s.BeginAt(s.lastReady, changes)
 }
 
 // Abort forgets a report that was begun but never sent (the engine dropped it).
@@ -122,6 +150,9 @@ type Outcome struct {
 func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.ReportResult) Outcome {
 	s.inflight = false
 	var o Outcome
+	if len(sent) == 0 {
+		return o // nothing was sent: nothing to learn
+	}
 	if r.Outcome == protocol.Settled {
 		ids := map[string]bool{}
 		for _, c := range sent {
@@ -141,6 +172,10 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		s.Stats.Accepted += uint64(len(settled.Accepted))
 		s.Stats.Rejected += uint64(len(settled.Rejected))
 		if len(settled.Accepted)+len(settled.Rejected) > 0 {
+			s.settledHeld(settled.Accepted)
+			for _, rj := range settled.Rejected {
+				s.settledHeld([]string{rj.ID})
+			}
 			s.Stats.Settled++
 			o.Settled = settled
 			if s.streak != "" {
@@ -171,15 +206,23 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	case protocol.Unauthorized:
 		wait = max(s.jittered(s.bo.NextBackOff()), s.p.SlowRetry)
 		s.health = fmt.Sprintf("control plane refuses the agent's credentials (HTTP %d) since %s", r.HTTPStatus, s.sinceOr(now, r.Outcome))
-	case protocol.BadRequest:
-		wait = max(s.jittered(s.bo.NextBackOff()), s.p.SlowRetry)
-		s.health = fmt.Sprintf("control plane refuses state-change reports as malformed since %s: %v", s.sinceOr(now, r.Outcome), r.Err)
+	case protocol.BadRequest, protocol.TooLarge:
+		// Refused as a whole: split until the change at fault stands alone, then hold it.
+		// Not a health problem: the other changes keep flowing.
+		var msg string
+		wait, msg = s.refused(now, sent, r)
+		s.health = ""
+		if msg != "" {
+			o.Log = msg
+		}
 	default:
 		wait = s.jittered(s.bo.NextBackOff())
 		s.health = ""
 	}
 	if s.streak != r.Outcome {
-		o.Log = fmt.Sprintf("reporting state changes: %s: %v", r.Outcome, r.Err)
+		if o.Log == "" {
+			o.Log = fmt.Sprintf("reporting state changes: %s: %v", r.Outcome, r.Err)
+		}
 		s.streak, s.streakSince = r.Outcome, now
 		s.lastJournaled = time.Time{}
 	}
@@ -215,8 +258,13 @@ func (s *Submitter) jittered(d time.Duration) time.Duration {
 }
 
 // Health is "" when reporting works, else what is wrong (for /healthz and metrics), and
-// whether the problem is the agent's credentials rather than the reports themselves.
+// whether the problem is the agent's credentials rather than the reports themselves. A change
+// the control plane refuses alone is such a problem while it is held: its task cannot settle,
+// so it is never cleaned up, though the other tasks' changes flow.
 func (s *Submitter) Health() (problem string, credentials bool) {
+	if s.health == "" && len(s.held) > 0 {
+		return s.heldHealth(), false
+	}
 	return s.health, s.streak == protocol.Unauthorized
 }
 

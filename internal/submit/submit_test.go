@@ -38,7 +38,8 @@ func TestAnswersAndWaits(t *testing.T) {
 		{"429 without Retry-After backs off", protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429}, 50 * time.Millisecond, 150 * time.Millisecond, 0, "", true},
 		{"5xx backs off", protocol.ReportResult{Outcome: protocol.ServerError, HTTPStatus: 503, Err: errors.New("HTTP 503")}, 50 * time.Millisecond, 150 * time.Millisecond, 0, "", true},
 		{"401 retries slowly and is unhealthy", protocol.ReportResult{Outcome: protocol.Unauthorized, HTTPStatus: 401, Err: errors.New("refused")}, 30 * time.Second, 30 * time.Second, 0, "credentials", true},
-		{"400 retries slowly and keeps the changes", protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: errors.New("bad")}, 30 * time.Second, 30 * time.Second, 0, "malformed", true},
+		{"400 of two changes splits them, retried soon", protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: errors.New("bad")}, 100 * time.Millisecond, 100 * time.Millisecond, 0, "", true},
+		{"413 of two changes splits them, retried soon", protocol.ReportResult{Outcome: protocol.TooLarge, HTTPStatus: 413, Err: errors.New("large")}, 100 * time.Millisecond, 100 * time.Millisecond, 0, "", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,7 +47,7 @@ func TestAnswersAndWaits(t *testing.T) {
 			if !s.Ready(t0) {
 				t.Fatal("a new submitter is not ready")
 			}
-			sent := s.Begin(batch("c-1", "c-2"))
+			sent := s.BeginAt(t0, batch("c-1", "c-2"))
 			if s.Ready(t0) {
 				t.Fatal("ready while a report is in flight: two reports at once could reorder a task's changes")
 			}
@@ -86,7 +87,7 @@ func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
 	var waits []time.Duration
 	logs, journaled := 0, 0
 	for i := 0; i < 40; i++ {
-		sent := s.Begin(batch("c-1"))
+		sent := s.BeginAt(now, batch("c-1"))
 		o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 200 * time.Millisecond})
 		w := s.NextAttempt().Sub(now)
 		if w < 200*time.Millisecond {
@@ -113,12 +114,12 @@ func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
 	if journaled < 2 || journaled > 15 {
 		t.Fatalf("%d report_attempted records for 40 attempts over %v; want them folded", journaled, now.Sub(t0))
 	}
-	sent := s.Begin(batch("c-1"))
+	sent := s.BeginAt(t0, batch("c-1"))
 	o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
 	if o.Log == "" || !strings.Contains(o.Log, "40 failed attempts") {
 		t.Fatalf("recovery log %q; want it to count the 40 attempts", o.Log)
 	}
-	sent = s.Begin(batch("c-2"))
+	sent = s.BeginAt(t0, batch("c-2"))
 	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.ServerError, Err: errors.New("x")})
 	if w := s.NextAttempt().Sub(now); w > 150*time.Millisecond {
 		t.Fatalf("backoff not reset by a success: %v", w)
