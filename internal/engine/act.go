@@ -113,6 +113,10 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		res.Kind, res.Err = fsm.Unavailable, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
 		res.Kind, res.Err = fsm.Unknown, err.Error() // it may still take effect
+	case errors.Is(err, docker.ErrAlreadyStarted):
+		// The runtime refused a second start: the container ran once, and what became of
+		// it is asked for (inspect), never taken for a start that failed.
+		res.Kind, res.Err = fsm.Unknown, err.Error()
 	case errors.Is(err, docker.ErrNotFound):
 		res.Kind, res.Err = fsm.Vanished, err.Error()
 	default:

@@ -15,11 +15,13 @@ func (e *Engine) report(now time.Time) {
 	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 || !e.sub.Ready(now) {
 		return
 	}
-	batch := e.st.Pending(protocol.MaxChangesPerRequest)
-	if len(batch) == 0 {
-		return
+	// The submitter chooses from the oldest pending changes: fewer after a refused report, and
+	// never a change it holds (refused alone) nor one queued behind it in its task.
+	report := e.sub.BeginAt(now, e.st.Pending(e.sub.Want()))
+	if report == nil {
+		return // every candidate is held; NextAttempt says when one is due
 	}
-	e.burst.ready.Report = e.sub.Begin(batch)
+	e.burst.ready.Report = report
 	e.onDrop(e.sub.Abort)
 }
 

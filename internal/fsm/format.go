@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // Format renders the projection for people: every live task with its known / desired / sent
@@ -27,7 +29,7 @@ func (s *State) Format(now time.Time, cfg Config) string {
 	slices.Sort(tombs)
 	for _, arn := range tombs {
 		t := s.Tombstones[arn]
-		fmt.Fprintf(&b, "tombstone %s stopped=%s cleaned=%s", arn, ts(t.StoppedAt), ts(t.CleanedAt))
+		fmt.Fprintf(&b, "tombstone %s stopped=%s cleaned=%s", event.Printable(arn), ts(t.StoppedAt), ts(t.CleanedAt))
 		if t.Reason != "" {
 			fmt.Fprintf(&b, " reason=%q", t.Reason)
 		}
@@ -45,7 +47,7 @@ func (s *State) Format(now time.Time, cfg Config) string {
 // FormatTask renders one live task.
 func (s *State) FormatTask(t *Task, now time.Time, cfg Config) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "task %s known=%s desired=%s sent=%s", t.ARN, t.Known, t.Desired, t.Sent)
+	fmt.Fprintf(&b, "task %s known=%s desired=%s sent=%s", event.Printable(t.ARN), t.Known, t.Desired, t.Sent)
 	if t.Rejected {
 		b.WriteString(" rejected")
 	}
@@ -93,7 +95,7 @@ func (c Change) String() string {
 	if c.Container != "" {
 		subj += "/" + c.Container
 	}
-	s := fmt.Sprintf("%s %s %s", c.ID, subj, c.Status)
+	s := fmt.Sprintf("%s %s %s", c.ID, event.Printable(subj), c.Status)
 	if c.ExitCode != nil {
 		s += fmt.Sprintf(" exit=%d", *c.ExitCode)
 	}

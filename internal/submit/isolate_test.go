@@ -224,29 +224,28 @@ func TestReportsStayWithinTheProtocolsLimits(t *testing.T) {
 	}
 }
 
-// The deprecated Begin (what the engine calls until it is wired to BeginAt) holds a refused
-// change too, and when every candidate is held it returns nil with nothing in flight, so the
-// next report is not blocked behind one that is never sent.
-func TestDeprecatedBeginHoldsToo(t *testing.T) {
+// When every candidate is held, BeginAt returns nil with nothing in flight, so the next report
+// is not blocked behind one that is never sent, and NextAttempt wakes the engine for it.
+func TestAllCandidatesHeldBeginsNothing(t *testing.T) {
 	s := New(Policy{Seed: 6})
 	lone := []fsm.Change{{ID: "c-p", Task: "task/p", Status: event.StatusRunning, At: t0}}
 	if !s.Ready(t0) {
 		t.Fatal("not ready")
 	}
-	sent := s.Begin(lone)
+	sent := s.BeginAt(t0, lone)
 	s.Done(t0, sent, protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: fmt.Errorf("no")})
 	now := t0.Add(time.Millisecond)
 	if !s.Ready(now) {
 		t.Fatal("a held change keeps the submitter from others")
 	}
-	if sent = s.Begin(lone); sent != nil || s.InFlight() {
+	if sent = s.BeginAt(now, lone); sent != nil || s.InFlight() {
 		t.Fatalf("sent %v (in flight %v) while it is held", sent, s.InFlight())
 	}
 	if !s.NextAttempt().After(now) {
 		t.Fatalf("NextAttempt %v: the engine would not wake for the held change", s.NextAttempt())
 	}
 	other := append(lone, fsm.Change{ID: "c-o", Task: "task/o", Status: event.StatusRunning, At: t0})
-	if sent = s.Begin(other); len(sent) != 1 || sent[0].ID != "c-o" {
+	if sent = s.BeginAt(now, other); len(sent) != 1 || sent[0].ID != "c-o" {
 		t.Fatalf("sent %v; want the other task's change", sent)
 	}
 }

@@ -38,15 +38,14 @@ type Policy struct {
 
 // Submitter decides when to report. Not safe for concurrent use: one engine loop owns it.
 type Submitter struct {
-	p         Policy
-	bo        *backoff.ExponentialBackOff
-	rng       *rand.Rand
-	inflight  bool
-	next      time.Time
-	wake      time.Time        // when nothing could be chosen: when a held change is due
-	lastReady time.Time        // the time of the last Ready, for the deprecated Begin
-	limit     int              // most changes the next report carries (halved by a refusal)
-	held      map[string]*held // changes refused alone, by id
+	p        Policy
+	bo       *backoff.ExponentialBackOff
+	rng      *rand.Rand
+	inflight bool
+	next     time.Time
+	wake     time.Time        // when nothing could be chosen: when a held change is due
+	limit    int              // most changes the next report carries (halved by a refusal)
+	held     map[string]*held // changes refused alone, by id
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -91,7 +90,6 @@ func New(p Policy) *Submitter {
 
 // Ready reports whether a report may be sent now.
 func (s *Submitter) Ready(now time.Time) bool {
-	s.lastReady = now
 	return !s.inflight && !now.Before(s.next)
 }
 
@@ -120,14 +118,6 @@ func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.S
 	s.inflight = true
 	s.Stats.Requests++
 	return out
-}
-
-// Begin is BeginAt at the time of the last Ready, for an engine not yet wired to BeginAt. Like
-// BeginAt it returns nil, with nothing in flight, when no candidate may go now; an engine
-// that sends nothing for an empty report (as this one does) needs no other change.
-// Deprecated: call BeginAt(now, e.st.Pending(s.Want())).
-func (s *Submitter) Begin(changes []fsm.Change) []protocol.StateChange {
-	return s.BeginAt(s.lastReady, changes)
 }
 
 // Abort forgets a report that was begun but never sent (the engine dropped it).
