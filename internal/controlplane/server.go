@@ -651,3 +651,19 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	return s.stats
 }
+
+// Unacknowledged counts the payloads queued for an agent that it has not acknowledged: what a
+// test holds to "every payload is acknowledged, whatever it holds".
+func (s *Server) Unacknowledged(agentID string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	if a := s.agents[agentID]; a != nil {
+		for _, p := range a.payloads {
+			if !p.acked {
+				n++
+			}
+		}
+	}
+	return n
+}

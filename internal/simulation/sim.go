@@ -121,7 +121,9 @@ type sim struct {
 	bugs   int
 
 	assigned  []string
-	expected  map[string]int // task → containers a valid task runs
+	expected  map[string]int  // task → containers a valid task runs
+	unkeyed   map[string]bool // poison tasks whose ARN breaks the rule: skipped, never reported
+	poisoned  int
 	throttled bool
 	diskFull  bool // every journal commit fails, as on a full disk
 	failRate  float64
@@ -182,7 +184,7 @@ func Run(o Options) (res Result) {
 		o.MaxTrace = 400
 	}
 	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0xa5a5a5a5)), clock: &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)},
-		expected: map[string]int{}, res: &Result{Seed: o.Seed}}
+		expected: map[string]int{}, unkeyed: map[string]bool{}, res: &Result{Seed: o.Seed}}
 	s.cp = controlplane.New("", controlplane.Faults{ResendAcked: true, Seed: o.Seed})
 	s.cp.SetClock(func() time.Time { return s.clock.now })
 	s.cpH = s.cp.Handler()
@@ -262,6 +264,20 @@ func (s *sim) start() error {
 	if s.rt, err = docker.NewSim(s.o.Dir, agentID, func() time.Time { return s.clock.now }); err != nil {
 		return err
 	}
+	// Docker's sharp edges, drawn from the seed: a call that times out or breaks after it
+	// took effect, and one that fails before it does because the engine is away.
+	s.rt.SetFaults(func(op, id string) docker.SimFault {
+		if !s.faults {
+			return docker.SimFault{}
+		}
+		switch k := s.rng.IntN(100); {
+		case k < 3:
+			return docker.SimFault{Err: context.DeadlineExceeded}
+		case k < 5:
+			return docker.SimFault{NoEffect: true, Err: docker.ErrUnavailable}
+		}
+		return docker.SimFault{}
+	})
 	s.queue = nil
 	s.cursor = 0
 	log := zerolog.New(nil).Level(zerolog.ErrorLevel).Hook(bugHook{s})
@@ -329,6 +345,48 @@ func (s *sim) poll() {
 }
 
 var commands = [][]string{{"run"}, {"sleep", "1s"}, {"sleep", "3s", "2"}, {"exit", "1"}, {"sleep", "500ms", "7"}, {"sleep", "10s"}}
+
+// poison queues a payload that breaks the protocol's limits: a task the agent must record
+// STOPPED with a short reason naming the field (a 200 KB desired_status, 65 KiB of env, 11
+// containers), or skip without a word (an ARN past 256 bytes, or with a space). Whatever it
+// holds, the payload is acknowledged and stalls nothing (checked at the end).
+func (s *sim) poison() {
+	s.poisoned++
+	arn := fmt.Sprintf("task/poison-%02d", s.poisoned)
+	task := map[string]any{"arn": arn, "desired_status": "RUNNING",
+		"containers": []map[string]any{{"name": "app", "image": "img", "command": []string{"run"}}}}
+	kind := s.rng.IntN(5)
+	switch kind {
+	case 0:
+		task["desired_status"] = strings.Repeat("RUNNING", 30000)
+	case 1:
+		task["containers"] = []map[string]any{{"name": "app", "image": "img", "env": map[string]string{"BIG": strings.Repeat("x", 65<<10)}}}
+	case 2:
+		var cs []map[string]any
+		for i := 0; i < 11; i++ {
+			cs = append(cs, map[string]any{"name": fmt.Sprintf("c%d", i), "image": "img"})
+		}
+		task["containers"] = cs
+	case 3:
+		arn = "task/" + strings.Repeat("p", 300) + fmt.Sprint(s.poisoned)
+		task["arn"] = arn
+	case 4:
+		arn = fmt.Sprintf("task/poison %d", s.poisoned)
+		task["arn"] = arn
+	}
+	raw, _ := json.Marshal(task)
+	if err := s.cp.AddTask(agentID, protocol.Task{ARN: arn}, raw); err != nil {
+		s.fail("poison %s: %v", arn, err)
+		return
+	}
+	if kind >= 3 {
+		s.unkeyed[arn] = true
+	} else {
+		s.assigned = append(s.assigned, arn)
+		s.expected[arn] = 0
+	}
+	s.log("control plane queues poison %d (%d bytes)", kind, len(raw))
+}
 
 func (s *sim) assign() {
 	i := len(s.assigned)
@@ -426,7 +484,11 @@ func (s *sim) advance(limit time.Duration) {
 func (s *sim) step() {
 	switch k := s.rng.IntN(100); {
 	case k < 8 && len(s.assigned) < s.o.Tasks:
-		s.assign()
+		if s.rng.IntN(10) == 0 {
+			s.poison()
+		} else {
+			s.assign()
+		}
 	case k < 20:
 		s.poll()
 	case k < 23 && len(s.assigned) > 0:
@@ -503,6 +565,9 @@ func (s *sim) check() {
 	for _, n := range s.expected {
 		want += n
 	}
+	if r := s.rt.Reruns(); len(r) > 0 {
+		s.fail("RUN TWICE: container %s was started more than once", r[0])
+	}
 	if got := s.rt.Created(); got > int64(want) {
 		s.fail("RUN TWICE: the runtime created %d containers for %d in valid tasks", got, want)
 	}
@@ -524,7 +589,7 @@ func (s *sim) settle() {
 	}
 	for i := 0; i < 20000 && s.res.Failure == ""; i++ {
 		st := s.e.State()
-		if len(st.Tasks) == 0 && st.OutboxLen() == 0 && len(st.Tombstones) == len(s.assigned) {
+		if len(st.Tasks) == 0 && st.OutboxLen() == 0 && len(st.Tombstones) == len(s.assigned) && s.cp.Unacknowledged(agentID) == 0 {
 			break
 		}
 		if i%10 == 0 {
@@ -536,6 +601,10 @@ func (s *sim) settle() {
 		s.check()
 	}
 	if s.res.Failure != "" {
+		return
+	}
+	if n := s.cp.Unacknowledged(agentID); n > 0 {
+		s.fail("PAYLOAD STALLED: %d payloads never acknowledged", n)
 		return
 	}
 	st := s.e.State()
@@ -550,7 +619,7 @@ func (s *sim) settle() {
 	}
 	slices.Sort(arns)
 	for _, arn := range arns {
-		if view[arn].Status != "STOPPED" {
+		if view[arn].Status != "STOPPED" && !s.unkeyed[arn] {
 			s.fail("the control plane has %s %q at the end", arn, view[arn].Status)
 		}
 	}
