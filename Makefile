@@ -41,12 +41,15 @@ test-dist:
 test-docker: testbox-image
 	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./cmd/agentd
 
-## test-sim: the deterministic simulation over SEEDS seeds, and the proof that it and the
-## engine's scripts find the seed's bug when the guard is compiled out (-tags simbug).
-## Replay one: -seed N.
+## test-sim: the deterministic simulation over SEEDS seeds, starting at a fresh random offset
+## every run so each run explores seeds no run tried before (the first line names them;
+## SIM_OFFSET=K, or AGENTD_SIM_OFFSET=K, runs K+1 … K+SEEDS again; replay one: -seed N); the
+## named regression seeds; and the proof that it and the engine's scripts find the seed's bug
+## when the guard is compiled out (-tags simbug).
 SEEDS ?= 1000
+SIM_OFFSET ?= $(or $(AGENTD_SIM_OFFSET),random)
 test-sim:
-	$(GO) test -count=1 -timeout 0 -run 'TestSim$$|TestSimIsDeterministic' ./internal/simulation -seeds $(SEEDS) -v
+	$(GO) test -count=1 -timeout 0 -run 'TestSim$$|TestSimIsDeterministic|TestSimRegressions' ./internal/simulation -seeds $(SEEDS) -seed-offset $(SIM_OFFSET) -v
 	$(GO) test -count=1 -tags simbug -run TestSimFindsTheSeedBug -v ./internal/simulation
 	$(GO) test -count=1 -tags simbug -run TestScriptsFailWithoutTheGuard -v ./internal/engine
 	$(GO) test -count=1 -tags startbug -run TestSimFindsTheStartBug -v ./internal/simulation

@@ -1,17 +1,11 @@
 package simulation
 
 import (
-	"flag"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-)
-
-var (
-	seed  = flag.Uint64("seed", 0, "replay one seed")
-	seeds = flag.Int("seeds", 1000, "how many seeds TestSim runs")
 )
 
 func runSeed(t testing.TB, s uint64) Result {
@@ -31,7 +25,8 @@ func report(t *testing.T, r Result) {
 
 // TestSim runs many seeds of the whole agent under throttling, 5xx, lost answers, re-sent
 // payloads, stops and crashes: no seed may break the guard, run anything twice, or fail to
-// settle. -seed N replays one seed (and prints its trace with -v).
+// settle. -seed N replays one seed (and prints its trace with -v); -seeds N -seed-offset K
+// runs K+1 … K+N, and -seed-offset random a fresh stretch, named before it starts.
 func TestSim(t *testing.T) {
 	if *seed != 0 {
 		r := runSeed(t, *seed)
@@ -47,6 +42,11 @@ func TestSim(t *testing.T) {
 	if testing.Short() {
 		n = 50
 	}
+	off, err := seedRange(*offset, n, freshOffset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seeds %d … %d (-seed-offset %d -seeds %d runs them again; -seed N replays one)", off+1, off+uint64(n), off, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -61,7 +61,7 @@ func TestSim(t *testing.T) {
 				if i > int64(n) {
 					return
 				}
-				r := runSeed(t, uint64(i))
+				r := runSeed(t, off+uint64(i))
 				records.Add(int64(r.Records))
 				crashes.Add(int64(r.Crashes))
 				if r.Failure != "" {
@@ -73,7 +73,7 @@ func TestSim(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d seeds, %d records journaled, %d crashes, %d failed", n, records.Load(), crashes.Load(), len(failed))
+	t.Logf("%d seeds (%d … %d), %d records journaled, %d crashes, %d failed", n, off+1, off+uint64(n), records.Load(), crashes.Load(), len(failed))
 	for i, r := range failed {
 		if i == 3 {
 			break
