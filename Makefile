@@ -45,7 +45,9 @@ test-docker: testbox-image
 ## every run so each run explores seeds no run tried before (the first line names them;
 ## SIM_OFFSET=K, or AGENTD_SIM_OFFSET=K, runs K+1 … K+SEEDS again; replay one: -seed N); the
 ## named regression seeds; and the proof that it and the engine's scripts find the seed's bug
-## when the guard is compiled out (-tags simbug).
+## when the guard is compiled out (-tags simbug), a container reported STOPPED while it runs
+## when the in-flight guard is (-tags startbug), and a container run twice when starts are
+## neither journaled as intents nor refused by the runtime (-tags 'startbug runtimebug').
 SEEDS ?= 1000
 SIM_OFFSET ?= $(or $(AGENTD_SIM_OFFSET),random)
 test-sim:
@@ -53,6 +55,7 @@ test-sim:
 	$(GO) test -count=1 -tags simbug -run TestSimFindsTheSeedBug -v ./internal/simulation
 	$(GO) test -count=1 -tags simbug -run TestScriptsFailWithoutTheGuard -v ./internal/engine
 	$(GO) test -count=1 -tags startbug -run TestSimFindsTheStartBug -v ./internal/simulation
+	$(GO) test -count=1 -tags 'startbug runtimebug' -run TestSimFindsTheRerunBug -v ./internal/simulation
 
 ## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.
 test-crash:

@@ -62,7 +62,7 @@ type Decisions struct {
 // Intent is the record journaled before an action's call is made, for calls that must never
 // be made twice (a start); none for the others, which are safe to repeat.
 func (a Action) Intent() []event.Record {
-	if a.Kind != ActStart {
+	if a.Kind != ActStart || !inFlightGuard {
 		return nil
 	}
 	return []event.Record{{Task: a.Task, Container: a.Container, Event: &event.CallStarted{Call: string(ActStart)}}}
