@@ -88,8 +88,11 @@ bench: build
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory testbox-image >/dev/null; fi
 	./$(BIN) bench all $(BENCH_FLAGS)
 
+## lint: gofmt, goimports grouping (standard library, then others, then agentd's own), go vet.
+GOIMPORTS ?= $(GO) run golang.org/x/tools/cmd/goimports@v0.52.0
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$($(GOIMPORTS) -local github.com/agentd/agentd -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "goimports -local github.com/agentd/agentd would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
 ## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in `make test`).

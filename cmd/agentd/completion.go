@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/forensics"
-	"github.com/agentd/agentd/internal/journal"
 	"github.com/alecthomas/kong"
 	"github.com/posener/complete"
 	"github.com/willabides/kongplete"
+
+	"github.com/agentd/agentd/internal/forensics"
+	"github.com/agentd/agentd/internal/journal"
 )
 
 // answerCompletion answers a shell's completion request (COMP_LINE set) and exits; otherwise it

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/deploy"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/agentd/agentd/deploy"
 )
 
 var metricName = regexp.MustCompile(`\bagentd_[a-z0-9_]+`)

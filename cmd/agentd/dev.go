@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/agentd/agentd/internal/forensics"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -14,6 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentd/agentd/internal/forensics"
+
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
@@ -21,8 +25,6 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/mattn/go-isatty"
-	"github.com/rs/zerolog"
 )
 
 type devCmd struct {

@@ -5,10 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/agentd/agentd/internal/docker"
-	"github.com/agentd/agentd/internal/event"
-	"github.com/agentd/agentd/internal/forensics"
-	"github.com/agentd/agentd/internal/journal"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -21,6 +17,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
+	"github.com/agentd/agentd/internal/journal"
 )
 
 // The end-to-end tests run the real binary as processes against the reference control plane

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/agentd/agentd/internal/docker"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/docker"
 )
 
 // TestFailpoints drives a real agent to each named crash point, where it SIGKILLs itself,

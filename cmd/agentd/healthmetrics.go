@@ -1,8 +1,9 @@
 package main
 
 import (
-	"github.com/agentd/agentd/internal/engine"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/agentd/agentd/internal/engine"
 )
 
 // healthCollector exports the engine's health by source, so an alert can say which thing is

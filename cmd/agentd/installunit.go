@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/agentd/agentd/deploy"
 	"github.com/alecthomas/kong"
+
+	"github.com/agentd/agentd/deploy"
 )
 
 // installUnitCmd writes the systemd unit that ships with this binary (deploy/agentd.service)

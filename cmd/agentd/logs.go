@@ -11,8 +11,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/agentd/agentd/internal/introspect"
 	"github.com/moby/moby/api/pkg/stdcopy"
+
+	"github.com/agentd/agentd/internal/introspect"
 )
 
 // logsCmd prints a container's logs through a running agent's introspection API, stdout to

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/alecthomas/kong"
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/backend"
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
@@ -16,8 +19,6 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/seal"
-	"github.com/alecthomas/kong"
-	"github.com/rs/zerolog"
 )
 
 // defaultDataDir is where `agentd run` keeps its journal, and where `agentd journal` looks.

@@ -19,10 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/agentd/agentd/internal/controlplane"
 )
 
 // holdingControlPlane is the reference control plane with a switch: while held, every

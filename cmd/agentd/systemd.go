@@ -5,8 +5,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/agentd/agentd/internal/fsm"
 	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/agentd/agentd/internal/fsm"
 )
 
 // notifySystemd speaks systemd's notify protocol when systemd started the agent as a

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/deploy"
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/fsm"
-	"github.com/rs/zerolog"
 )
 
 // fakeSystemd is a unixgram socket standing in for systemd's $NOTIFY_SOCKET.

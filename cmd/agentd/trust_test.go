@@ -15,12 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/seal"
-	"github.com/rs/zerolog"
 )
 
 const plantedSecret = "planted-secret-c0ffee-9d1e"

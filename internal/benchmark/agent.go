@@ -7,12 +7,13 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/backend"
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/journal"
-	"github.com/rs/zerolog"
 )
 
 const benchAgent = "agent-bench"

@@ -14,11 +14,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
 )
 
 // DockerOptions configure the Docker Engine benchmark.

@@ -16,9 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
-	bolt "go.etcd.io/bbolt"
 )
 
 // JournalOptions configure the journal benchmark.

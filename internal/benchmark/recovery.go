@@ -3,18 +3,20 @@ package benchmark
 import (
 	"context"
 	"fmt"
-	"github.com/agentd/agentd/internal/forensics"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/agentd/agentd/internal/forensics"
+
+	"github.com/rs/zerolog"
 
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
-	"github.com/rs/zerolog"
 )
 
 // RecoveryRow is one journal size: the time from open to a ready agent, with snapshots and

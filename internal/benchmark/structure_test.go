@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
-	bolt "go.etcd.io/bbolt"
 )
 
 // These tests hold the journal's shape under churn to account by counting records, pages and

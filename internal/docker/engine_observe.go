@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // Health streams health verdicts: the current one of every running container of this agent

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // containerConfig translates a container's spec (PROTOCOL.md §4, validated at arrival) into

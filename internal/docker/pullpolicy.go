@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/agentd/agentd/internal/event"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // PullWith makes the image present as the container's pull_policy says (PROTOCOL.md §4):

@@ -12,8 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
 	"github.com/moby/moby/api/pkg/stdcopy"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // simWorkload is what the simulated runtime keeps of a container's PROTOCOL.md §4 fields:

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
 	"github.com/moby/moby/api/pkg/stdcopy"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 func newSimAt(t *testing.T) (*Sim, *clock) {

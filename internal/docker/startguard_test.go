@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // On the real engine: Docker itself starts an exited container again (a second run), and

@@ -16,9 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
+
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/moby/moby/api/pkg/stdcopy"
 )
 
 // The tests of PROTOCOL.md §4 on the real engine: each asserts what the field does to the

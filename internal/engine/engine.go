@@ -8,12 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/submit"
-	"github.com/rs/zerolog"
 )
 
 // ControlPlane is the agent's side of PROTOCOL.md.

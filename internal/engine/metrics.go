@@ -4,9 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the engine's Prometheus metrics, in a registry of their own. No label carries

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/rs/zerolog"
 )
 
 // fakeClock is a virtual clock: time moves only when the test says.

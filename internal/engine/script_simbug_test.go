@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/cockroachdb/datadriven"
+
+	"github.com/agentd/agentd/internal/docker"
 )
 
 // With the guard compiled out of the core (-tags simbug), the seed's race script must fail: a

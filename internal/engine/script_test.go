@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/cockroachdb/datadriven"
-	"github.com/rs/zerolog"
 )
 
 // TestScripts plays the engine's stories in testdata/ (rewrite expectations with -rewrite).

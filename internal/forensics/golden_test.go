@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
-	"github.com/cockroachdb/datadriven"
 )
 
 // The golden journals were left by real runs: `agentd dev --tasks 12` (dev.db) and an agent

@@ -2,10 +2,11 @@ package forensics
 
 import (
 	"fmt"
-	"github.com/agentd/agentd/internal/fsm"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/agentd/agentd/internal/fsm"
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"

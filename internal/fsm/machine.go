@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/agentd/agentd/internal/event"
 	lfsm "github.com/looplab/fsm"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // The lifecycles as looplab/fsm tables. An event is named after the status it leads to, so a

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
-	"pgregory.net/rapid"
 )
 
 // world drives the projection the way an engine would, with every choice drawn by rapid:

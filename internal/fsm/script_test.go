@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
-	"github.com/cockroachdb/datadriven"
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)

@@ -13,11 +13,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Info is static metadata about the agent.

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
-	"github.com/rs/zerolog"
 )
 
 func get(t *testing.T, h http.Handler, path string) (int, map[string]any) {

@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/fsm"
-	"github.com/moby/moby/api/pkg/stdcopy"
 )
 
 // MultiplexedStream is the media type of the Docker Engine's multiplexed stdout/stderr

@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
-	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/rs/zerolog"
 )
 
 func TestContainerLogsByTaskAndName(t *testing.T) {

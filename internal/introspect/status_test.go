@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
-	"github.com/rs/zerolog"
 )
 
 // TestStatusPage: the page answers 503 with "recovering" before recovery and never shows a

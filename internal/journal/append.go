@@ -4,13 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/agentd/agentd/internal/failpoint"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/failpoint"
+
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // request is one Append (or one maintenance operation) waiting for the writer.

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
-	bolt "go.etcd.io/bbolt"
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 123456789, time.UTC)

@@ -7,9 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
-	bolt "go.etcd.io/bbolt"
 )
 
 // Issue 13 item 7: after a compaction the writer's cache of per-task index ids was restored by

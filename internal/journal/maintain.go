@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/agentd/agentd/internal/failpoint"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/failpoint"
+
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // keepSnapshots is how many snapshots are kept: the newest, and one to fall back on should the

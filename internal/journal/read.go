@@ -7,8 +7,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // Iterate calls fn for each record with sequence number ≥ from, in order, within one read

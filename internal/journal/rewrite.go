@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // rewriteBatch bounds the records one rewrite commit carries.

@@ -5,8 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/agentd/agentd/internal/event"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // Problem is one defect Verify found, named by sequence number (0 when it concerns the file

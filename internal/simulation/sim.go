@@ -27,6 +27,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
@@ -34,7 +36,6 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/rs/zerolog"
 )
 
 const agentID = "agent-sim"

@@ -18,10 +18,11 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/cenkalti/backoff/v4"
 )
 
 // BatchSize is the most changes one request carries (PROTOCOL.md §3).
