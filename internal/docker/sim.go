@@ -92,7 +92,7 @@ type SimFault struct {
 	NoEffect bool
 }
 
-// SetFaults makes every later call (op is create, start, stop or remove) behave as f says.
+// SetFaults makes every later call (op is create, start, stop, remove or list) behave as f says.
 // nil turns faults off.
 func (s *Sim) SetFaults(f func(op, id string) SimFault) {
 	s.mu.Lock()
@@ -470,17 +470,20 @@ func (s *Sim) Find(ctx context.Context, task, container string) (State, error) {
 }
 
 func (s *Sim) List(ctx context.Context) ([]State, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
 	var out []State
-	for _, c := range s.state.Containers {
-		if c.Agent == s.agent {
-			out = append(out, s.stateOf(c, now))
+	err := s.withFault(ctx, "list", "", func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		now := s.now()
+		for _, c := range s.state.Containers {
+			if c.Agent == s.agent {
+				out = append(out, s.stateOf(c, now))
+			}
 		}
-	}
-	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
+		slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.ID, b.ID) })
+		return nil
+	})
+	return out, err
 }
 
 // ExitsAfter returns the exits whose time (in unix nanoseconds, the cursor) is after cursor,

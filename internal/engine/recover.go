@@ -43,16 +43,13 @@ func (e *Engine) Recover(ctx context.Context) error {
 	}
 	e.cfg.AgentID = id
 	observed, err := observe(ctx, e.rt, e.probes())
-	switch {
-	case errors.Is(err, docker.ErrUnavailable):
-		// The agent stays up without its runtime: it journals payloads, reports what is
-		// pending and tries the runtime again; no runtime call is made before the runtime
-		// has been reconciled.
+	if err != nil {
+		// The agent stays up without its runtime (down, or not answering in time): it
+		// journals payloads, reports what is pending and asks the runtime again with
+		// backoff; no runtime call is made before the runtime has been reconciled.
 		e.reconcilePending = true
 		e.setHealth(HealthRuntime, "not reconciled yet: "+err.Error())
-		e.log.Warn().Err(err).Msg("the runtime does not answer; running unreconciled, no runtime call until it does")
-	case err != nil:
-		return fmt.Errorf("engine: reconcile with the %s runtime: %w", e.rt.Name(), err)
+		e.log.Warn().Err(err).Msgf("the %s runtime does not answer; running unreconciled, no runtime call until it does", e.rt.Name())
 	}
 	e.beginBurst(ctx)
 	e.record(event.Record{Event: &event.AgentStarted{Version: e.cfg.Version, PID: os.Getpid(), AgentID: id, JournalID: e.j.ID(), Runtime: e.cfg.RuntimeName}})

@@ -127,9 +127,11 @@ type sim struct {
 	poisoned  int
 	throttled bool
 	diskFull  bool // every journal commit fails, as on a full disk
-	failRate  float64
-	loseRate  float64
-	faults    bool
+	// runtimeDown: the runtime does not answer a list (reconcile) until the seed says so
+	runtimeDown bool
+	failRate    float64
+	loseRate    float64
+	faults      bool
 }
 
 // cpClient is the agent's side of the control plane, in process: the requests go through the
@@ -271,6 +273,16 @@ func (s *sim) start() error {
 		if !s.faults {
 			return docker.SimFault{}
 		}
+		if op == "list" && s.runtimeDown {
+			// The engine is away at the agent's start: reconcile finds nothing until it is
+			// back, which the seed decides try by try.
+			if s.rng.IntN(3) == 0 {
+				s.runtimeDown = false
+				s.log("the runtime answers again")
+			} else {
+				return docker.SimFault{NoEffect: true, Err: docker.ErrUnavailable}
+			}
+		}
 		switch k := s.rng.IntN(100); {
 		case k < 3:
 			return docker.SimFault{Err: context.DeadlineExceeded}
@@ -292,6 +304,26 @@ func (s *sim) start() error {
 	return nil
 }
 
+// damageNewestSnapshot flips a byte of the newest snapshot while the agent is down, as a bad
+// disk would: recovery must fall back to an older one (or replay) and lose nothing.
+func (s *sim) damageNewestSnapshot() {
+	j, err := journal.Open(filepath.Join(s.o.Dir, journal.FileName), journal.Options{})
+	if err != nil {
+		s.fail("open to damage: %v", err)
+		return
+	}
+	defer j.Close()
+	seqs, err := j.SnapshotSeqs()
+	if err != nil || len(seqs) == 0 {
+		return
+	}
+	if err := j.DamageSnapshot(seqs[len(seqs)-1]); err != nil {
+		s.fail("damage snapshot: %v", err)
+		return
+	}
+	s.log("the newest snapshot (at %d) is damaged while the agent is down", seqs[len(seqs)-1])
+}
+
 // crash drops every in-memory object mid-flight — calls in flight are lost, as in a real
 // crash — and starts again from the files.
 func (s *sim) crash() {
@@ -302,6 +334,15 @@ func (s *sim) crash() {
 		return
 	}
 	s.j = nil
+	if s.faults {
+		switch s.rng.IntN(8) {
+		case 0:
+			s.damageNewestSnapshot()
+		case 1:
+			s.runtimeDown = true
+			s.log("the runtime does not answer as the agent starts")
+		}
+	}
 	err := s.start()
 	if err != nil && s.diskFull {
 		// Recovery journals agent_started: on a full disk it fails with that cause, and the
