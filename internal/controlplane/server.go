@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -67,7 +68,7 @@ type payload struct {
 }
 
 type acceptedChange struct {
-	task, container, status string
+	task, container, status, health string
 }
 
 // Task is the control plane's view of a task: what it assigned and what it has accepted.
@@ -78,6 +79,7 @@ type Task struct {
 	Status     string                `json:"status"`
 	StatusAt   time.Time             `json:"status_at,omitzero"`
 	Reason     string                `json:"reason,omitempty"`
+	Health     string                `json:"health,omitempty"` // the last health change reported (PROTOCOL.md §4)
 	Containers map[string]*Container `json:"containers"`
 	History    []Accepted            `json:"history"`
 	spec       protocol.Task
@@ -85,9 +87,11 @@ type Task struct {
 
 // Container is the control plane's view of a container.
 type Container struct {
-	Status   string    `json:"status"`
-	ExitCode *int      `json:"exit_code,omitempty"`
-	At       time.Time `json:"at,omitzero"`
+	Status          string                 `json:"status"`
+	ExitCode        *int                   `json:"exit_code,omitempty"`
+	At              time.Time              `json:"at,omitzero"`
+	Health          string                 `json:"health,omitempty"`           // the last health change reported
+	NetworkBindings []event.NetworkBinding `json:"network_bindings,omitempty"` // with its RUNNING
 }
 
 // Accepted is one accepted change, when it happened at the agent and when it was accepted.
@@ -367,8 +371,9 @@ func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for i, c := range req.Changes {
-		if c.ID == "" || c.TaskARN == "" || statusRank[c.Status] == 0 || c.At.IsZero() {
-			badRequest(w, "changes[%d]: needs id, task_arn, a status of PULLED, CREATED, RUNNING or STOPPED, and at", i)
+		healthChange := c.Status == "" && (c.Health == "HEALTHY" || c.Health == "UNHEALTHY")
+		if c.ID == "" || c.TaskARN == "" || (statusRank[c.Status] == 0 && !healthChange) || (c.Status != "" && c.Health != "") || c.At.IsZero() {
+			badRequest(w, "changes[%d]: needs id, task_arn, a status of PULLED, CREATED, RUNNING or STOPPED (or, instead, a health of HEALTHY or UNHEALTHY), and at", i)
 			return
 		}
 		if len(c.Reason) > protocol.MaxReasonBytes {
@@ -392,7 +397,7 @@ func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 	resp := protocol.StateChangesResponse{Accepted: []string{}, Rejected: []protocol.Rejection{}}
 	for _, c := range req.Changes {
 		if prev, ok := s.accepted[c.ID]; ok {
-			if prev != (acceptedChange{c.TaskARN, c.Container, c.Status}) {
+			if prev != (acceptedChange{c.TaskARN, c.Container, c.Status, c.Health}) {
 				s.violate(id, c, "change id reused for a different change")
 			}
 			s.stats.ChangesDuplicate++
@@ -416,13 +421,25 @@ func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 // each of its containers' STOPPED.
 func (s *Server) acceptLocked(agentID string, t *Task, c protocol.StateChange, now time.Time) {
 	s.stats.ChangesAccepted++
-	s.accepted[c.ID] = acceptedChange{c.TaskARN, c.Container, c.Status}
+	s.accepted[c.ID] = acceptedChange{c.TaskARN, c.Container, c.Status, c.Health}
 	t.History = append(t.History, Accepted{ID: c.ID, Container: c.Container, Status: c.Status, At: c.At, AcceptedAt: now})
+	if c.Health != "" {
+		// A health change moves no status: it is only recorded (a container's, or the task's).
+		if c.Container == "" {
+			t.Health = c.Health
+		} else if ct := t.Containers[c.Container]; ct != nil {
+			ct.Health = c.Health
+		}
+		return
+	}
 	if c.Container != "" {
 		ct := t.Containers[c.Container]
 		if ct == nil {
 			ct = &Container{}
 			t.Containers[c.Container] = ct
+		}
+		if c.Status == "RUNNING" {
+			ct.NetworkBindings = c.NetworkBindings
 		}
 		if !s.forward(agentID, c, "container", ct.Status) {
 			return

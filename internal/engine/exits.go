@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/agentd/agentd/internal/docker"
 )
 
 // watchExits follows the runtime's exit stream and resubscribes from the last cursor when it
@@ -43,6 +45,50 @@ func (e *Engine) watchExits(ctx context.Context) {
 				bo.reset()
 			}
 			e.log.Warn().Msg("runtime event stream ended; resubscribing from the last exit seen")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(bo.next()):
+		}
+	}
+}
+
+// healthWatcher is the runtime's stream of health verdicts, when it has one (through a
+// wrapper that says what it wraps, too).
+func healthWatcher(rt docker.Runtime) docker.HealthWatcher {
+	for rt != nil {
+		if hw, ok := rt.(docker.HealthWatcher); ok {
+			return hw
+		}
+		u, ok := rt.(interface{ Unwrap() docker.Runtime })
+		if !ok {
+			return nil
+		}
+		rt = u.Unwrap()
+	}
+	return nil
+}
+
+// watchHealth follows the runtime's health verdicts and resubscribes when the stream ends,
+// with backoff, until ctx ends. Every subscription repeats the current verdicts; the core
+// records a verdict only when it changed.
+func (e *Engine) watchHealth(ctx context.Context, hw docker.HealthWatcher) {
+	defer e.wg.Done()
+	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+4)
+	for ctx.Err() == nil {
+		ch, err := hw.Health(ctx)
+		if err == nil {
+			for h := range ch {
+				select {
+				case e.inputs <- HealthInput{Change: h}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			bo.reset()
+		} else {
+			e.log.Warn().Err(err).Msg("runtime health stream unavailable; retrying")
 		}
 		select {
 		case <-ctx.Done():

@@ -26,6 +26,11 @@ type ActionResult struct {
 // ExitInput is a container exit from the runtime's event stream.
 type ExitInput struct{ Exit docker.Exit }
 
+// HealthInput is a verdict from the runtime's stream of health check verdicts.
+type HealthInput struct{ Change docker.HealthChange }
+
+func (HealthInput) isInput() {}
+
 // ReportInput is the answer to a state-change report.
 type ReportInput struct {
 	Sent   []protocol.StateChange

@@ -26,6 +26,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.wg.Add(1)
 	go e.watchExits(ctx)
+	if hw := healthWatcher(e.rt); hw != nil {
+		e.wg.Add(1)
+		go e.watchHealth(ctx, hw)
+	}
 	e.Step(loopCtx, nil)
 	for {
 		var timer <-chan time.Time
@@ -130,6 +134,9 @@ func (e *Engine) handle(in Input) {
 		e.handleAction(now, in)
 	case ExitInput:
 		e.handleExit(now, in)
+	case HealthInput:
+		h := in.Change
+		e.record(e.st.Step(now, fsm.HealthObserved{Task: h.Task, Container: h.Container, RuntimeID: h.ID, Health: h.Health}).Records...)
 	case ReportInput:
 		e.handleReport(now, in)
 	case CompactInput:

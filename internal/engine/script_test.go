@@ -34,6 +34,7 @@ import (
 //	payload id=M                          a payload; one raw task (JSON) per input line
 //	outcome KIND TASK/CTR [ok|failed|unavailable|unknown|vanished] [id=X] [exit=N] [running] [err=TEXT]
 //	exit TASK/CTR [code=N]                an exit from the runtime's event stream
+//	health TASK/CTR HEALTHY|UNHEALTHY     a verdict from the runtime's health stream
 //	answer [accept=all|ID,..] [reject=ID,..] | answer status=429|500|400
 //	tick DURATION                         time passes; the engine does what is due
 //	runtime TASK/CTR running|exited=N|gone  what the runtime holds, for the next crash
@@ -126,6 +127,10 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		return s.step(engine.ExitInput{Exit: docker.Exit{ID: c.RuntimeID, Task: task, Container: ctr, ExitCode: code, Cursor: s.cursor}})
 	case "answer":
 		return s.answer(t, d)
+	case "health":
+		task, ctr := subject(t, d.CmdArgs[0].Key)
+		c := s.e.State().Tasks[task].Container(ctr)
+		return s.step(engine.HealthInput{Change: docker.HealthChange{ID: c.RuntimeID, Task: task, Container: ctr, Health: event.Health(d.CmdArgs[1].Key)}})
 	case "tick":
 		s.clock.set(s.clock.Now().Add(mustDuration(t, d.CmdArgs[0].Key)))
 		return s.step(nil)

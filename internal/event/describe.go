@@ -93,6 +93,8 @@ func Describe(e Event) string {
 	case *CallEnded:
 		kv("call", e.Call)
 		kv("reason", e.Reason)
+	case *HealthChanged:
+		kv("health", string(e.Health))
 	case *SnapshotTaken:
 		kv("at", fmt.Sprint(e.AtSeq))
 		kv("bytes", e.Bytes)

@@ -38,6 +38,7 @@ const (
 	TypeTaskResent            Type = 17
 	TypeCallStarted           Type = 18
 	TypeCallEnded             Type = 19
+	TypeHealthChanged         Type = 20
 )
 
 // typeInfo is the catalogue: wire name and a constructor for the body.
@@ -64,6 +65,7 @@ var typeInfo = map[Type]struct {
 	TypeTaskResent:            {"task_resent", func() Event { return &TaskResent{} }},
 	TypeCallStarted:           {"call_started", func() Event { return &CallStarted{} }},
 	TypeCallEnded:             {"call_ended", func() Event { return &CallEnded{} }},
+	TypeHealthChanged:         {"health_changed", func() Event { return &HealthChanged{} }},
 }
 
 // Known reports whether t is a record type this build understands.

@@ -229,6 +229,9 @@ type ContainerTransitioned struct {
 	// NetworkBindings are the host ports the runtime bound for a container that went RUNNING
 	// (PROTOCOL.md §4), reported with its RUNNING change.
 	NetworkBindings []NetworkBinding `json:"network_bindings,omitempty"`
+	// StopsTask: this container's STOPPED stops its task even if it is not essential (a
+	// dependency of it can no longer be met, PROTOCOL.md §4).
+	StopsTask bool `json:"stops_task,omitempty"`
 }
 
 // CallStarted records, before it is made, a runtime call that must never be made twice (a
@@ -244,6 +247,13 @@ type CallStarted struct {
 type CallEnded struct {
 	Call   string `json:"call"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// HealthChanged records a new verdict of a running container's health check (subject: task
+// + container), or of its task — the worst of its essential containers' (subject: the task).
+// Each is reported as a change that carries the health instead of a status (PROTOCOL.md §4).
+type HealthChanged struct {
+	Health Health `json:"health"`
 }
 
 // TaskTransitioned records a task's known status moving.
@@ -318,6 +328,7 @@ func (*ContainerTransitioned) Type() Type { return TypeContainerTransitioned }
 func (*TaskTransitioned) Type() Type      { return TypeTaskTransitioned }
 func (*CallStarted) Type() Type           { return TypeCallStarted }
 func (*CallEnded) Type() Type             { return TypeCallEnded }
+func (*HealthChanged) Type() Type         { return TypeHealthChanged }
 func (*ChangesSettled) Type() Type        { return TypeChangesSettled }
 func (*StoppedAcked) Type() Type          { return TypeStoppedAcked }
 func (*CleanupStarted) Type() Type        { return TypeCleanupStarted }

@@ -107,6 +107,8 @@ func (s *State) apply(rec event.Record) error {
 		return s.transitionContainer(rec, e)
 	case *event.TaskTransitioned:
 		return s.transitionTask(rec, e)
+	case *event.HealthChanged:
+		return s.healthChanged(rec, e)
 	case *event.CallStarted:
 		t, c, err := s.container(rec)
 		if err != nil {
@@ -274,8 +276,11 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 	}
 	if e.To == event.StatusStopped {
 		c.ExitCode, c.Reason, c.StoppedAt, c.StopSeq = e.ExitCode, e.Reason, rec.Time, rec.Seq
-		if c.Essential && t.StopCause == "" {
+		if (c.Essential || e.StopsTask) && t.StopCause == "" {
 			t.StopCause = essentialStopped(c)
+			if e.StopsTask {
+				t.StopCause = e.Reason
+			}
 		}
 	}
 	if e.To == event.StatusRunning {
@@ -347,5 +352,31 @@ func (s *State) clean(rec event.Record) error {
 	}
 	delete(s.Tasks, t.ARN)
 	s.Tombstones[t.ARN] = ts
+	return nil
+}
+
+// healthChanged applies a health verdict: of a running container, or of its task.
+func (s *State) healthChanged(rec event.Record, e *event.HealthChanged) error {
+	if e.Health != event.HealthHealthy && e.Health != event.HealthUnhealthy {
+		return fmt.Errorf("health %q: only HEALTHY or UNHEALTHY", e.Health)
+	}
+	if rec.Container == "" {
+		t, err := s.task(rec)
+		if err != nil {
+			return err
+		}
+		t.Health = e.Health
+		s.addHealthChange(rec, t, nil, e.Health)
+		return nil
+	}
+	t, c, err := s.container(rec)
+	if err != nil {
+		return err
+	}
+	if c.Known != event.StatusRunning {
+		return fmt.Errorf("health of a container that is %s (needs RUNNING)", c.Known)
+	}
+	c.Health = e.Health
+	s.addHealthChange(rec, t, c, e.Health)
 	return nil
 }

@@ -174,7 +174,12 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			case c.Known == event.StatusPulled:
 				act(ActCreate, c)
 			case c.Known == event.StatusCreated:
-				act(ActStart, c)
+				switch waiting, unmet := dependencies(t, c); {
+				case unmet != "":
+					rec(c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "not started: " + unmet, StopsTask: true})
+				case !waiting:
+					act(ActStart, c)
+				}
 			}
 		}
 		if next, ok := nextUp[t.Known]; ok {
@@ -186,6 +191,29 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			rec("", &event.TaskTransitioned{From: t.Known, To: next})
 		}
 	}
+}
+
+// dependencies says whether a container must wait for its depends_on conditions, or — unmet
+// non-empty, naming the dependency — can never start because one can no longer hold.
+func dependencies(t *Task, c *Container) (waiting bool, unmet string) {
+	for _, d := range c.DependsOn {
+		dep := t.Container(d.Container)
+		if dep == nil {
+			return false, fmt.Sprintf("dependency %s (%s) is not a container of the task", d.Container, d.Condition)
+		}
+		met, impossible := d.Met(dep.Known, dep.ExitCode, dep.Health)
+		switch {
+		case impossible:
+			why := "it stopped"
+			if dep.ExitCode != nil {
+				why = fmt.Sprintf("it exited with code %d", *dep.ExitCode)
+			}
+			return false, fmt.Sprintf("dependency %s (%s) can no longer be met: %s", d.Container, d.Condition, why)
+		case !met:
+			waiting = true
+		}
+	}
+	return waiting, ""
 }
 
 // stopReason says why a task stopped, for its STOPPED change.

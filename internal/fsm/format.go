@@ -51,6 +51,9 @@ func (s *State) FormatTask(t *Task, now time.Time, cfg Config) string {
 	if t.Rejected {
 		b.WriteString(" rejected")
 	}
+	if t.Health != "" {
+		fmt.Fprintf(&b, " health=%s", t.Health)
+	}
 	if t.Reason != "" {
 		fmt.Fprintf(&b, " reason=%q", t.Reason)
 	}
@@ -62,6 +65,9 @@ func (s *State) FormatTask(t *Task, now time.Time, cfg Config) string {
 		}
 		if c.RuntimeID != "" {
 			fmt.Fprintf(&b, " id=%s", c.RuntimeID)
+		}
+		if c.Health != "" {
+			fmt.Fprintf(&b, " health=%s", c.Health)
 		}
 		if c.Removed {
 			b.WriteString(" removed")
@@ -95,7 +101,11 @@ func (c Change) String() string {
 	if c.Container != "" {
 		subj += "/" + c.Container
 	}
-	s := fmt.Sprintf("%s %s %s", c.ID, event.Printable(subj), c.Status)
+	status := string(c.Status)
+	if c.Health != "" {
+		status = "health=" + string(c.Health)
+	}
+	s := fmt.Sprintf("%s %s %s", c.ID, event.Printable(subj), status)
 	if c.ExitCode != nil {
 		s += fmt.Sprintf(" exit=%d", *c.ExitCode)
 	}

@@ -29,6 +29,9 @@ type Change struct {
 	At        time.Time    `json:"at"`
 	// NetworkBindings go with a container's RUNNING (PROTOCOL.md §4).
 	NetworkBindings []event.NetworkBinding `json:"network_bindings,omitempty"`
+	// Health, on a health change, stands instead of a status. Health changes stand alone:
+	// they neither carry nor are carried by the subject's status changes.
+	Health event.Health `json:"health,omitempty"`
 }
 
 // ChangeID is the id of the change caused by record seq.
@@ -73,7 +76,7 @@ func (s *State) Pending(max int) []Change {
 // final changes, which stand alone).
 func (s *State) latestPending(c *Change) (uint64, bool) {
 	t := s.Tasks[c.Task]
-	if t == nil {
+	if t == nil || c.Health != "" {
 		return 0, false
 	}
 	p := t.Pending
@@ -150,6 +153,16 @@ func (s *State) requeue(changes []Change) {
 	}
 }
 
+// addHealthChange queues a health change of a container (c non-nil) or task.
+func (s *State) addHealthChange(rec event.Record, t *Task, c *Container, h event.Health) {
+	ch := &Change{ID: s.ChangeID(rec.Seq), Seq: rec.Seq, Task: t.ARN, Health: h, At: rec.Time}
+	if c != nil {
+		ch.Container = c.Name
+	}
+	s.Outbox[rec.Seq] = ch
+	s.order = append(s.order, rec.Seq)
+}
+
 func (s *State) insertOrder(seq uint64) {
 	s.sweep()
 	i, found := slices.BinarySearch(s.order, seq)
@@ -180,8 +193,8 @@ func (s *State) settle(rec event.Record, e *event.ChangesSettled) error {
 			continue
 		}
 		t := s.Tasks[c.Task]
-		if t == nil {
-			delete(s.Outbox, c.Seq) // a tombstone's final change, re-sent
+		if t == nil || c.Health != "" {
+			delete(s.Outbox, c.Seq) // a tombstone's final change, re-sent; or a health change, alone
 			continue
 		}
 		pending, sent := &t.Pending, &t.Sent

@@ -202,3 +202,42 @@ func (s *State) reconcile(in RuntimeObserved) Verdict {
 }
 
 func exitCode(code int) *int { return &code }
+
+// health maps a health verdict to records: the container's when it changed (a repeat, or a
+// verdict of a container not RUNNING, or of another incarnation, records nothing), then its
+// task's when the worst verdict of the task's essential containers with a check changed.
+func (s *State) health(in HealthObserved) []event.Record {
+	t := s.Tasks[in.Task]
+	if t == nil {
+		return nil
+	}
+	c := t.Container(in.Container)
+	if c == nil || c.Known != event.StatusRunning || c.RuntimeID != in.RuntimeID || c.Health == in.Health ||
+		(in.Health != event.HealthHealthy && in.Health != event.HealthUnhealthy) {
+		return nil
+	}
+	recs := []event.Record{{Task: t.ARN, Container: c.Name, Event: &event.HealthChanged{Health: in.Health}}}
+	worst, checked := event.HealthHealthy, false
+	for _, o := range t.Containers {
+		if !o.Essential || o.HealthCheck == nil {
+			continue
+		}
+		h := o.Health
+		if o == c {
+			h = in.Health
+		}
+		checked = true
+		switch h {
+		case event.HealthUnhealthy:
+			worst = event.HealthUnhealthy
+		case event.HealthUnknown:
+			if worst == event.HealthHealthy {
+				worst = event.HealthUnknown
+			}
+		}
+	}
+	if checked && worst != event.HealthUnknown && worst != t.Health {
+		recs = append(recs, event.Record{Task: t.ARN, Event: &event.HealthChanged{Health: worst}})
+	}
+	return recs
+}

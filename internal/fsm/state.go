@@ -48,6 +48,8 @@ type Task struct {
 	// Messages are the payloads that hold this task: while it is live their ids are kept, so
 	// a re-send of one is recognised whole — also the tasks in it that are long forgotten.
 	Messages []string `json:"messages,omitempty"`
+	// Health is the worst verdict of its essential containers' health checks (none: "").
+	Health event.Health `json:"health,omitempty"`
 }
 
 // heldBy notes a payload that holds the task.
@@ -68,6 +70,7 @@ type Container struct {
 	Removed   bool                   `json:"removed,omitempty"`
 	InFlight  ActionKind             `json:"in_flight,omitempty"`        // a call journaled as started whose outcome is not journaled yet
 	Bindings  []event.NetworkBinding `json:"network_bindings,omitempty"` // host ports bound while it runs
+	Health    event.Health           `json:"health,omitempty"`           // its health check's verdict while it runs
 	StoppedAt time.Time              `json:"stopped_at,omitzero"`
 	StopSeq   uint64                 `json:"stop_seq,omitempty"`
 	Pending   []uint64               `json:"pending,omitempty"` // unsettled changes, by seq

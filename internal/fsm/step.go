@@ -62,6 +62,13 @@ type ContainerExited struct {
 	Cursor                     int64 // the stream's position, journaled so a restart resumes there
 }
 
+// HealthObserved is a verdict of a container's health check, from the runtime's stream of
+// them (which repeats current verdicts on every subscription).
+type HealthObserved struct {
+	Task, Container, RuntimeID string
+	Health                     event.Health
+}
+
 // ReportAnswered is what the control plane settled of a report, as the submitter read it.
 type ReportAnswered struct {
 	Sent    []protocol.StateChange
@@ -95,6 +102,7 @@ func (ContainerExited) isInput()    {}
 func (ReportAnswered) isInput()     {}
 func (RuntimeObserved) isInput()    {}
 func (CompactionFinished) isInput() {}
+func (HealthObserved) isInput()     {}
 
 // Verdict is what an input comes to: the records to journal (stamped now, not yet numbered)
 // and what the engine must know besides.
@@ -132,6 +140,8 @@ func (s *State) Step(now time.Time, in Input) Verdict {
 		v.Records = settledByTask(in)
 	case RuntimeObserved:
 		v = s.reconcile(in)
+	case HealthObserved:
+		v.Records = s.health(in)
 	case CompactionFinished:
 		if in.Done != nil {
 			v.Records = []event.Record{{Event: in.Done}}

@@ -92,12 +92,15 @@ type StateChange struct {
 	ID        string    `json:"id"`
 	TaskARN   string    `json:"task_arn"`
 	Container string    `json:"container,omitempty"`
-	Status    string    `json:"status"`
+	Status    string    `json:"status,omitempty"` // absent on a health change
 	ExitCode  *int      `json:"exit_code,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	At        time.Time `json:"at"`
 	// NetworkBindings: on a container's RUNNING, the ports actually bound (PROTOCOL.md §4).
 	NetworkBindings []event.NetworkBinding `json:"network_bindings,omitempty"`
+	// Health, instead of a status: a change of a container's health check verdict, or of its
+	// task's (the worst of its essential containers'), PROTOCOL.md §4.
+	Health string `json:"health,omitempty"`
 }
 
 // StateChangesRequest is the body of POST /v1/agents/{agent}/state-changes.

@@ -88,7 +88,7 @@ func (s *Submitter) choose(now time.Time, candidates []fsm.Change, complete bool
 // wire is a change's form on the wire, its reason within protocol.MaxReasonBytes.
 func wire(c fsm.Change) protocol.StateChange {
 	return protocol.StateChange{ID: c.ID, TaskARN: c.Task, Container: c.Container, Status: string(c.Status),
-		ExitCode: c.ExitCode, Reason: protocol.ShortenReason(c.Reason), At: c.At, NetworkBindings: c.NetworkBindings}
+		ExitCode: c.ExitCode, Reason: protocol.ShortenReason(c.Reason), At: c.At, NetworkBindings: c.NetworkBindings, Health: string(c.Health)}
 }
 
 // refused handles a report refused as a whole (400 or 413): a report of several changes is
