@@ -446,6 +446,26 @@ func (s *sim) assign() {
 		}
 		t.Containers = append(t.Containers, ct)
 	}
+	if n == 2 && s.rng.IntN(3) == 0 {
+		// PROTOCOL.md §4: a health check on c0 (one that passes, or one that fails), and c1
+		// waiting on a condition of c0 that the check and c0's essentiality allow.
+		c0, c1 := &t.Containers[0], &t.Containers[1]
+		words := []string{"CMD", "/testbox", "probe"}
+		if s.rng.IntN(3) == 0 {
+			words = []string{"CMD", "/testbox", "exit", "1"}
+		}
+		cond := event.DependStart
+		switch s.rng.IntN(3) {
+		case 0:
+			c0.HealthCheck = &event.HealthCheck{Command: words, IntervalS: 1, Retries: 2}
+			cond = event.DependHealthy
+		case 1:
+			f := false
+			c0.Essential = &f
+			cond = []string{event.DependComplete, event.DependSuccess}[s.rng.IntN(2)]
+		}
+		c1.DependsOn = []event.Dependency{{Container: c0.Name, Condition: cond}}
+	}
 	switch s.rng.IntN(12) {
 	case 0:
 		t.DesiredStatus = "STOPPED"
@@ -460,6 +480,17 @@ func (s *sim) assign() {
 	}
 	s.assigned = append(s.assigned, arn)
 	s.log("control plane assigns %s (%d containers, desired %s)", arn, len(t.Containers), t.DesiredStatus)
+}
+
+// feedHealth hands the runtime's current health verdicts to the engine, as the health stream
+// would (it repeats them; the core records only changes).
+func (s *sim) feedHealth() {
+	verdicts, _ := s.rt.Verdicts()
+	for _, h := range verdicts {
+		if r := s.e.Step(context.Background(), engine.HealthInput{Change: h}); len(r.Records) > 0 {
+			s.log("runtime: %s/%s turns %s", h.Task, h.Container, h.Health)
+		}
+	}
 }
 
 // feedExits hands the runtime's exits to the engine, as the event stream would.
@@ -517,9 +548,13 @@ func (s *sim) advance(limit time.Duration) {
 	if _, exit := s.rt.ExitsAfter(s.cursor); !exit.IsZero() && exit.Before(next) {
 		next = exit
 	}
+	if _, verdict := s.rt.Verdicts(); !verdict.IsZero() && verdict.Before(next) {
+		next = verdict
+	}
 	if next.After(s.clock.now) {
 		s.clock.now = next
 	}
+	s.feedHealth()
 	s.e.Step(context.Background(), nil)
 }
 
