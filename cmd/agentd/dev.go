@@ -157,7 +157,8 @@ func (d *devCmd) Run(ctx context.Context) error {
 }
 
 // workload assigns the demo's tasks a little apart, with varied lifetimes and exit codes;
-// some run until the control plane stops them, some fail, some are invalid.
+// some run until the control plane stops them, some fail, some are invalid; some are services
+// with ports, a health check and a dependency on it, some wait for a migration to succeed.
 func (d *devCmd) workload(ctx context.Context, cp *controlplane.Server, agentID string) {
 	rng := rand.New(rand.NewPCG(42, uint64(d.Tasks)))
 	type stop struct {
@@ -189,6 +190,23 @@ func (d *devCmd) workload(ctx context.Context, cp *controlplane.Server, agentID 
 			app.Name = "bad name!" // breaks the protocol's rule: recorded STOPPED with the reason
 		}
 		t.Containers = append([]protocol.Container{app}, t.Containers...)
+		switch i % 10 {
+		case 5: // a service (PROTOCOL.md §4): web waits for its database's health check; both publish a port
+			t.Containers = []protocol.Container{
+				{Name: "db", Image: "demo/db:1", Command: []string{"run"}, Essential: &essential,
+					HealthCheck: &event.HealthCheck{Command: []string{"CMD", "/testbox", "probe", "5432"}, IntervalS: 1, Retries: 2},
+					Ports:       []event.PortMapping{{ContainerPort: 5432}}},
+				{Name: "web", Image: "demo/web:1", Command: []string{"run"}, Ports: []event.PortMapping{{ContainerPort: 8080}},
+					DependsOn: []event.Dependency{{Container: "db", Condition: event.DependHealthy}}},
+			}
+			stops = append(stops, stop{arn, time.Now().Add(time.Duration(4000+rng.IntN(4000)) * time.Millisecond)})
+		case 7: // a migration that must succeed before its app starts
+			t.Containers = []protocol.Container{
+				{Name: "migrate", Image: "demo/migrate:1", Command: []string{"sleep", "800ms", fmt.Sprint(rng.IntN(2))}, Essential: &essential},
+				{Name: "app", Image: "demo/app:1", Command: []string{"sleep", "2s"},
+					DependsOn: []event.Dependency{{Container: "migrate", Condition: event.DependSuccess}}},
+			}
+		}
 		_ = cp.AddTask(agentID, t, nil)
 		for len(stops) > 0 && time.Now().After(stops[0].at) {
 			_ = cp.StopTask(stops[0].arn)
