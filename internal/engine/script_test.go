@@ -33,7 +33,7 @@ import (
 //	agent [wait=3h] [retention=D] [snapshot-every=N]   start the engine on a fresh journal
 //	payload id=M                          a payload; one raw task (JSON) per input line
 //	outcome KIND TASK/CTR [ok|failed|unavailable|unknown|vanished] [id=X] [exit=N] [running] [err=TEXT]
-//	exit TASK/CTR [code=N]                an exit from the runtime's event stream
+//	exit TASK/CTR [code=N] [oom]          an exit from the runtime's event stream (oom: the kernel killed it)
 //	health TASK/CTR HEALTHY|UNHEALTHY     a verdict from the runtime's health stream
 //	answer [accept=all|ID,..] [reject=ID,..] | answer status=429|500|400
 //	tick DURATION                         time passes; the engine does what is due
@@ -124,7 +124,7 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		d.MaybeScanArgs(t, "code", &code)
 		c := s.e.State().Tasks[task].Container(ctr)
 		s.cursor++
-		return s.step(engine.ExitInput{Exit: docker.Exit{ID: c.RuntimeID, Task: task, Container: ctr, ExitCode: code, Cursor: s.cursor}})
+		return s.step(engine.ExitInput{Exit: docker.Exit{ID: c.RuntimeID, Task: task, Container: ctr, ExitCode: code, Cursor: s.cursor, OOMKilled: d.HasArg("oom")}})
 	case "answer":
 		return s.answer(t, d)
 	case "health":
