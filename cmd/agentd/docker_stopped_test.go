@@ -19,14 +19,7 @@ func TestDockerStoppedMeansStopped(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
-	agentID := strings.ReplaceAll("agent-stopped-"+time.Now().Format("150405.000"), ".", "")
-	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
-	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
-	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
-	// A long cleanup wait: stopped containers stay to be looked at.
-	agent := startProc(t, "run", "--runtime", "docker", "--data-dir", filepath.Join(t.TempDir(), "data"), "--backend", cpURL,
-		"--listen", "127.0.0.1:0", "--cleanup-wait", "10m", "--log-format", "json", "--agent-id", agentID)
-	agent.await(t, "agent running", 60*time.Second)
+	agentID, cpURL, agent := startDockerAgent(t, "agent-stopped-")
 
 	img := "agentd-testbox:latest"
 	var arns []string
@@ -96,4 +89,19 @@ func TestDockerStoppedMeansStopped(t *testing.T) {
 		t.Fatalf("%d containers run after every task was reported STOPPED", len(left))
 	}
 	noViolations(t, cpURL)
+}
+
+// startDockerAgent starts a reference control plane and `agentd run --runtime docker` against
+// it, with a long cleanup wait so stopped containers stay to be looked at; every container of
+// the agent is removed when the test ends.
+func startDockerAgent(t *testing.T, prefix string) (agentID, cpURL string, agent *proc) {
+	t.Helper()
+	agentID = strings.ReplaceAll(prefix+time.Now().Format("150405.000"), ".", "")
+	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
+	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
+	cpURL = "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
+	agent = startProc(t, "run", "--runtime", "docker", "--data-dir", filepath.Join(t.TempDir(), "data"), "--backend", cpURL,
+		"--listen", "127.0.0.1:0", "--cleanup-wait", "10m", "--log-format", "json", "--agent-id", agentID)
+	agent.await(t, "agent running", 60*time.Second)
+	return agentID, cpURL, agent
 }

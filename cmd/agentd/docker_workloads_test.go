@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,13 +65,7 @@ func TestDockerDependenciesHealthAndPortsThroughTheAgent(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
-	agentID := strings.ReplaceAll("agent-deps-"+time.Now().Format("150405.000"), ".", "")
-	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
-	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
-	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
-	agent := startProc(t, "run", "--runtime", "docker", "--data-dir", filepath.Join(t.TempDir(), "data"), "--backend", cpURL,
-		"--listen", "127.0.0.1:0", "--cleanup-wait", "10m", "--log-format", "json", "--agent-id", agentID)
-	agent.await(t, "agent running", 60*time.Second)
+	agentID, cpURL, agent := startDockerAgent(t, "agent-deps-")
 	img := cmp.Or(os.Getenv("AGENTD_TESTBOX_IMAGE"), "agentd-testbox:latest")
 	health := map[string]any{"command": []string{"CMD", "/testbox", "probe", "8080"}, "interval_s": 1, "timeout_s": 5, "retries": 2}
 	postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": map[string]any{"arn": "task/w-svc", "containers": []map[string]any{

@@ -92,3 +92,17 @@ func TestSimIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// findsPlantedBug runs seeds 1…bound until one fails with the failure a planted bug must
+// cause (its prefix), and fails the test if none does: a simulation that passes with a bug
+// planted proves nothing by passing without it.
+func findsPlantedBug(t *testing.T, prefix string, bound uint64) {
+	t.Helper()
+	for s := uint64(1); s <= bound; s++ {
+		if r := runSeed(t, s); strings.HasPrefix(r.Failure, prefix) {
+			t.Logf("seed %d finds the planted bug after %d steps: %s", s, r.Steps, r.Failure)
+			return
+		}
+	}
+	t.Fatalf("the simulation did not find the planted bug (%s) in %d seeds", prefix, bound)
+}
