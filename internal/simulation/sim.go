@@ -389,7 +389,7 @@ func (s *sim) poll() {
 var commands = [][]string{{"run"}, {"sleep", "1s"}, {"sleep", "3s", "2"}, {"exit", "1"}, {"sleep", "500ms", "7"}, {"sleep", "10s"}}
 
 // poison queues a payload that breaks the protocol's limits: a task the agent must record
-// STOPPED with a short reason naming the field (a 200 KB desired_status, 65 KiB of env, 11
+// STOPPED with a short reason naming the field (a 3.5 KB desired_status, 65 KiB of env, 11
 // containers), or skip without a word (an ARN past 256 bytes, or with a space). Whatever it
 // holds, the payload is acknowledged and stalls nothing (checked at the end).
 func (s *sim) poison() {
@@ -400,7 +400,7 @@ func (s *sim) poison() {
 	kind := s.rng.IntN(5)
 	switch kind {
 	case 0:
-		task["desired_status"] = strings.Repeat("RUNNING", 30000)
+		task["desired_status"] = strings.Repeat("RUNNING", 500) // 3.5 KB: past the 1 KiB reason limit if quoted whole
 	case 1:
 		task["containers"] = []map[string]any{{"name": "app", "image": "img", "env": map[string]string{"BIG": strings.Repeat("x", 65<<10)}}}
 	case 2:
@@ -559,6 +559,10 @@ func (s *sim) advance(limit time.Duration) {
 }
 
 func (s *sim) step() {
+	if s.diskFull && s.rng.IntN(6) == 0 {
+		s.diskFull = false // a full disk is freed again within a few steps
+		s.log("disk full false")
+	}
 	switch k := s.rng.IntN(100); {
 	case k < 8 && len(s.assigned) < s.o.Tasks:
 		if s.rng.IntN(10) == 0 {
