@@ -16,7 +16,7 @@ import (
 // CI run explores seeds no run before it tried, and prints where it started.
 var (
 	seed   = flag.Uint64("seed", 0, "replay one seed")
-	seeds  = flag.Int("seeds", 1000, "how many seeds TestSim runs")
+	seeds  = flag.Int("seeds", 500, "how many seeds TestSim runs (make test: seeds 1…500; make test-sim: a fresh stretch)")
 	offset = flag.String("seed-offset", os.Getenv("AGENTD_SIM_OFFSET"),
 		`TestSim runs seeds offset+1 … offset+seeds; "random" draws a fresh offset (default $AGENTD_SIM_OFFSET, else 0)`)
 )
