@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -217,9 +218,11 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions) (time.D
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	stopped := false
+	var peakKB int64
 	stop := func() (*syscall.Rusage, error) {
 		if !stopped {
 			stopped = true
+			peakKB = procPeakKB(cmd.Process.Pid)
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 		}
 		select {
@@ -234,6 +237,12 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions) (time.D
 			return nil, errors.New("bench docker: agentd did not stop within 30s of SIGTERM")
 		}
 		ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		if ru != nil && peakKB > 0 {
+			// The kernel's ru_maxrss of a child started by vfork counts the parent's resident
+			// set at the fork (this benchmark's own, gigabytes after the recovery rows): the
+			// child's own high-water mark is its VmHWM.
+			ru.Maxrss = peakKB
+		}
 		return ru, nil
 	}
 	defer func() {
@@ -293,4 +302,20 @@ func tail(b []byte, n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
+}
+
+// procPeakKB is a process's peak resident set (VmHWM) in KiB, 0 when it cannot be read.
+func procPeakKB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb)
+			return kb
+		}
+	}
+	return 0
 }
