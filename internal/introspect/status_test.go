@@ -38,7 +38,8 @@ func TestStatusPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt, _ := docker.NewSim(dir, "agent-1", nil)
-	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
+	// Runtime calls are held, never made: task/live stays NONE however fast the loop runs.
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
 	e.RegisterStateCollector()
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
 	get := func(path string) *httptest.ResponseRecorder {
@@ -102,3 +103,8 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("/nope: HTTP %d; the page must answer / only", w.Code)
 	}
 }
+
+// holdExec never runs the work it is given, so nothing the engine decides happens.
+type holdExec struct{}
+
+func (holdExec) Go(func() engine.Input) {}
