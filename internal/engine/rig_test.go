@@ -109,16 +109,7 @@ func newRig(t *testing.T, wait time.Duration) *rig {
 // start opens the journal and recovers a new engine from it, as a restarted process would.
 func (r *rig) start() {
 	r.t.Helper()
-	var err error
-	full := func() error {
-		if r.diskFull.Load() {
-			return errors.New("write journal.db: no space left on device")
-		}
-		return nil
-	}
-	if r.j, err = journal.Open(filepath.Join(r.dir, journal.FileName), journal.Options{BeforeCommit: full}); err != nil {
-		r.t.Fatal(err)
-	}
+	r.j = openJournal(r.t, r.dir, &r.diskFull)
 	id, err := engine.ResolveAgentID(context.Background(), r.j, "agent-test")
 	if err != nil {
 		r.t.Fatal(err)
@@ -253,4 +244,19 @@ func (r *rig) containers(arn string) int {
 		}
 	}
 	return n
+}
+
+// openJournal opens the journal in dir; while full is set, every commit fails as on a full disk.
+func openJournal(t testing.TB, dir string, full *atomic.Bool) *journal.Journal {
+	t.Helper()
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{BeforeCommit: func() error {
+		if full.Load() {
+			return errors.New("write journal.db: no space left on device")
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -175,16 +174,7 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 
 // start opens the journal and recovers a new engine from it, as a restarted process would.
 func (s *script) start() string {
-	var err error
-	full := func() error {
-		if s.full.Load() {
-			return errors.New("write journal.db: no space left on device")
-		}
-		return nil
-	}
-	if s.j, err = journal.Open(filepath.Join(s.dir, journal.FileName), journal.Options{BeforeCommit: full}); err != nil {
-		s.t.Fatal(err)
-	}
+	s.j = openJournal(s.t, s.dir, &s.full)
 	cfg := engine.Config{AgentID: "agent-script", CleanupWait: s.wait, CleanupJitter: -1, Seed: 1,
 		Retention: s.retention, SnapshotEvery: s.snapshotEvery}
 	s.e = engine.New(cfg, s.j, s.rt, refusingCP{}, s.clock, dropExec{}, zerolog.Nop())
