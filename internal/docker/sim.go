@@ -534,26 +534,29 @@ func (s *Sim) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 					return
 				}
 			}
-			var timer *time.Timer
-			var fire <-chan time.Time
-			if !next.IsZero() {
-				timer = time.NewTimer(max(time.Until(next), time.Millisecond))
-				fire = timer.C
-			}
-			select {
-			case <-ctx.Done():
-			case <-changed:
-			case <-fire:
-			}
-			if timer != nil {
-				timer.Stop()
-			}
-			if ctx.Err() != nil {
+			if !s.await(ctx, changed, next) {
 				return
 			}
 		}
 	}()
 	return out, nil
+}
+
+// await waits until the runtime's state changes, next comes (zero: no deadline) or ctx ends,
+// and reports whether the stream goes on: the one wait of the streams, which never poll.
+func (s *Sim) await(ctx context.Context, changed <-chan struct{}, next time.Time) bool {
+	var fire <-chan time.Time
+	if !next.IsZero() {
+		timer := time.NewTimer(max(next.Sub(s.now()), time.Millisecond))
+		defer timer.Stop()
+		fire = timer.C
+	}
+	select {
+	case <-ctx.Done():
+	case <-changed:
+	case <-fire:
+	}
+	return ctx.Err() == nil
 }
 
 // Created counts the containers ever created (ids are never reused): a test's proof that

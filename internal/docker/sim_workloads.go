@@ -219,21 +219,7 @@ func (s *Sim) Health(ctx context.Context) (<-chan HealthChange, error) {
 					return
 				}
 			}
-			var fire <-chan time.Time
-			var timer *time.Timer
-			if !next.IsZero() {
-				timer = time.NewTimer(max(next.Sub(s.now()), time.Millisecond))
-				fire = timer.C
-			}
-			select {
-			case <-ctx.Done():
-			case <-changed:
-			case <-fire:
-			}
-			if timer != nil {
-				timer.Stop()
-			}
-			if ctx.Err() != nil {
+			if !s.await(ctx, changed, next) {
 				return
 			}
 		}

@@ -36,7 +36,7 @@ import (
 //	health TASK/CTR HEALTHY|UNHEALTHY     a verdict from the runtime's health stream
 //	answer [accept=all|ID,..] [reject=ID,..] | answer status=429|500|400
 //	tick DURATION                         time passes; the engine does what is due
-//	runtime TASK/CTR running|exited=N|gone  what the runtime holds, for the next crash
+//	runtime TASK/CTR running|created|exited=N|gone  what the runtime holds, for the next crash
 //	runtime-down true|false               the runtime answers nothing / answers again
 //	reconcile                             the released reconcile comes back with what the runtime lists
 //	disk full|ok                          every commit fails / works again
@@ -143,6 +143,7 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		switch arg := d.CmdArgs[1]; arg.Key {
 		case "running":
 			st.Running = true
+		case "created": // never started
 		case "exited":
 			st.Exited = true
 			fmt.Sscan(arg.Vals[0], &st.ExitCode)
