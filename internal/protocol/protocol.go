@@ -13,6 +13,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/distribution/reference"
+
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -243,10 +245,10 @@ func (r Rules) Validate(t *Task) error {
 	return validateDependencies(t.Containers)
 }
 
-// imageRef is a loose form of a Docker image reference: [registry[:port]/]path[:tag][@digest].
-var imageRef = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`)
-
-// ValidateImage checks an image reference's shape, so nothing else ever reaches a runtime.
+// ValidateImage checks an image reference as the Docker Engine reads it
+// (github.com/distribution/reference, the parser of the engine and its client), so nothing
+// else ever reaches a runtime — and nothing the engine takes is refused: upper-case registry
+// hosts, IPv6 literals, ports, "a--b" path components, digests.
 func ValidateImage(image string) error {
 	if image == "" {
 		return fmt.Errorf("empty")
@@ -254,8 +256,8 @@ func ValidateImage(image string) error {
 	if len(image) > MaxImageLength {
 		return fmt.Errorf("%d bytes, at most %d", len(image), MaxImageLength)
 	}
-	if !imageRef.MatchString(image) {
-		return fmt.Errorf("%s is not an image reference", Quote(image))
+	if _, err := reference.ParseNormalizedNamed(image); err != nil {
+		return fmt.Errorf("%s is not an image reference: %v", Quote(image), err)
 	}
 	return nil
 }
