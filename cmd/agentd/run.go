@@ -36,7 +36,11 @@ type runCmd struct {
 	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
 	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept: a re-sent task is recognised for this long, and the id of a payload that still holds a live task is kept while that task lives, so a re-send of it never runs a task again. Negative: forever."`
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
-	AllowBindRoot []string      `name:"allow-bind-root" env:"AGENTD_ALLOW_BIND_ROOT" placeholder:"DIR" help:"A host directory under which tasks may bind-mount (repeatable; none by default: a task asking for a bind mount is invalid)."`
+	// Images (issue 17): the Docker runtime's pulls.
+	RegistryAuthFile      string        `placeholder:"FILE" env:"AGENTD_REGISTRY_AUTH_FILE" help:"Registry credentials: a Docker config.json (auths with auth or username/password, keyed by registry host[:port]); re-read when it changes."`
+	PullPolicy            string        `default:"if-not-present" enum:"always,if-not-present,never" env:"AGENTD_PULL_POLICY" help:"Pull policy of a container that names none: always, if-not-present or never."`
+	PullInactivityTimeout time.Duration `default:"1m" env:"AGENTD_PULL_INACTIVITY_TIMEOUT" help:"A pull that makes no progress for this long is abandoned and tried again (no deadline while it progresses)."`
+	AllowBindRoot         []string      `name:"allow-bind-root" env:"AGENTD_ALLOW_BIND_ROOT" placeholder:"DIR" help:"A host directory under which tasks may bind-mount (repeatable; none by default: a task asking for a bind mount is invalid)."`
 	trustFlags
 	logFlags
 	// The settings file and --print-config: config.go.
@@ -52,6 +56,9 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	if r.CleanupWait < 0 {
 		return fmt.Errorf("--cleanup-wait %s: must be ≥ 0", r.CleanupWait)
 	}
+	if r.PullInactivityTimeout <= 0 {
+		return fmt.Errorf("--pull-inactivity-timeout %s: must be > 0", r.PullInactivityTimeout)
+	}
 	log, err := r.logger("agent")
 	if err != nil {
 		return err
@@ -63,6 +70,7 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	a, err := startAgent(ctx, agentConfig{TaskRules: rules,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags,
+		Pulls:  pullSettings{AuthFile: r.RegistryAuthFile, Policy: r.PullPolicy, Inactivity: r.PullInactivityTimeout},
 		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention},
 	}, log)
 	if err != nil {
@@ -77,6 +85,28 @@ type agentConfig struct {
 	Engine                                                                    engine.Config
 	TaskRules                                                                 protocol.Rules // --allow-bind-root; the engine must decode tasks with it
 	Trust                                                                     trustFlags
+	Pulls                                                                     pullSettings
+}
+
+// pullSettings are the image flags: --registry-auth-file, --pull-policy,
+// --pull-inactivity-timeout (zero values: the runtime's defaults).
+type pullSettings struct {
+	AuthFile, Policy string
+	Inactivity       time.Duration
+}
+
+// pullConfig reads the settings into the Docker runtime's; a credentials file that cannot be
+// read refuses the start, naming it.
+func (p pullSettings) pullConfig(log zerolog.Logger) (docker.PullConfig, error) {
+	cfg := docker.PullConfig{DefaultPolicy: p.Policy, InactivityTimeout: p.Inactivity, Log: log}
+	if p.AuthFile != "" {
+		auth, err := docker.LoadRegistryAuth(p.AuthFile, log)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Auth = auth
+	}
+	return cfg, nil
 }
 
 // agent is a started daemon: the journal, the runtime, the engine and the introspection API.
@@ -118,9 +148,17 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	a.log = log
 	switch c.Runtime {
 	case "sim":
-		a.rt, err = docker.NewSim(c.DataDir, id, nil)
+		var sim *docker.Sim
+		if sim, err = docker.NewSim(c.DataDir, id, nil); err == nil {
+			a.rt = sim
+			err = sim.SetDefaultPullPolicy(c.Pulls.Policy)
+		}
 	case "docker":
-		a.rt, err = newDockerRuntime(ctx, c.DockerHost, id)
+		var pulls docker.PullConfig
+		if pulls, err = c.Pulls.pullConfig(log); err != nil {
+			return fail(err)
+		}
+		a.rt, err = newDockerRuntime(ctx, c.DockerHost, id, pulls)
 		if a.rt != nil && errors.Is(err, docker.ErrUnavailable) {
 			log.Warn().Err(err).Msg("the Docker Engine does not answer; the agent runs unhealthy and keeps asking")
 			err = nil
@@ -192,8 +230,8 @@ func (a *agent) close() {
 // newDockerRuntime connects to the Docker Engine. An engine that is down gives a runtime and
 // an ErrUnavailable error (the agent runs without it and keeps asking); a misconfigured one
 // gives no runtime.
-func newDockerRuntime(ctx context.Context, host, agentID string) (docker.Runtime, error) {
-	e, err := docker.NewEngine(ctx, host, agentID)
+func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.PullConfig) (docker.Runtime, error) {
+	e, err := docker.NewEngine(ctx, host, agentID, pulls)
 	if e == nil {
 		return nil, err
 	}

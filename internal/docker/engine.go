@@ -14,6 +14,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/event"
 )
 
 // Engine is the Docker Engine runtime, through the maintained moby client module
@@ -30,14 +32,18 @@ type Engine struct {
 	// ours holds the ids of containers known to carry this agent's id: created by it, or
 	// inspected or listed with its label. A container's labels never change, so once known,
 	// stop and remove need not inspect it again: one engine call a step instead of two.
-	ours sync.Map // id → struct{}
+	ours  sync.Map // id → struct{}
+	pulls PullConfig
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
-// and checks that it answers. An engine that does not answer is an error naming the address,
+// and checks that it answers; pulls is how it pulls images (zero: the defaults). An engine that does not answer is an error naming the address,
 // wrapping ErrUnavailable — and the Engine is returned anyway, so the agent can run without
 // it and keep asking; a misconfigured host gives no Engine.
-func NewEngine(ctx context.Context, host, agentID string) (*Engine, error) {
+func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*Engine, error) {
+	if err := CheckPullPolicy(pulls.DefaultPolicy); err != nil {
+		return nil, fmt.Errorf("--pull-policy: %w", err)
+	}
 	opts := []client.Opt{client.FromEnv}
 	if host != "" {
 		opts = append(opts, client.WithHost(host))
@@ -46,7 +52,7 @@ func NewEngine(ctx context.Context, host, agentID string) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--docker-host %q: %w", host, err)
 	}
-	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost()}
+	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults()}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
@@ -79,23 +85,10 @@ func (e *Engine) wrap(op, what string, err error) error {
 	return fmt.Errorf("%s %s: %w", op, what, err)
 }
 
-// Pull pulls the image only when the engine does not have it.
+// Pull pulls the image only when the engine does not have it (PullImage, if-not-present).
 func (e *Engine) Pull(ctx context.Context, image string) error {
-	if _, err := e.cli.ImageInspect(ctx, image); err == nil {
-		return nil
-	} else if !cerrdefs.IsNotFound(err) {
-		return e.wrap("pull", image, err)
-	}
-	resp, err := e.cli.ImagePull(ctx, image, client.ImagePullOptions{})
-	if err != nil {
-		return e.wrap("pull", image, err)
-	}
-	defer resp.Close()
-	// The progress stream hides the real error (access denied, not found) until its end.
-	if err := resp.Wait(ctx); err != nil {
-		return fmt.Errorf("pull %s: %w", image, err)
-	}
-	return nil
+	_, err := e.PullImage(ctx, image, event.PullIfNotPresent)
+	return err
 }
 
 func (e *Engine) labels(task, name string) map[string]string {

@@ -22,7 +22,7 @@ func dockerEngine(t *testing.T) (*Engine, string) {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
 	agent := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	e, err := NewEngine(context.Background(), "", agent)
+	e, err := NewEngine(context.Background(), "", agent, PullConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
-	e, err := NewEngine(context.Background(), "tcp://127.0.0.1:1", "x")
+	e, err := NewEngine(context.Background(), "tcp://127.0.0.1:1", "x", PullConfig{})
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("unreachable engine: %v; want ErrUnavailable naming 127.0.0.1:1", err)
 	}

@@ -30,6 +30,10 @@ const (
 // ErrNotFound is returned (wrapped) for a container the runtime does not have.
 var ErrNotFound = errors.New("container not found")
 
+// ErrImageInUse is returned (wrapped) by RemoveImage for an image a container (running or
+// not) still uses, or one other references still name: it is left as it is (never forced).
+var ErrImageInUse = errors.New("image in use")
+
 // ErrUnavailable is returned (wrapped) when the runtime itself cannot be reached: the call may
 // succeed later and says nothing about the container.
 var ErrUnavailable = errors.New("runtime unavailable")
@@ -135,7 +139,7 @@ type Runtime interface {
 
 // The runtime's answers to PROTOCOL.md §4 beyond Runtime, each its own interface so that a
 // runtime (or a test's stand-in) without them still is a Runtime: callers ask with a type
-// assertion. Both Engine and Sim have all three.
+// assertion. Both Engine and Sim have them all.
 
 // HealthWatcher follows containers' health checks.
 type HealthWatcher interface {
@@ -153,10 +157,47 @@ type LogReader interface {
 	Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error)
 }
 
-// PolicyPuller pulls as a container's pull_policy says.
+// PolicyPuller pulls as a container's pull_policy says. Superseded by ImagePuller, which says
+// what it pulled; kept so callers that have not moved yet still honour the policy.
 type PolicyPuller interface {
 	// PullWith makes the image present as policy says: always, never, if-not-present (Pull).
 	PullWith(ctx context.Context, image, policy string) error
+}
+
+// PullOutcome is what PullImage did.
+type PullOutcome struct {
+	// Digest is the content digest actually used, "sha256:…": the repo digest for an image
+	// from a registry, the image id otherwise (an image built or loaded on the host).
+	Digest string
+	// ImageID is the engine's image id ("sha256:…"), which RemoveImage takes.
+	ImageID string
+	// Pulled says this call fetched the image from a registry: the agent pulled it (image GC
+	// only ever removes such images).
+	Pulled bool
+	// Note says what notable happened, e.g. a cached image used after a failed pull; never
+	// a credential.
+	Note string
+}
+
+// ImagePuller makes images present as a container's pull_policy says (PROTOCOL.md §4).
+type ImagePuller interface {
+	// PullImage makes the image present as policy says ("always", "never", "if-not-present";
+	// empty: the runtime's default policy). Transient failures (5xx, broken connections,
+	// timeouts, a pull that stops making progress) are retried inside, a bounded number of
+	// times; permanent ones (unauthorized, unknown manifest, a bad reference) end it at once.
+	// Its errors name the image and the cause; ErrUnavailable only when the runtime itself
+	// does not answer. With "always", a pull that failed transiently falls back to the
+	// image the runtime has (Pulled false, Note says so).
+	PullImage(ctx context.Context, image, policy string) (PullOutcome, error)
+}
+
+// ImageCollector removes images and says how full the disk they live on is.
+type ImageCollector interface {
+	// RemoveImage removes an image by id: ErrNotFound when it is gone already,
+	// ErrImageInUse when a container uses it. Never forced.
+	RemoveImage(ctx context.Context, imageID string) error
+	// ImageDiskFree is the free and total bytes of the file system images are kept on.
+	ImageDiskFree(ctx context.Context) (free, total uint64, err error)
 }
 
 var (
@@ -165,11 +206,15 @@ var (
 		HealthWatcher
 		LogReader
 		PolicyPuller
+		ImagePuller
+		ImageCollector
 	} = (*Engine)(nil)
 	_ interface {
 		Runtime
 		HealthWatcher
 		LogReader
 		PolicyPuller
+		ImagePuller
+		ImageCollector
 	} = (*Sim)(nil)
 )

@@ -32,7 +32,8 @@ import (
 // A health check passes when its words (after "CMD" and a program named testbox) exit 0 at
 // once or are probe: HEALTHY after one interval; else UNHEALTHY after retries intervals.
 //
-// An image whose name contains fail-pull, fail-create or fail-start fails that step.
+// An image whose name contains fail-pull, fail-create or fail-start fails that step. Images
+// and their registries are modelled in sim_images.go.
 //
 // Where the engine's correctness depends on it, Sim behaves like Docker, sharp edges included:
 // Docker's start of an exited container runs it again (StartUnguarded; Start applies the same
@@ -44,6 +45,7 @@ type Sim struct {
 	agent  string
 	now    func() time.Time
 	faults func(op, id string) SimFault
+	reg    simRegistry // sim_images.go
 
 	mu      sync.Mutex
 	state   simFile
@@ -54,6 +56,7 @@ type Sim struct {
 type simFile struct {
 	Next       int64                    `json:"next"`
 	Containers map[string]*simContainer `json:"containers"`
+	Images     map[string]*simImage     `json:"images,omitempty"` // by normalized reference
 }
 
 type simContainer struct {
@@ -63,6 +66,7 @@ type simContainer struct {
 	Container string    `json:"container"`
 	Name      string    `json:"name"`
 	Image     string    `json:"image"`
+	ImageID   string    `json:"image_id,omitempty"` // the image it was created from, when present
 	Command   []string  `json:"command,omitempty"`
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndsAt    time.Time `json:"ends_at,omitzero"` // when it will exit by itself (zero: never)
@@ -153,9 +157,11 @@ func NewSim(dir, agent string, now func() time.Time) (*Sim, error) {
 
 // simOp is one line after the first: a container written or removed.
 type simOp struct {
-	Put  *simContainer `json:"put,omitempty"`
-	Del  string        `json:"del,omitempty"`
-	Next int64         `json:"next,omitempty"`
+	Put      *simContainer `json:"put,omitempty"`
+	Del      string        `json:"del,omitempty"`
+	Next     int64         `json:"next,omitempty"`
+	PutImage *simImage     `json:"put_image,omitempty"`
+	DelImage string        `json:"del_image,omitempty"`
 }
 
 // readSimFile reads the state line and replays the operation lines after it. A last line cut
@@ -197,6 +203,13 @@ func readSimFile(path string) (simFile, int, error) {
 			state.Containers[op.Put.ID] = op.Put
 		case op.Del != "":
 			delete(state.Containers, op.Del)
+		case op.PutImage != nil:
+			if state.Images == nil {
+				state.Images = map[string]*simImage{}
+			}
+			state.Images[op.PutImage.Ref] = op.PutImage
+		case op.DelImage != "":
+			delete(state.Images, op.DelImage)
 		}
 		state.Next = max(state.Next, op.Next)
 	}
@@ -220,7 +233,7 @@ func (s *Sim) save(op simOp) error {
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}()
-	if s.ops > 2*len(s.state.Containers)+256 || s.ops == 0 {
+	if s.ops > 2*(len(s.state.Containers)+len(s.state.Images))+256 || s.ops == 0 {
 		b, err := json.Marshal(s.state)
 		if err != nil {
 			return err
@@ -261,7 +274,11 @@ func failsAt(image, step string) error {
 	return nil
 }
 
-func (s *Sim) Pull(ctx context.Context, image string) error { return failsAt(image, "pull") }
+// Pull pulls the image when the simulated engine lacks it (PullImage, if-not-present).
+func (s *Sim) Pull(ctx context.Context, image string) error {
+	_, err := s.PullImage(ctx, image, "if-not-present")
+	return err
+}
 
 func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	if err := failsAt(spec.Container.Image, "create"); err != nil {
@@ -280,7 +297,8 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 		}
 		s.state.Next++
 		c := &simContainer{ID: "sim-" + strconv.FormatInt(s.state.Next, 10), Agent: s.agent, Task: spec.Task,
-			Container: spec.Container.Name, Name: name, Image: spec.Container.Image, Command: spec.Container.Command}
+			Container: spec.Container.Name, Name: name, Image: spec.Container.Image, ImageID: s.imageIDOf(spec.Container.Image),
+			Command: spec.Container.Command}
 		if err := s.workload(c, spec.Container); err != nil {
 			s.state.Next--
 			return fmt.Errorf("create %s: %w", name, err)

@@ -2,6 +2,7 @@ package seal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/agentd/agentd/internal/docker"
@@ -33,6 +34,37 @@ func (r OpeningRuntime) PullWith(ctx context.Context, image, policy string) erro
 	}
 	return r.Runtime.Pull(ctx, image)
 }
+
+// PullImage passes a pull through to a runtime that says what it pulled; one that does not
+// gets PullWith, and the outcome is empty.
+func (r OpeningRuntime) PullImage(ctx context.Context, image, policy string) (docker.PullOutcome, error) {
+	if ip, ok := r.Runtime.(docker.ImagePuller); ok {
+		return ip.PullImage(ctx, image, policy)
+	}
+	return docker.PullOutcome{}, r.PullWith(ctx, image, policy)
+}
+
+// RemoveImage passes image removal through; a runtime without it removes nothing.
+func (r OpeningRuntime) RemoveImage(ctx context.Context, imageID string) error {
+	if ic, ok := r.Runtime.(docker.ImageCollector); ok {
+		return ic.RemoveImage(ctx, imageID)
+	}
+	return fmt.Errorf("remove image %s: runtime %s does not remove images: %w", imageID, r.Runtime.Name(), errors.ErrUnsupported)
+}
+
+// ImageDiskFree passes the disk question through.
+func (r OpeningRuntime) ImageDiskFree(ctx context.Context) (free, total uint64, err error) {
+	if ic, ok := r.Runtime.(docker.ImageCollector); ok {
+		return ic.ImageDiskFree(ctx)
+	}
+	return 0, 0, fmt.Errorf("runtime %s does not say its image disk: %w", r.Runtime.Name(), errors.ErrUnsupported)
+}
+
+var _ interface {
+	docker.PolicyPuller
+	docker.ImagePuller
+	docker.ImageCollector
+} = OpeningRuntime{}
 
 // Unwrap is the runtime beneath, for callers that look for optional interfaces it has
 // (health verdicts, logs).

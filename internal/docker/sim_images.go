@@ -1,0 +1,332 @@
+package docker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/distribution/reference"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// The simulated runtime's images and the registries they come from. An image is absent until
+// pulled (or Preloaded, as an operator's image the agent did not pull); each tag of the
+// simulated registries has a generation, and RepushImage makes a new one (a new digest, a
+// new image id), which "always" picks up and "if-not-present" does not. Pulls can be slow
+// (they take time through the sleep hook, simulated time in the simulation), fail
+// transiently (retried, SimPullTries in all) or for good, as SetPullFaults says; an image
+// whose name contains fail-pull is unknown to every registry. Everything is a function of the
+// calls made: no wall clock (unless the default sleep is used), no map order.
+
+// SimPullTries is how many times the simulated runtime tries a pull that fails transiently.
+const SimPullTries = 4
+
+// SimPullFault is what SetPullFaults makes of one try of a pull.
+type SimPullFault struct {
+	// Took is how long the try takes before it succeeds or fails.
+	Took time.Duration
+	// Transient fails the try as a 503 or a stalled transfer would: worth another try.
+	Transient bool
+	// Permanent fails the pull at once with this cause ("unauthorized", "manifest unknown").
+	Permanent string
+}
+
+// simImage is an image the simulated engine holds.
+type simImage struct {
+	Ref    string `json:"ref"` // normalized reference, the key
+	ID     string `json:"id"`
+	Digest string `json:"digest"`
+	Pulled bool   `json:"pulled,omitempty"` // fetched by a pull (not preloaded)
+	Size   uint64 `json:"size"`
+}
+
+// simRegistry is the registries' side: what the simulated world can change.
+type simRegistry struct {
+	generation  map[string]int // by normalized reference; absent: 1
+	faults      func(image string, try int) SimPullFault
+	sleep       func(ctx context.Context, d time.Duration) error
+	policy      string
+	total, used uint64 // the disk of the images: its size, and what is not images
+}
+
+// SetPullFaults makes every later try of a pull (try counts from 1 within one PullImage)
+// behave as f says; nil turns them off.
+func (s *Sim) SetPullFaults(f func(image string, try int) SimPullFault) {
+	s.mu.Lock()
+	s.reg.faults = f
+	s.mu.Unlock()
+}
+
+// SetSleep replaces how the simulated runtime waits while a pull takes time or backs off
+// (default: the wall clock, cut short by the context). The simulation advances its virtual
+// clock instead.
+func (s *Sim) SetSleep(sleep func(ctx context.Context, d time.Duration) error) {
+	s.mu.Lock()
+	s.reg.sleep = sleep
+	s.mu.Unlock()
+}
+
+// SetDefaultPullPolicy is the policy for a container that names none (--pull-policy).
+func (s *Sim) SetDefaultPullPolicy(policy string) error {
+	if err := CheckPullPolicy(policy); err != nil {
+		return fmt.Errorf("--pull-policy: %w", err)
+	}
+	s.mu.Lock()
+	s.reg.policy = policy
+	s.mu.Unlock()
+	return nil
+}
+
+// SetDisk sets the simulated disk the images live on: total bytes, and bytes used by other
+// things than images (default 100 GiB, 20 GiB).
+func (s *Sim) SetDisk(total, other uint64) {
+	s.mu.Lock()
+	s.reg.total, s.reg.used = total, other
+	s.mu.Unlock()
+}
+
+// RepushImage pushes a new image under the reference's tag to its simulated registry.
+func (s *Sim) RepushImage(image string) error {
+	ref, err := simRef(image)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reg.generation == nil {
+		s.reg.generation = map[string]int{}
+	}
+	s.reg.generation[ref] = s.gen(ref) + 1
+	return nil
+}
+
+// Preload puts an image on the simulated engine as an operator would (not pulled by the
+// agent: image GC must leave it).
+func (s *Sim) Preload(image string) (PullOutcome, error) {
+	ref, err := simRef(image)
+	if err != nil {
+		return PullOutcome{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	img := s.registryImage(ref)
+	if err := s.putImage(img); err != nil {
+		return PullOutcome{}, err
+	}
+	return PullOutcome{Digest: img.Digest, ImageID: img.ID}, nil
+}
+
+// Images lists the images the simulated engine holds, by reference.
+func (s *Sim) Images() []PullOutcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]PullOutcome, 0, len(s.state.Images))
+	for _, ref := range sortedKeys(s.state.Images) {
+		img := s.state.Images[ref]
+		out = append(out, PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled})
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// simRef is the key of an image: its normalized reference, tagged latest when it names no
+// tag or digest (as Docker reads it).
+func simRef(image string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return "", fmt.Errorf("%q is not an image reference: %v", image, err)
+	}
+	return reference.TagNameOnly(named).String(), nil
+}
+
+func (s *Sim) gen(ref string) int {
+	if g, ok := s.reg.generation[ref]; ok {
+		return g
+	}
+	return 1
+}
+
+func simHash(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// registryImage is what the registry holds under ref now.
+func (s *Sim) registryImage(ref string) *simImage {
+	g := fmt.Sprint(s.gen(ref))
+	h := fnv.New32a()
+	h.Write([]byte(ref))
+	return &simImage{Ref: ref, ID: simHash("id", ref, g), Digest: simHash("digest", ref, g), Size: uint64(16+h.Sum32()%240) << 20}
+}
+
+func (s *Sim) putImage(img *simImage) error {
+	if s.state.Images == nil {
+		s.state.Images = map[string]*simImage{}
+	}
+	s.state.Images[img.Ref] = img
+	return s.save(simOp{PutImage: img})
+}
+
+// PullImage makes the image present as policy says (ImagePuller), as the Docker runtime
+// does: see the package's comment on images for what can happen.
+func (s *Sim) PullImage(ctx context.Context, image, policy string) (PullOutcome, error) {
+	if err := CheckPullPolicy(policy); err != nil {
+		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+	}
+	ref, err := simRef(image)
+	if err != nil {
+		return PullOutcome{}, fmt.Errorf("pull %s: bad reference: %v", image, err)
+	}
+	s.mu.Lock()
+	if policy == "" {
+		policy = s.reg.policy
+	}
+	cached, present := s.state.Images[ref]
+	faults, sleep := s.reg.faults, s.reg.sleep
+	s.mu.Unlock()
+	if sleep == nil {
+		sleep = wallSleep
+	}
+	var out PullOutcome
+	if present {
+		out = PullOutcome{Digest: cached.Digest, ImageID: cached.ID}
+	}
+	switch {
+	case policy == event.PullNever && !present:
+		return PullOutcome{}, fmt.Errorf("pull %s: not present, and pull_policy is never", image)
+	case policy == event.PullNever, policy != event.PullAlways && present:
+		return out, nil
+	}
+	if err := failsAt(image, "pull"); err != nil {
+		return PullOutcome{}, fmt.Errorf("pull %s: manifest unknown: simulated failure (image name contains fail-pull)", image)
+	}
+	wait := time.Second
+tries:
+	for try := 1; ; try++ {
+		var f SimPullFault
+		if faults != nil {
+			f = faults(image, try)
+		}
+		if err := sleep(ctx, f.Took); err != nil {
+			return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+		}
+		switch {
+		case f.Permanent != "":
+			return PullOutcome{}, fmt.Errorf("pull %s: %s (simulated)", image, f.Permanent)
+		case f.Transient && try < SimPullTries:
+			if err := sleep(ctx, wait); err != nil {
+				return PullOutcome{}, fmt.Errorf("pull %s: %w (after %d tries)", image, err, try)
+			}
+			wait *= 2
+			continue
+		case f.Transient && present && policy == event.PullAlways:
+			out.Note = fmt.Sprintf("pull of %s failed transiently (simulated 503, %d tries); using the cached image %s", image, try, out.ImageID)
+			return out, nil
+		case f.Transient:
+			return PullOutcome{}, fmt.Errorf("pull %s: failed transiently %d times, the last: simulated 503 Service Unavailable", image, try)
+		}
+		break tries
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	img := s.registryImage(ref)
+	if cur, ok := s.state.Images[ref]; ok && cur.ID == img.ID {
+		return PullOutcome{Digest: cur.Digest, ImageID: cur.ID, Pulled: !present}, nil // up to date
+	}
+	img.Pulled = true
+	if err := s.putImage(img); err != nil {
+		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+	}
+	return PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: true}, nil
+}
+
+func wallSleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// RemoveImage removes an image by id (ImageCollector): ErrImageInUse while a container, of
+// any agent, running or not, was created from it.
+func (s *Sim) RemoveImage(ctx context.Context, imageID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ref string
+	for _, r := range sortedKeys(s.state.Images) {
+		if s.state.Images[r].ID == imageID {
+			ref = r
+			break
+		}
+	}
+	if ref == "" {
+		return fmt.Errorf("remove image %s: %w", imageID, ErrNotFound)
+	}
+	for _, id := range sortedKeys(s.state.Containers) {
+		c := s.state.Containers[id]
+		uses := c.ImageID == imageID
+		if c.ImageID == "" {
+			cref, _ := simRef(c.Image)
+			uses = cref == ref
+		}
+		if uses {
+			return fmt.Errorf("remove image %s: %w: container %s uses it", imageID, ErrImageInUse, c.ID)
+		}
+	}
+	delete(s.state.Images, ref)
+	return s.save(simOp{DelImage: ref})
+}
+
+// ImageDiskFree is the simulated disk of the images (ImageCollector): what SetDisk set,
+// less the images held.
+func (s *Sim) ImageDiskFree(ctx context.Context) (free, total uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	total, used := s.reg.total, s.reg.used
+	if total == 0 {
+		total, used = 100<<30, 20<<30
+	}
+	for _, img := range s.state.Images {
+		used += img.Size
+	}
+	if used >= total {
+		return 0, total, nil
+	}
+	return total - used, total, nil
+}
+
+// imageIDOf is the id of the image a container is created from (empty: not present).
+func (s *Sim) imageIDOf(image string) string {
+	ref, err := simRef(image)
+	if err != nil {
+		return ""
+	}
+	if img, ok := s.state.Images[ref]; ok {
+		return img.ID
+	}
+	return ""
+}
