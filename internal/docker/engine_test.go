@@ -18,11 +18,17 @@ import (
 // (make test-docker, which builds agentd-testbox:latest first).
 func dockerEngine(t *testing.T) (*Engine, string) {
 	t.Helper()
+	return dockerEngineWith(t, PullConfig{})
+}
+
+// dockerEngineWith is dockerEngine with pulls as pc says.
+func dockerEngineWith(t *testing.T, pc PullConfig) (*Engine, string) {
+	t.Helper()
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
 	agent := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	e, err := NewEngine(context.Background(), "", agent, PullConfig{})
+	e, err := NewEngine(context.Background(), "", agent, pc)
 	if err != nil {
 		t.Fatal(err)
 	}

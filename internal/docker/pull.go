@@ -73,13 +73,13 @@ var errNoProgress = errors.New("no progress")
 
 // pullError is a failed attempt, sorted.
 type pullError struct {
-	kind      string // what went wrong, in a word or two ("unauthorized", "manifest unknown", …)
+	kind      string // what went wrong, in a word or two ("unauthorized", "manifest unknown", …); empty: transient
 	permanent bool
 	msg       string // the engine's words, credentials scrubbed
 }
 
 func (p *pullError) Error() string {
-	if strings.HasPrefix(strings.ToLower(p.msg), p.kind) {
+	if p.kind == "" || strings.HasPrefix(strings.ToLower(p.msg), p.kind) {
 		return p.msg
 	}
 	return p.kind + ": " + p.msg
@@ -111,7 +111,7 @@ func classify(err error) *pullError {
 	case has("no matching manifest", "unsupported"):
 		return &pullError{kind: "unsupported image", permanent: true, msg: msg}
 	}
-	return &pullError{kind: "transient", msg: msg}
+	return &pullError{msg: msg} // transient: no word for it, the engine's says it
 }
 
 // PullImage makes the image present as policy says (ImagePuller): if-not-present (or the
