@@ -6,6 +6,12 @@
 // labels, and a runtime only ever touches containers labelled with its own agent id; Create is
 // idempotent by (task, container) so a crash between create and journaling the id never makes
 // a second container; Remove of a container that is already gone succeeds.
+//
+// Images (issue 17): PullImage pulls as a pull policy says and reports the digest it used
+// (pull.go: retries of transient failures, an inactivity timeout instead of a deadline, a
+// cached image when "always" cannot reach the registry); registry credentials come from a
+// Docker config.json re-read when it changes (registryauth.go) and never appear in an error
+// or a log line; RemoveImage never forces (images.go). The Sim models the same (sim_images.go).
 package docker
 
 import (
