@@ -196,4 +196,17 @@ func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
 	if _, err := e.List(context.Background()); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("list on a down engine: %v; want ErrUnavailable", err)
 	}
+	// A pull says the engine is away (not a registry fault, which would fail the task), for
+	// every policy; and so do the image calls.
+	for _, p := range []string{"", "always", "never"} {
+		if _, err := e.PullImage(context.Background(), "registry.example/app:1", p); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("pull (%q) on a down engine: %v; want ErrUnavailable", p, err)
+		}
+	}
+	if err := e.RemoveImage(context.Background(), "sha256:"+strings.Repeat("a", 64)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("remove image on a down engine: %v; want ErrUnavailable", err)
+	}
+	if _, _, err := e.ImageDiskFree(context.Background()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("disk free on a down engine: %v; want ErrUnavailable", err)
+	}
 }
