@@ -24,7 +24,7 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
 		return
 	}
-	if a.Kind == fsm.ActPull && e.pullHeld(a) {
+	if a.Kind == fsm.ActPull && e.pullHeld() {
 		return // decided again when the image removal ends
 	}
 	if a.Kind == fsm.ActRemoveImage {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
@@ -13,8 +12,10 @@ import (
 // Image garbage collection at the edge. Every Interval the engine asks the runtime how full
 // its disk is (an effect, like any other I/O), hands the answer to the core, which chooses
 // the images to remove (fsm/images.go), and removes them as runtime actions; each removal is
-// journaled by the core (image_removed). While an image's removal is out, no pull of a
-// reference it was pulled by starts: the pull could find it present a moment before it goes.
+// journaled by the core (image_removed). Pulls and removals never overlap: a pull may resolve
+// any reference — a tag the core never saw — to the image being removed, and find it present a
+// moment before it goes. So a cycle that finds a pull out tries again shortly, and while
+// removals are out no pull starts (they are few and quick).
 
 // ImageGC configures image garbage collection; a zero Interval turns it off.
 type ImageGC struct {
@@ -71,6 +72,12 @@ func (e *Engine) askImageSpace() func() Input {
 func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
 	e.imagesAsking = false
 	e.imagesAt = now.Add(e.cfg.Images.Interval)
+	for k := range e.inflight {
+		if k.Kind == fsm.ActPull {
+			e.imagesAt = now.Add(min(e.cfg.Images.Interval, imageCycleRetry))
+			return
+		}
+	}
 	low := false
 	if in.Err != nil {
 		e.log.Warn().Err(in.Err).Msg("image collection: cannot read the runtime's free disk space; collecting by age only")
@@ -95,21 +102,11 @@ func (e *Engine) removingImage(a fsm.Action) {
 	e.onDrop(func() { delete(e.imageRemovals, a.RuntimeID) })
 }
 
-// pullHeld reports whether a pull must wait for an image removal in flight: the removal's
-// image was pulled by the same reference, or the reference names its digest.
-func (e *Engine) pullHeld(a fsm.Action) bool {
-	for _, img := range e.imageRemovals {
-		for _, r := range img.Refs {
-			if r == a.Spec.Image {
-				return true
-			}
-		}
-		if img.Digest != "" && strings.HasSuffix(a.Spec.Image, "@"+img.Digest) {
-			return true
-		}
-	}
-	return false
-}
+// imageCycleRetry is how soon a cycle that found a pull out tries again.
+const imageCycleRetry = 10 * time.Second
+
+// pullHeld reports whether a pull must wait: image removals are out.
+func (e *Engine) pullHeld() bool { return len(e.imageRemovals) > 0 }
 
 // imageRemovalEnded records a removal's outcome and lets held pulls go.
 func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
