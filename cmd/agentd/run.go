@@ -43,6 +43,7 @@ type runCmd struct {
 	AllowBindRoot         []string      `name:"allow-bind-root" env:"AGENTD_ALLOW_BIND_ROOT" placeholder:"DIR" help:"A host directory under which tasks may bind-mount (repeatable; none by default: a task asking for a bind mount is invalid)."`
 	trustFlags
 	logFlags
+	imageGCFlags
 	// The settings file and --print-config: config.go.
 	Config       string `placeholder:"FILE" env:"AGENTD_CONFIG" help:"JSON settings file, keys as the flags in snake_case (default /etc/agentd/agentd.json when it exists). A flag beats AGENTD_*, which beats the file."`
 	PrintConfig  bool   `help:"Print the effective settings and where each came from (flag, env, file, default), then exit."`
@@ -67,11 +68,15 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	if err != nil {
 		return err
 	}
+	images, err := r.imageGCFlags.config()
+	if err != nil {
+		return err
+	}
 	a, err := startAgent(ctx, agentConfig{TaskRules: rules,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags,
 		Pulls:  pullSettings{AuthFile: r.RegistryAuthFile, Policy: r.PullPolicy, Inactivity: r.PullInactivityTimeout},
-		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention},
+		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention, Images: images},
 	}, log)
 	if err != nil {
 		return err

@@ -24,6 +24,12 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
 		return
 	}
+	if a.Kind == fsm.ActPull && e.pullHeld() {
+		return // decided again when the image removal ends
+	}
+	if a.Kind == fsm.ActRemoveImage {
+		e.removingImage(a)
+	}
 	if a.Kind == fsm.ActRemove {
 		if e.removing >= e.cfg.CleanupWorkers {
 			if !e.waiting[a.Task] {
@@ -47,6 +53,12 @@ func (e *Engine) runtimeCall(a fsm.Action) func() Input {
 	return func() Input {
 		failpoint.Hit("engine-after-apply-before-runtime-call")
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout+2*time.Minute)
+		if _, ok := rt.(docker.ImagePuller); ok && a.Kind == fsm.ActPull {
+			// A pull is bounded by its progress (the runtime's inactivity timeout), not by a
+			// deadline that would kill a large image's steady pull.
+			cancel()
+			ctx, cancel = context.WithCancel(context.Background())
+		}
 		defer cancel()
 		return ActionResult{Action: a, Result: call(ctx, rt, a, stopTimeout)}
 	}
@@ -60,10 +72,18 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 	var res fsm.Result
 	switch a.Kind {
 	case fsm.ActPull:
-		if pp, ok := rt.(docker.PolicyPuller); ok {
+		if ip, ok := rt.(docker.ImagePuller); ok {
+			var out docker.PullOutcome
+			out, err = ip.PullImage(ctx, a.Spec.Image, a.Spec.PullPolicy)
+			res.ImageID, res.ImageDigest, res.ImagePulled, res.Note = out.ImageID, out.Digest, out.Pulled, out.Note
+		} else if pp, ok := rt.(docker.PolicyPuller); ok {
 			err = pp.PullWith(ctx, a.Spec.Image, a.Spec.PullPolicy)
 		} else {
 			err = rt.Pull(ctx, a.Spec.Image)
+		}
+	case fsm.ActRemoveImage:
+		if ic, ok := rt.(docker.ImageCollector); ok {
+			err = ic.RemoveImage(ctx, a.RuntimeID)
 		}
 	case fsm.ActCreate:
 		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec})
@@ -131,6 +151,10 @@ func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	a, r := in.Action, in.Result
 	key := a.Key()
 	delete(e.inflight, key)
+	if a.Kind == fsm.ActRemoveImage {
+		e.imageRemovalEnded(now, a, r)
+		return
+	}
 	e.dirty[a.Task] = true // decided again: an outcome that settles nothing may still free a next step
 	if a.Kind == fsm.ActRemove {
 		// The slot is handed on once this outcome is recorded: the hand-off must see this

@@ -60,6 +60,8 @@ type Config struct {
 	Seed           uint64        // jitter (0: random)
 	Submit         submit.Policy
 	TaskRules      protocol.Rules // how payloads' tasks are read: the host's allowed bind roots
+	Images         ImageGC        // image garbage collection (zero Interval: off)
+	PullWorkers    int            // pulls at once, apart from the other calls (default 4): slow registries never hold up a stop
 }
 
 func (c *Config) defaults() {
@@ -82,6 +84,15 @@ func (c *Config) defaults() {
 		c.CleanupJitter = 0
 	} else if c.CleanupJitter == 0 {
 		c.CleanupJitter = 50 * time.Millisecond
+	}
+	if c.Images.PerCycle <= 0 {
+		c.Images.PerCycle = 5
+	}
+	if c.Images.InitialInterval <= 0 {
+		c.Images.InitialInterval = c.Images.Interval
+	}
+	if c.PullWorkers <= 0 {
+		c.PullWorkers = 4
 	}
 	if c.PollWait <= 0 {
 		c.PollWait = 20 * time.Second
@@ -128,6 +139,9 @@ type Engine struct {
 	reconcileAt      time.Time
 	reconcileTries   int
 	snapSeq          uint64
+	imagesAt         time.Time             // the next image collection cycle (zero: not scheduled yet)
+	imagesAsking     bool                  // a cycle's disk question is out
+	imageRemovals    map[string]*fsm.Image // image removals in flight, by id
 
 	inputs  chan Input
 	queries chan query
@@ -161,34 +175,44 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)),
 		fcfg:  fsm.Config{CleanupWait: cfg.CleanupWait},
 		dirty: map[string]bool{}, inflight: map[fsm.ActionKey]bool{}, retryAt: map[fsm.ActionKey]retry{},
-		waiting: map[string]bool{}, held: map[string]docker.Exit{},
+		waiting: map[string]bool{}, held: map[string]docker.Exit{}, imageRemovals: map[string]*fsm.Image{},
 		inputs: make(chan Input, 1024), queries: make(chan query),
 		metrics: newMetrics(),
 	}
 	if exec == nil {
-		e.exec = &goExecutor{e: e, sem: make(chan struct{}, cfg.Workers)}
+		e.exec = &goExecutor{e: e, sem: make(chan struct{}, cfg.Workers), slow: make(chan struct{}, cfg.PullWorkers)}
 	}
 	return e
 }
 
 // goExecutor runs work on goroutines, at most Workers at once, and hands results to the loop.
+// Slow work (pulls, which may take minutes) has slots of its own, so it never holds up a stop.
 type goExecutor struct {
-	e   *Engine
-	sem chan struct{}
+	e    *Engine
+	sem  chan struct{}
+	slow chan struct{}
 }
 
-func (g *goExecutor) Go(f func() Input) {
+func (g *goExecutor) Go(f func() Input) { g.run(g.sem, f) }
+
+// GoSlow runs work that may take minutes, on the slow slots.
+func (g *goExecutor) GoSlow(f func() Input) { g.run(g.slow, f) }
+
+func (g *goExecutor) run(sem chan struct{}, f func() Input) {
 	g.e.wg.Add(1)
 	go func() {
 		defer g.e.wg.Done()
-		g.sem <- struct{}{}
+		sem <- struct{}{}
 		in := f()
-		<-g.sem
+		<-sem
 		if in != nil {
 			g.e.inputs <- in
 		}
 	}()
 }
+
+// slowExecutor is an Executor with separate slots for slow work.
+type slowExecutor interface{ GoSlow(f func() Input) }
 
 // ErrNotReady is returned by queries before recovery has finished.
 var ErrNotReady = errors.New("engine: not ready (recovering)")

@@ -121,6 +121,9 @@ func (e *Engine) NextWake() time.Time {
 	if e.reconcilePending && !e.reconciling {
 		earliest(e.reconcileAt)
 	}
+	if e.cfg.Images.Interval > 0 && !e.imagesAsking {
+		earliest(e.imagesAt)
+	}
 	return next
 }
 
@@ -141,6 +144,8 @@ func (e *Engine) handle(in Input) {
 		e.handleReport(now, in)
 	case CompactInput:
 		e.handleCompact(now, in)
+	case ImageSpaceInput:
+		e.handleImageSpace(now, in)
 	case ReconcileInput:
 		e.reconciling = false
 		if in.Err != nil {
@@ -253,6 +258,9 @@ func (e *Engine) react() {
 		if e.burst.ready.Reconcile == nil {
 			e.burst.ready.Reconcile = []probe{}
 		}
+	}
+	if e.imageCycleDue(now) {
+		e.burst.ready.ImageSpace = true
 	}
 	e.report(now)
 	e.metrics.update(e)

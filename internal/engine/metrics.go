@@ -24,22 +24,30 @@ type Metrics struct {
 	pollErrors    *prometheus.CounterVec
 	outbox        prometheus.Gauge
 	oldestUnsent  prometheus.Gauge
+
+	imagesRemoved        prometheus.Counter
+	imageRemovalFailures prometheus.Counter
+	imagesPulled         prometheus.Gauge
 }
 
 func newMetrics() *Metrics {
 	m := &Metrics{
-		Registry:      prometheus.NewRegistry(),
-		appends:       prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_appends_total", Help: "Records appended to the journal."}),
-		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_journal_append_seconds", Help: "Time for an append to become durable.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
-		journalErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_errors_total", Help: "Appends that failed (disk full, read-only, ...)."}),
-		cleanups:      prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_cleanups_total", Help: "Tasks cleaned up."}),
-		blockedOnAck:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_stopped_to_acked_seconds", Help: "Time from a task's journaled stop to its stopped-acked.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 12)}),
-		reports:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_reports_total", Help: "State-change reports by outcome."}, []string{"outcome"}),
-		payloads:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_payloads_total", Help: "Payloads received by result."}, []string{"result"}),
-		pollErrors:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_poll_errors_total", Help: "Failed polls by kind."}, []string{"kind"}),
-		outbox:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_outbox_changes", Help: "State changes not yet settled by the control plane."}),
-		oldestUnsent:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_oldest_unsent_change_age_seconds", Help: "Age of the oldest unsettled state change."}),
+		Registry:             prometheus.NewRegistry(),
+		appends:              prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_appends_total", Help: "Records appended to the journal."}),
+		commitLatency:        prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_journal_append_seconds", Help: "Time for an append to become durable.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		journalErrors:        prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_errors_total", Help: "Appends that failed (disk full, read-only, ...)."}),
+		cleanups:             prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_cleanups_total", Help: "Tasks cleaned up."}),
+		blockedOnAck:         prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_stopped_to_acked_seconds", Help: "Time from a task's journaled stop to its stopped-acked.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 12)}),
+		reports:              prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_reports_total", Help: "State-change reports by outcome."}, []string{"outcome"}),
+		payloads:             prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_payloads_total", Help: "Payloads received by result."}, []string{"result"}),
+		pollErrors:           prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_poll_errors_total", Help: "Failed polls by kind."}, []string{"kind"}),
+		outbox:               prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_outbox_changes", Help: "State changes not yet settled by the control plane."}),
+		oldestUnsent:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_oldest_unsent_change_age_seconds", Help: "Age of the oldest unsettled state change."}),
+		imagesRemoved:        prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_images_removed_total", Help: "Images the agent pulled and removed as unused (image_removed records)."}),
+		imageRemovalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_image_removal_failures_total", Help: "Image removals the runtime refused (in use elsewhere, tagged again) or failed."}),
+		imagesPulled:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_images_pulled", Help: "Images the agent pulled and has not removed."}),
 	}
+	m.Registry.MustRegister(m.imagesRemoved, m.imageRemovalFailures, m.imagesPulled)
 	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.cleanups, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent)
 	return m
 }
@@ -47,6 +55,7 @@ func newMetrics() *Metrics {
 // update refreshes the cheap gauges after a decision round.
 func (m *Metrics) update(e *Engine) {
 	m.outbox.Set(float64(e.st.OutboxLen()))
+	m.imagesPulled.Set(float64(len(e.st.Images)))
 	if t := e.st.OldestUnsent(); !t.IsZero() {
 		m.oldestUnsent.Set(e.clock.Now().Sub(t).Seconds())
 	} else {

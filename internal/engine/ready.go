@@ -25,7 +25,9 @@ type Ready struct {
 	// Reconcile asks the runtime again what it holds (non-nil: ask), after it did not
 	// answer at recovery: the containers to probe beyond its list.
 	Reconcile []probe
-	Err       error // the commit failed: nothing was released
+	// ImageSpace asks the runtime how full its disk is, for an image collection cycle.
+	ImageSpace bool
+	Err        error // the commit failed: nothing was released
 }
 
 // String lists the Ready one item a line, for scripts and logs.
@@ -52,6 +54,9 @@ func (r Ready) String() string {
 	}
 	if r.Reconcile != nil {
 		fmt.Fprintf(&b, "reconcile (%d containers to probe)\n", len(r.Reconcile))
+	}
+	if r.ImageSpace {
+		b.WriteString("ask the runtime's disk space (image collection)\n")
 	}
 	return b.String()
 }
@@ -154,10 +159,17 @@ func (e *Engine) release(r Ready) {
 		e.exec.Go(e.sendReport(r.Report))
 	}
 	for _, a := range r.Actions {
+		if se, ok := e.exec.(slowExecutor); ok && a.Kind == fsm.ActPull {
+			se.GoSlow(e.runtimeCall(a))
+			continue
+		}
 		e.exec.Go(e.runtimeCall(a))
 	}
 	if r.Compact != nil {
 		e.exec.Go(e.compaction(*r.Compact))
+	}
+	if r.ImageSpace {
+		e.exec.Go(e.askImageSpace())
 	}
 	if r.Reconcile != nil {
 		rt, probes := e.rt, r.Reconcile

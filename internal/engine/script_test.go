@@ -29,9 +29,13 @@ import (
 // and each report came to. So the scripts drive the real mapping of the pure core and the
 // engine's ordering of effects, not a copy of either.
 //
-//	agent [wait=3h] [retention=D] [snapshot-every=N]   start the engine on a fresh journal
+//	agent [wait=3h] [retention=D] [snapshot-every=N] [images=AGE]   start the engine on a fresh journal
+//	                                      (images: collect unused pulled images older than AGE every 10m, sooner below 10% free)
 //	payload id=M                          a payload; one raw task (JSON) per input line
 //	outcome KIND TASK/CTR [ok|failed|unavailable|unknown|vanished] [id=X] [exit=N] [running] [err=TEXT]
+//	        [image=ID digest=D pulled]    a pull's image, and that the agent fetched it
+//	outcome remove-image ID [ok|failed|vanished]
+//	space free=N total=M                  the runtime's disk, as a collection cycle asked
 //	exit TASK/CTR [code=N] [oom]          an exit from the runtime's event stream (oom: the kernel killed it)
 //	health TASK/CTR HEALTHY|UNHEALTHY     a verdict from the runtime's health stream
 //	answer [accept=all|ID,..] [reject=ID,..] | answer status=429|500|400
@@ -63,6 +67,8 @@ type script struct {
 	j     *journal.Journal
 	e     *engine.Engine
 	wait  time.Duration
+	// images: the unused age of image collection (0: off)
+	images time.Duration
 	// retention and snapshotEvery shape compaction (0: the engine's defaults)
 	retention     time.Duration
 	snapshotEvery uint64
@@ -77,7 +83,7 @@ type script struct {
 func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 	switch d.Cmd {
 	case "agent":
-		s.wait, s.retention, s.snapshotEvery = 3*time.Hour, 0, 0
+		s.wait, s.retention, s.snapshotEvery, s.images = 3*time.Hour, 0, 0, 0
 		for _, arg := range d.CmdArgs {
 			switch arg.Key {
 			case "wait":
@@ -86,6 +92,8 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 				s.retention = mustDuration(t, arg.Vals[0])
 			case "snapshot-every":
 				fmt.Sscan(arg.Vals[0], &s.snapshotEvery)
+			case "images":
+				s.images = mustDuration(t, arg.Vals[0])
 			}
 		}
 		return s.start()
@@ -163,6 +171,11 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 			observed = append(observed, fsm.Observed{ID: st.ID, Task: st.Task, Container: st.Container, Running: st.Running, Exited: st.Exited, ExitCode: st.ExitCode})
 		}
 		return s.step(engine.ReconcileInput{Observed: observed, Err: err})
+	case "space":
+		var in engine.ImageSpaceInput
+		d.ScanArgs(t, "free", &in.Free)
+		d.ScanArgs(t, "total", &in.Total)
+		return s.step(in)
 	case "disk":
 		s.full.Store(d.CmdArgs[0].Key == "full")
 		return "ok\n"
@@ -178,6 +191,9 @@ func (s *script) start() string {
 	s.j = openJournal(s.t, s.dir, &s.full)
 	cfg := engine.Config{AgentID: "agent-script", CleanupWait: s.wait, CleanupJitter: -1, Seed: 1,
 		Retention: s.retention, SnapshotEvery: s.snapshotEvery}
+	if s.images > 0 {
+		cfg.Images = engine.ImageGC{Interval: 10 * time.Minute, MinAge: s.images, LowFreePercent: 10}
+	}
 	s.e = engine.New(cfg, s.j, s.rt, refusingCP{}, s.clock, dropExec{}, zerolog.Nop())
 	s.actions, s.report = map[fsm.ActionKey]fsm.Action{}, nil
 	if err := s.e.Recover(context.Background()); err != nil {
@@ -232,7 +248,12 @@ func (s *script) ids(out string) string {
 }
 
 func (s *script) outcome(t testing.TB, d *datadriven.TestData) string {
-	task, ctr := subject(t, d.CmdArgs[1].Key)
+	var task, ctr string
+	if fsm.ActionKind(d.CmdArgs[0].Key) == fsm.ActRemoveImage {
+		ctr = d.CmdArgs[1].Key // an image action has no task; its Container is the image id
+	} else {
+		task, ctr = subject(t, d.CmdArgs[1].Key)
+	}
 	key := fsm.ActionKey{Kind: fsm.ActionKind(d.CmdArgs[0].Key), Task: task, Container: ctr}
 	a, ok := s.actions[key]
 	if !ok {
@@ -254,6 +275,12 @@ func (s *script) outcome(t testing.TB, d *datadriven.TestData) string {
 			fmt.Sscan(arg.Vals[0], &res.ExitCode)
 		case "err":
 			res.Err = strings.Join(arg.Vals, ",")
+		case "image":
+			res.ImageID = arg.Vals[0]
+		case "digest":
+			res.ImageDigest = arg.Vals[0]
+		case "pulled":
+			res.ImagePulled = true
 		}
 	}
 	if a.Kind == fsm.ActCreate && res.Kind == fsm.Succeeded && res.RuntimeID == "" {
@@ -348,6 +375,10 @@ func (r *scriptRuntime) Start(context.Context, string) error               { ret
 func (r *scriptRuntime) Stop(context.Context, string, time.Duration) error { return errScripted }
 func (r *scriptRuntime) Remove(context.Context, string) error              { return errScripted }
 func (r *scriptRuntime) Close() error                                      { return nil }
+func (r *scriptRuntime) RemoveImage(context.Context, string) error         { return errScripted }
+func (r *scriptRuntime) ImageDiskFree(context.Context) (uint64, uint64, error) {
+	return 0, 0, errScripted
+}
 func (r *scriptRuntime) Exits(context.Context, int64) (<-chan docker.Exit, error) {
 	return nil, errScripted
 }

@@ -74,6 +74,10 @@ func Describe(e Event) string {
 			kv("exit", fmt.Sprint(*e.ExitCode))
 		}
 		kv("id", e.RuntimeID)
+		kv("image", e.ImageDigest)
+		if e.ImagePulled {
+			kv("pulled", "yes")
+		}
 		kv("reason", e.Reason)
 	case *TaskTransitioned:
 		fmt.Fprintf(&b, "%s → %s", e.From, e.To)
@@ -95,6 +99,11 @@ func Describe(e Event) string {
 		kv("reason", e.Reason)
 	case *HealthChanged:
 		kv("health", string(e.Health))
+	case *ImageRemoved:
+		kv("image", e.ImageID)
+		kv("digest", e.Digest)
+		kv("refs", e.Refs)
+		kv("reason", e.Reason)
 	case *SnapshotTaken:
 		kv("at", fmt.Sprint(e.AtSeq))
 		kv("bytes", e.Bytes)

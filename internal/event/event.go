@@ -39,6 +39,7 @@ const (
 	TypeCallStarted           Type = 18
 	TypeCallEnded             Type = 19
 	TypeHealthChanged         Type = 20
+	TypeImageRemoved          Type = 21
 )
 
 // typeInfo is the catalogue: wire name and a constructor for the body.
@@ -66,6 +67,7 @@ var typeInfo = map[Type]struct {
 	TypeCallStarted:           {"call_started", func() Event { return &CallStarted{} }},
 	TypeCallEnded:             {"call_ended", func() Event { return &CallEnded{} }},
 	TypeHealthChanged:         {"health_changed", func() Event { return &HealthChanged{} }},
+	TypeImageRemoved:          {"image_removed", func() Event { return &ImageRemoved{} }},
 }
 
 // Known reports whether t is a record type this build understands.

@@ -232,6 +232,12 @@ type ContainerTransitioned struct {
 	// StopsTask: this container's STOPPED stops its task even if it is not essential (a
 	// dependency of it can no longer be met, PROTOCOL.md §4).
 	StopsTask bool `json:"stops_task,omitempty"`
+	// On a PULLED: the image the runtime resolved the reference to (its id, and its content
+	// digest — the repository digest for a registry image), and ImagePulled when this agent
+	// fetched it from a registry. Image garbage collection removes only images so pulled.
+	ImageID     string `json:"image_id,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
+	ImagePulled bool   `json:"image_pulled,omitempty"`
 }
 
 // CallStarted records, before it is made, a runtime call that must never be made twice (a
@@ -306,6 +312,15 @@ type CompactionDone struct {
 	Records  int      `json:"records"`
 }
 
+// ImageRemoved records that image garbage collection removed an image this agent pulled, which
+// no task that was not cleaned used (subject: none).
+type ImageRemoved struct {
+	ImageID string   `json:"image_id"`
+	Digest  string   `json:"digest,omitempty"`
+	Refs    []string `json:"refs,omitempty"` // the references the agent pulled it by
+	Reason  string   `json:"reason,omitempty"`
+}
+
 // ReportAttempted records a report that did not settle its changes (throttled, failed), so a
 // post-mortem can see how long a STOPPED waited and why. Count folds repeated attempts.
 type ReportAttempted struct {
@@ -337,3 +352,4 @@ func (*TaskCleaned) Type() Type           { return TypeTaskCleaned }
 func (*SnapshotTaken) Type() Type         { return TypeSnapshotTaken }
 func (*CompactionDone) Type() Type        { return TypeCompactionDone }
 func (*ReportAttempted) Type() Type       { return TypeReportAttempted }
+func (*ImageRemoved) Type() Type          { return TypeImageRemoved }

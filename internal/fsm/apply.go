@@ -170,6 +170,8 @@ func (s *State) apply(rec event.Record) error {
 		c.Removed = true
 	case *event.TaskCleaned:
 		return s.clean(rec)
+	case *event.ImageRemoved:
+		return s.imageRemoved(e)
 	case *event.CompactionDone:
 		for _, arn := range e.Tasks {
 			if _, live := s.Tasks[arn]; live {
@@ -286,6 +288,9 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 	if e.To == event.StatusRunning {
 		c.Bindings = e.NetworkBindings
 	}
+	if e.To == event.StatusPulled {
+		s.imagePulled(rec, c, e)
+	}
 	s.addChange(rec, t, c, e.To, e.ExitCode, e.Reason)
 	if e.To == event.StatusRunning && len(e.NetworkBindings) > 0 {
 		s.Outbox[rec.Seq].NetworkBindings = e.NetworkBindings
@@ -350,6 +355,7 @@ func (s *State) clean(rec event.Record) error {
 			ts.Exits[c.Name] = *c.ExitCode
 		}
 	}
+	s.imagesReleased(rec, t)
 	delete(s.Tasks, t.ARN)
 	s.Tombstones[t.ARN] = ts
 	return nil

@@ -21,6 +21,9 @@ const (
 	// failed). It has no effect, so it needs no intent; the engine makes it only while the
 	// start itself is not in flight.
 	ActInspect ActionKind = "inspect"
+	// ActRemoveImage removes an image the agent pulled and no task uses (images.go). It has
+	// no task; its Container is the image id, RuntimeID too.
+	ActRemoveImage ActionKind = "remove-image"
 )
 
 // Action asks the runtime to do something to one container. The engine runs it and hands the
@@ -45,7 +48,12 @@ type ActionKey struct {
 // Key is the action's identity.
 func (a Action) Key() ActionKey { return ActionKey{Kind: a.Kind, Task: a.Task, Container: a.Container} }
 
-func (k ActionKey) String() string { return string(k.Kind) + " " + k.Task + "/" + k.Container }
+func (k ActionKey) String() string {
+	if k.Task == "" {
+		return string(k.Kind) + " " + k.Container // an image action
+	}
+	return string(k.Kind) + " " + k.Task + "/" + k.Container
+}
 
 // Config is what decisions depend on besides the journal. It is not journaled: an operator
 // may change it between runs, and cleanup deadlines follow (from the journaled stop time).

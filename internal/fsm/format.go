@@ -35,6 +35,15 @@ func (s *State) Format(now time.Time, cfg Config) string {
 		}
 		b.WriteString("\n")
 	}
+	ids := make([]string, 0, len(s.Images))
+	for id := range s.Images {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		img := s.Images[id]
+		fmt.Fprintf(&b, "image %s refs=%s pulled=%s last_used=%s\n", event.Printable(id), event.Printable(strings.Join(img.Refs, ",")), ts(img.PulledAt), ts(img.LastUsed))
+	}
 	if out := s.Pending(len(s.Outbox)); len(out) > 0 {
 		fmt.Fprintf(&b, "outbox (%d unsent, %d to send after coalescing):\n", len(s.Outbox), len(out))
 		for _, c := range out {
@@ -65,6 +74,9 @@ func (s *State) FormatTask(t *Task, now time.Time, cfg Config) string {
 		}
 		if c.RuntimeID != "" {
 			fmt.Fprintf(&b, " id=%s", c.RuntimeID)
+		}
+		if c.ImageDigest != "" {
+			fmt.Fprintf(&b, " image=%s", event.Printable(c.ImageDigest))
 		}
 		if c.Health != "" {
 			fmt.Fprintf(&b, " health=%s", c.Health)

@@ -18,6 +18,8 @@ const (
 	RuleSentAhead        Rule = "sent-ahead-of-known"
 	RuleStatusOrder      Rule = "illegal-transition"
 	RuleStoppedOrder     Rule = "task-stopped-before-containers"
+	RuleImageNotPulled   Rule = "image-removed-not-pulled"
+	RuleImageInUse       Rule = "image-removed-in-use"
 	RuleOther            Rule = "bad-record"
 )
 
@@ -55,6 +57,16 @@ func NewChecker(from *State) *Checker {
 
 // Record checks and applies one record.
 func (c *Checker) Record(rec event.Record) {
+	if e, ok := rec.Event.(*event.ImageRemoved); ok {
+		for _, t := range c.State.SortedTasks() {
+			for _, ct := range t.Containers {
+				if ct.ImageID == e.ImageID {
+					c.Violations = append(c.Violations, Violation{Seq: rec.Seq, Task: t.ARN, Rule: RuleImageInUse,
+						Detail: fmt.Sprintf("image %s removed while container %s, not cleaned, uses it", e.ImageID, ct.Name)})
+				}
+			}
+		}
+	}
 	if err := c.State.Apply(rec); err != nil {
 		c.Violations = append(c.Violations, Violation{Seq: rec.Seq, Task: rec.Task, Rule: classify(err), Detail: err.Error()})
 		c.State.Skip(rec)
@@ -77,6 +89,8 @@ func classify(err error) Rule {
 		return RuleStoppedOrder
 	case errors.Is(err, ErrIllegalTransition):
 		return RuleStatusOrder
+	case errors.Is(err, ErrImageNotPulled):
+		return RuleImageNotPulled
 	}
 	return RuleOther
 }

@@ -163,3 +163,33 @@ func TestDiagramComesFromTheTables(t *testing.T) {
 		}
 	}
 }
+
+// Image collection's promises, as `journal verify` checks them: only an image the agent
+// pulled is removed, and never one a task that is not cleaned uses.
+func TestCheckerNamesImageRemovalDefects(t *testing.T) {
+	pulled := upToRunning()
+	pulled[2] = rec("t1", "app", &event.ContainerTransitioned{From: "NONE", To: "PULLED", ImageID: "sha256:web", ImageDigest: "sha256:dweb", ImagePulled: true})
+	cases := []struct {
+		name  string
+		head  []event.Record
+		rule  fsm.Rule
+		atSeq uint64
+	}{
+		{"an image the agent did not pull", upToRunning(), fsm.RuleImageNotPulled, 9},
+		{"an image a live task uses", pulled, fsm.RuleImageInUse, 9},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fsm.NewChecker(nil)
+			for _, r := range stream(append(tc.head, rec("", "", &event.ImageRemoved{ImageID: "sha256:web"}))...) {
+				c.Record(r)
+			}
+			if len(c.Violations) != 1 {
+				t.Fatalf("want exactly one violation, got %v", c.Violations)
+			}
+			if v := c.Violations[0]; v.Rule != tc.rule || v.Seq != tc.atSeq {
+				t.Fatalf("got %s; want rule %s at record %d", v, tc.rule, tc.atSeq)
+			}
+		})
+	}
+}

@@ -14,6 +14,9 @@ import (
 // actionFinished maps a runtime call's outcome to records.
 func (s *State) actionFinished(in ActionFinished) Verdict {
 	a, r := in.Action, in.Result
+	if a.Kind == ActRemoveImage {
+		return s.imageRemovalFinished(a, r)
+	}
 	var v Verdict
 	t := s.Tasks[a.Task]
 	if t == nil {
@@ -79,7 +82,8 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		}
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: fmt.Sprintf("%s failed: %s", a.Kind, why)})
 	case a.Kind == ActPull:
-		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusPulled})
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusPulled, Reason: r.Note,
+			ImageID: r.ImageID, ImageDigest: r.ImageDigest, ImagePulled: r.ImagePulled && r.ImageID != ""})
 	case a.Kind == ActCreate:
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.RuntimeID})
 	case a.Kind == ActStart:

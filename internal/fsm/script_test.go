@@ -24,6 +24,9 @@ type harness struct {
 	now     time.Time
 	cfg     fsm.Config
 	history []event.Record
+	// registry: pulls answer with an image id and digest, as a registry-backed runtime
+	// does; an image under local/ was present already (not pulled by the agent).
+	registry bool
 }
 
 // TestScripts runs the scripts in testdata/. Rewrite expectations with -rewrite.
@@ -157,6 +160,13 @@ func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
 		return h.record(task, "", &event.StoppedAcked{ChangeID: str(t, d, "change")})
 	case "cleanup":
 		return h.record(task, "", &event.CleanupStarted{})
+	case "registry":
+		h.registry = true
+		return "ok\n"
+	case "collect":
+		return h.collect(t, d)
+	case "remove-image":
+		return h.record("", "", &event.ImageRemoved{ImageID: str(t, d, "id")})
 	case "removed":
 		return h.record(task, ctr, &event.ContainerRemoved{})
 	case "cleaned":
@@ -232,6 +242,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				b.WriteString(h.record(r.Task, r.Container, r.Event))
 			}
 			res := succeed(a)
+			if a.Kind == fsm.ActPull && h.registry {
+				res.ImageID, res.ImageDigest = imageOf(a.Spec.Image)
+				res.ImagePulled = !strings.HasPrefix(a.Spec.Image, "local/")
+			}
 			if fail[a.Container+":"+string(a.Kind)] {
 				res = fsm.Result{Kind: fsm.Failed, Err: "injected"}
 			}
@@ -242,6 +256,47 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	}
 	d.Fatalf(t, "run did not settle in 200 rounds:\n%s", b.String())
 	return ""
+}
+
+// imageOf is the id and digest the script's registry resolves a reference to: stable, and
+// shared by references that differ only in tag.
+func imageOf(ref string) (id, digest string) {
+	name, _, _ := strings.Cut(ref, ":")
+	name = strings.NewReplacer("/", "-", "@", "-").Replace(name)
+	return "sha256:i-" + name, "sha256:d-" + name
+}
+
+// collect decides image removals (collect age=D per=N [low]) and carries them out, each
+// succeeding unless gone=(id) says the runtime no longer has it.
+func (h *harness) collect(t *testing.T, d *datadriven.TestData) string {
+	var age string
+	cfg := fsm.ImageConfig{PerCycle: 5}
+	d.ScanArgs(t, "age", &age)
+	d.MaybeScanArgs(t, "per", &cfg.PerCycle)
+	var err error
+	if cfg.MinAge, err = time.ParseDuration(age); err != nil {
+		d.Fatalf(t, "age: %v", err)
+	}
+	gone := map[string]bool{}
+	if arg, ok := d.Arg("gone"); ok {
+		for _, v := range arg.Vals {
+			gone[v] = true
+		}
+	}
+	var b strings.Builder
+	for _, a := range h.st.CollectImages(h.now, cfg, d.HasArg("low")) {
+		res := fsm.Result{Kind: fsm.Succeeded}
+		if gone[a.RuntimeID] {
+			res.Kind = fsm.Vanished
+		}
+		for _, r := range h.st.Step(h.now, fsm.ActionFinished{Action: a, Result: res}).Records {
+			b.WriteString(h.record(r.Task, r.Container, r.Event))
+		}
+	}
+	if b.Len() == 0 {
+		return "nothing\n"
+	}
+	return b.String()
 }
 
 // succeed is what a runtime where every call works answers: a stop ends the container with

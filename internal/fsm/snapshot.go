@@ -47,6 +47,14 @@ func Restore(data []byte) (*State, error) {
 	if s.Tasks == nil || s.Tombstones == nil || s.Messages == nil || s.Outbox == nil {
 		return nil, fmt.Errorf("fsm: restore snapshot at %d: missing tables", s.LastSeq)
 	}
+	if s.Images == nil {
+		s.Images = map[string]*Image{} // a snapshot from before image collection, or with none
+	}
+	for id, img := range s.Images {
+		if img == nil || img.ID != id {
+			return nil, fmt.Errorf("fsm: restore snapshot at %d: image %q is damaged", s.LastSeq, id)
+		}
+	}
 	for arn, t := range s.Tasks {
 		if t == nil || t.ARN != arn || !t.Known.Valid() || !t.Desired.Valid() || !t.Sent.Valid() || t.Sent.Rank() > t.Known.Rank() {
 			return nil, fmt.Errorf("fsm: restore snapshot at %d: task %q is damaged", s.LastSeq, arn)

@@ -62,18 +62,20 @@ func (t *Task) heldBy(message string) {
 // Container is one container of a live task.
 type Container struct {
 	event.ContainerSpec
-	Known     event.Status           `json:"known"`
-	Sent      event.Status           `json:"sent"`
-	ExitCode  *int                   `json:"exit_code,omitempty"`
-	Reason    string                 `json:"reason,omitempty"`
-	RuntimeID string                 `json:"runtime_id,omitempty"`
-	Removed   bool                   `json:"removed,omitempty"`
-	InFlight  ActionKind             `json:"in_flight,omitempty"`        // a call journaled as started whose outcome is not journaled yet
-	Bindings  []event.NetworkBinding `json:"network_bindings,omitempty"` // host ports bound while it runs
-	Health    event.Health           `json:"health,omitempty"`           // its health check's verdict while it runs
-	StoppedAt time.Time              `json:"stopped_at,omitzero"`
-	StopSeq   uint64                 `json:"stop_seq,omitempty"`
-	Pending   []uint64               `json:"pending,omitempty"` // unsettled changes, by seq
+	Known       event.Status           `json:"known"`
+	Sent        event.Status           `json:"sent"`
+	ExitCode    *int                   `json:"exit_code,omitempty"`
+	Reason      string                 `json:"reason,omitempty"`
+	RuntimeID   string                 `json:"runtime_id,omitempty"`
+	Removed     bool                   `json:"removed,omitempty"`
+	InFlight    ActionKind             `json:"in_flight,omitempty"`        // a call journaled as started whose outcome is not journaled yet
+	Bindings    []event.NetworkBinding `json:"network_bindings,omitempty"` // host ports bound while it runs
+	Health      event.Health           `json:"health,omitempty"`           // its health check's verdict while it runs
+	ImageID     string                 `json:"image_id,omitempty"`         // the image its reference resolved to when pulled
+	ImageDigest string                 `json:"image_digest,omitempty"`     // that image's content digest
+	StoppedAt   time.Time              `json:"stopped_at,omitzero"`
+	StopSeq     uint64                 `json:"stop_seq,omitempty"`
+	Pending     []uint64               `json:"pending,omitempty"` // unsettled changes, by seq
 }
 
 // Tombstone is what outlives a cleaned task for the retention period: enough to recognise a
@@ -101,6 +103,7 @@ type State struct {
 	Messages   map[string]uint64     `json:"messages"`              // message id → seq of its payload_received
 	Outbox     map[uint64]*Change    `json:"outbox"`                // unsettled changes by seq
 	ExitCursor int64                 `json:"exit_cursor,omitempty"` // the runtime event stream's position, from journaled exits
+	Images     map[string]*Image     `json:"images,omitempty"`      // images this agent pulled and has not removed, by id
 
 	order      []uint64 // Outbox keys ascending, possibly with settled ones not yet swept
 	taskM      *machine
@@ -114,6 +117,7 @@ func New() *State {
 		Tombstones: map[string]*Tombstone{},
 		Messages:   map[string]uint64{},
 		Outbox:     map[uint64]*Change{},
+		Images:     map[string]*Image{},
 		taskM:      newTaskMachine(),
 		containerM: newContainerMachine(),
 	}

@@ -52,6 +52,11 @@ type Result struct {
 	OOMKilled bool                   // it ended killed for going over its memory limit
 	Bindings  []event.NetworkBinding // start and inspect: the host ports bound for it
 	Err       string                 // Failed and Unavailable: the cause
+	// Pull: the image the reference resolved to, whether this call fetched it from a
+	// registry, and a note worth reporting (a cached image used after a failed pull).
+	ImageID, ImageDigest string
+	ImagePulled          bool
+	Note                 string
 }
 
 // ContainerExited is an exit from the runtime's event stream.

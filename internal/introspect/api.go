@@ -50,6 +50,10 @@ type ContainerView struct {
 	ExitCode    *int         `json:"exit_code"`
 	RuntimeID   string       `json:"runtime_id"`
 	Reason      string       `json:"reason"`
+	// ImageID and ImageDigest are the image its reference resolved to when it was pulled
+	// (empty before): the digest is what actually ran, whatever the tag points to since.
+	ImageID     string `json:"image_id,omitempty"`
+	ImageDigest string `json:"image_digest,omitempty"`
 	// Spec is the container as assigned (PROTOCOL.md §4), without env: values may be secrets.
 	Spec event.ContainerSpec `json:"spec"`
 }
@@ -66,7 +70,8 @@ func view(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) TaskView {
 	for _, c := range t.Containers {
 		spec := c.ContainerSpec
 		spec.Env = nil
-		v.Containers = append(v.Containers, ContainerView{Name: c.Name, KnownStatus: c.Known, SentStatus: c.Sent, ExitCode: c.ExitCode, RuntimeID: c.RuntimeID, Reason: c.Reason, Spec: spec})
+		v.Containers = append(v.Containers, ContainerView{Name: c.Name, KnownStatus: c.Known, SentStatus: c.Sent, ExitCode: c.ExitCode, RuntimeID: c.RuntimeID, Reason: c.Reason,
+			ImageID: c.ImageID, ImageDigest: c.ImageDigest, Spec: spec})
 	}
 	return v
 }

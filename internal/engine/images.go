@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+)
+
+// Image garbage collection at the edge. Every Interval the engine asks the runtime how full
+// its disk is (an effect, like any other I/O), hands the answer to the core, which chooses
+// the images to remove (fsm/images.go), and removes them as runtime actions; each removal is
+// journaled by the core (image_removed). Pulls and removals never overlap: a pull may resolve
+// any reference — a tag the core never saw — to the image being removed, and find it present a
+// moment before it goes. So a cycle that finds a pull out tries again shortly, and while
+// removals are out no pull starts (they are few and quick).
+
+// ImageGC configures image garbage collection; a zero Interval turns it off.
+type ImageGC struct {
+	Interval        time.Duration // between cycles
+	MinAge          time.Duration // unused this long before an image is removed
+	PerCycle        int           // removals a cycle at most (default 5)
+	LowFreePercent  int           // below this much free space on the runtime's disk, age does not count
+	InitialInterval time.Duration // first cycle after start (default Interval)
+}
+
+// ImageSpaceInput is the runtime's disk space, asked for by a collection cycle.
+type ImageSpaceInput struct {
+	Free, Total uint64
+	Err         error
+}
+
+func (ImageSpaceInput) isInput() {}
+
+// imageCollector is the runtime's image removal, when it has one.
+func (e *Engine) imageCollector() docker.ImageCollector {
+	ic, _ := e.rt.(docker.ImageCollector)
+	return ic
+}
+
+// imageCycleDue reports whether a collection cycle should ask for the disk space now, and
+// marks it asked.
+func (e *Engine) imageCycleDue(now time.Time) bool {
+	if e.cfg.Images.Interval <= 0 || e.imageCollector() == nil || e.imagesAsking || e.reconcilePending {
+		return false
+	}
+	if e.imagesAt.IsZero() {
+		e.imagesAt = now.Add(e.cfg.Images.InitialInterval)
+	}
+	if e.imagesAt.After(now) {
+		return false
+	}
+	e.imagesAsking = true
+	e.onDrop(func() { e.imagesAsking = false })
+	return true
+}
+
+// askImageSpace is the executor's work for a cycle's disk question.
+func (e *Engine) askImageSpace() func() Input {
+	ic := e.imageCollector()
+	return func() Input {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		free, total, err := ic.ImageDiskFree(ctx)
+		return ImageSpaceInput{Free: free, Total: total, Err: err}
+	}
+}
+
+// handleImageSpace runs a cycle: the core chooses, the engine dispatches the removals.
+func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
+	e.imagesAsking = false
+	e.imagesAt = now.Add(e.cfg.Images.Interval)
+	for k := range e.inflight {
+		if k.Kind == fsm.ActPull {
+			e.imagesAt = now.Add(min(e.cfg.Images.Interval, imageCycleRetry))
+			return
+		}
+	}
+	low := false
+	if in.Err != nil {
+		e.log.Warn().Err(in.Err).Msg("image collection: cannot read the runtime's free disk space; collecting by age only")
+	} else if in.Total > 0 && in.Free*100 < in.Total*uint64(e.cfg.Images.LowFreePercent) {
+		low = true
+		e.log.Warn().Uint64("free_bytes", in.Free).Uint64("total_bytes", in.Total).Int("threshold_percent", e.cfg.Images.LowFreePercent).
+			Msg("image collection: the runtime's disk is low; removing unused images regardless of age")
+	}
+	acts := e.st.CollectImages(now, fsm.ImageConfig{MinAge: e.cfg.Images.MinAge, PerCycle: e.cfg.Images.PerCycle}, low)
+	for _, a := range acts {
+		e.dispatch(now, a)
+	}
+}
+
+// removingImage notes an image removal going out, and forgets it when it ends or is dropped.
+func (e *Engine) removingImage(a fsm.Action) {
+	img := e.st.Images[a.RuntimeID]
+	if img == nil {
+		return
+	}
+	e.imageRemovals[a.RuntimeID] = img
+	e.onDrop(func() { delete(e.imageRemovals, a.RuntimeID) })
+}
+
+// imageCycleRetry is how soon a cycle that found a pull out tries again.
+const imageCycleRetry = 10 * time.Second
+
+// pullHeld reports whether a pull must wait: image removals are out.
+func (e *Engine) pullHeld() bool { return len(e.imageRemovals) > 0 }
+
+// imageRemovalEnded records a removal's outcome and lets held pulls go.
+func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
+	delete(e.imageRemovals, a.RuntimeID)
+	v := e.st.Step(now, fsm.ActionFinished{Action: a, Result: r})
+	if len(v.Records) > 0 {
+		e.metrics.imagesRemoved.Inc()
+		e.log.Info().Str("image", a.RuntimeID).Msg("image removed")
+	} else if r.Kind != fsm.Succeeded {
+		e.metrics.imageRemovalFailures.Inc()
+		e.log.Warn().Str("image", a.RuntimeID).Str("error", r.Err).Msg("image not removed; the next cycle may try again")
+	}
+	e.record(v.Records...)
+	for arn, t := range e.st.Tasks {
+		for _, c := range t.Containers {
+			if c.Known == event.StatusNone {
+				e.dirty[arn] = true
+			}
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// Image garbage collection. The projection keeps the images this agent pulled (journaled with
+// the PULLED of the container that pulled them) and decides which to remove. It promises:
+//   - Only images this agent pulled are removed: Apply refuses an image_removed of any other,
+//     so `journal verify` names such a removal.
+//   - No image a task that is not cleaned uses, or is about to pull, is chosen: a task keeps
+//     its images until its cleanup is journaled, whatever its state.
+//   - An image is chosen only after it went unused for the configured age — counted from its
+//     last pull or the cleanup of the last task that used it — unless the runtime's disk is
+//     low; oldest first, a bounded number a cycle.
+
+// Image is an image this agent pulled and has not removed.
+type Image struct {
+	ID       string    `json:"id"`
+	Digest   string    `json:"digest,omitempty"`
+	Refs     []string  `json:"refs"` // the references it was pulled by
+	PulledAt time.Time `json:"pulled_at"`
+	LastUsed time.Time `json:"last_used"` // its last pull, or the cleanup of the last task that used it
+}
+
+// ImageConfig is how images are collected; not journaled (an operator may change it).
+type ImageConfig struct {
+	MinAge   time.Duration // unused at least this long before it is removed
+	PerCycle int           // at most this many removals a cycle
+}
+
+// ErrImageNotPulled is a removal of an image this agent did not pull.
+var ErrImageNotPulled = errors.New("image removed that this agent did not pull")
+
+// CollectImages decides which images to remove now: unused pulled images past the age (any
+// age when lowSpace), the least recently used first, at most cfg.PerCycle.
+func (s *State) CollectImages(now time.Time, cfg ImageConfig, lowSpace bool) []Action {
+	if cfg.PerCycle <= 0 || len(s.Images) == 0 {
+		return nil
+	}
+	ids, refs := map[string]bool{}, map[string]bool{}
+	for _, t := range s.Tasks {
+		for _, c := range t.Containers {
+			ids[c.ImageID] = true
+			refs[c.Image] = true
+		}
+	}
+	var out []*Image
+	for _, img := range s.Images {
+		if ids[img.ID] || !lowSpace && now.Sub(img.LastUsed) < cfg.MinAge || wanted(img, refs) {
+			continue
+		}
+		out = append(out, img)
+	}
+	slices.SortFunc(out, func(a, b *Image) int {
+		if c := a.LastUsed.Compare(b.LastUsed); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	var acts []Action
+	for _, img := range out[:min(len(out), cfg.PerCycle)] {
+		acts = append(acts, Action{Kind: ActRemoveImage, Container: img.ID, RuntimeID: img.ID})
+	}
+	return acts
+}
+
+// wanted reports whether a live task names the image by a reference it was pulled by or by its
+// digest: such a task may be about to pull it (the pull would find it present).
+func wanted(img *Image, refs map[string]bool) bool {
+	for _, r := range img.Refs {
+		if refs[r] {
+			return true
+		}
+	}
+	if img.Digest != "" {
+		for r := range refs {
+			if strings.HasSuffix(r, "@"+img.Digest) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// imageRemovalFinished maps a removal's outcome to its record: removed, or already gone. A
+// removal the runtime refused (the image is in use by a container not the agent's, or tagged
+// again) records nothing; the next cycle may try again.
+func (s *State) imageRemovalFinished(a Action, r Result) Verdict {
+	img := s.Images[a.RuntimeID]
+	if img == nil || (r.Kind != Succeeded && r.Kind != Vanished) {
+		return Verdict{}
+	}
+	reason := "unused since " + img.LastUsed.UTC().Format(time.RFC3339)
+	if r.Kind == Vanished {
+		reason = "already gone from the runtime"
+	}
+	return Verdict{Records: []event.Record{{Event: &event.ImageRemoved{ImageID: img.ID, Digest: img.Digest, Refs: slices.Clone(img.Refs), Reason: reason}}}}
+}
+
+// imagePulled notes the image a container's reference resolved to, and an image the agent
+// fetched as its own.
+func (s *State) imagePulled(rec event.Record, c *Container, e *event.ContainerTransitioned) {
+	c.ImageID, c.ImageDigest = e.ImageID, e.ImageDigest
+	img := s.Images[e.ImageID]
+	if img == nil && e.ImagePulled {
+		img = &Image{ID: e.ImageID, Digest: e.ImageDigest, PulledAt: rec.Time}
+		s.Images[e.ImageID] = img
+	}
+	if img == nil {
+		return
+	}
+	if !slices.Contains(img.Refs, c.Image) {
+		img.Refs = append(img.Refs, c.Image)
+		slices.Sort(img.Refs)
+	}
+	img.LastUsed = rec.Time
+}
+
+// imagesReleased starts the unused age of a cleaned task's images.
+func (s *State) imagesReleased(rec event.Record, t *Task) {
+	for _, c := range t.Containers {
+		if img := s.Images[c.ImageID]; img != nil && rec.Time.After(img.LastUsed) {
+			img.LastUsed = rec.Time
+		}
+	}
+}
+
+// imageRemoved forgets a removed image; only one the agent pulled may be.
+func (s *State) imageRemoved(e *event.ImageRemoved) error {
+	if _, ok := s.Images[e.ImageID]; !ok {
+		return fmt.Errorf("%w: %s", ErrImageNotPulled, e.ImageID)
+	}
+	delete(s.Images, e.ImageID)
+	return nil
+}
