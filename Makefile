@@ -47,7 +47,8 @@ test-docker: testbox-image
 ## named regression seeds; and the proof that it and the engine's scripts find the seed's bug
 ## when the guard is compiled out (-tags simbug), a container reported STOPPED while it runs
 ## when the in-flight guard is (-tags startbug), and a container run twice when starts are
-## neither journaled as intents nor refused by the runtime (-tags 'startbug runtimebug').
+## neither journaled as intents nor refused by the runtime (-tags 'startbug runtimebug'), and an
+## image of a task not yet cleaned removed when image collection ignores live tasks (-tags imagebug).
 SEEDS ?= 1000
 SIM_OFFSET ?= $(or $(AGENTD_SIM_OFFSET),random)
 test-sim:
@@ -56,6 +57,7 @@ test-sim:
 	$(GO) test -count=1 -tags simbug -run TestScriptsFailWithoutTheGuard -v ./internal/engine
 	$(GO) test -count=1 -tags startbug -run TestSimFindsTheStartBug -v ./internal/simulation
 	$(GO) test -count=1 -tags 'startbug runtimebug' -run TestSimFindsTheRerunBug -v ./internal/simulation
+	$(GO) test -count=1 -tags imagebug -run TestSimFindsTheImageBug -v ./internal/simulation
 
 ## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.
 test-crash:

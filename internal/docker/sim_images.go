@@ -23,6 +23,9 @@ import (
 // whose name contains fail-pull is unknown to every registry. Everything is a function of the
 // calls made: no wall clock (unless the default sleep is used), no map order.
 
+// danglingRef keys an image no tag names any more.
+const danglingRef = "<none>@"
+
 // SimPullTries is how many times the simulated runtime tries a pull that fails transiently.
 const SimPullTries = 4
 
@@ -179,6 +182,16 @@ func (s *Sim) registryImage(ref string) *simImage {
 func (s *Sim) putImage(img *simImage) error {
 	if s.state.Images == nil {
 		s.state.Images = map[string]*simImage{}
+	}
+	if old, ok := s.state.Images[img.Ref]; ok && old.ID != img.ID {
+		// As Docker does, the image the tag named before stays, untagged, until removed:
+		// a container made from it still runs it.
+		d := *old
+		d.Ref = danglingRef + old.ID
+		s.state.Images[d.Ref] = &d
+		if err := s.save(simOp{PutImage: &d}); err != nil {
+			return err
+		}
 	}
 	s.state.Images[img.Ref] = img
 	return s.save(simOp{PutImage: img})

@@ -53,7 +53,7 @@ func (s *State) CollectImages(now time.Time, cfg ImageConfig, lowSpace bool) []A
 	}
 	var out []*Image
 	for _, img := range s.Images {
-		if ids[img.ID] || !lowSpace && now.Sub(img.LastUsed) < cfg.MinAge || wanted(img, refs) {
+		if imageGuard && (ids[img.ID] || wanted(img, refs)) || !lowSpace && now.Sub(img.LastUsed) < cfg.MinAge {
 			continue
 		}
 		out = append(out, img)

@@ -120,6 +120,10 @@ type sim struct {
 	all    int
 	res    *Result
 	bugs   int
+	// pulls draws the registries' behaviour (slow pulls, transient and permanent failures)
+	// from the seed on a stream of its own, so the other draws stay as they were.
+	pulls       *rand.Rand
+	hostImageID string
 
 	assigned  []string
 	expected  map[string]int  // task → containers a valid task runs
@@ -186,7 +190,7 @@ func Run(o Options) (res Result) {
 	if o.MaxTrace <= 0 {
 		o.MaxTrace = 400
 	}
-	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0xa5a5a5a5)), clock: &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)},
+	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0xa5a5a5a5)), pulls: rand.New(rand.NewPCG(o.Seed, o.Seed^0x17171717)), clock: &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)},
 		expected: map[string]int{}, unkeyed: map[string]bool{}, res: &Result{Seed: o.Seed}}
 	s.cp = controlplane.New("", controlplane.Faults{ResendAcked: true, Seed: o.Seed})
 	s.cp.SetClock(func() time.Time { return s.clock.now })
@@ -291,12 +295,15 @@ func (s *sim) start() error {
 		}
 		return docker.SimFault{}
 	})
+	s.registries()
 	s.queue = nil
 	s.cursor = 0
 	log := zerolog.New(nil).Level(zerolog.ErrorLevel).Hook(bugHook{s})
 	s.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Duration(s.rng.IntN(5)) * time.Second,
 		Seed: s.rng.Uint64() | 1, CleanupWorkers: 2, SnapshotEvery: uint64(50 + s.rng.IntN(200)),
-		Submit: engineSubmitPolicy(s.rng.Uint64() | 1)}, s.j, s.rt, cpClient{s}, s.clock, executor{s}, log)
+		Submit: engineSubmitPolicy(s.rng.Uint64() | 1),
+		Images: engine.ImageGC{Interval: 30 * time.Second, MinAge: time.Duration(s.pulls.IntN(90)) * time.Second, LowFreePercent: 10},
+	}, s.j, s.rt, cpClient{s}, s.clock, executor{s}, log)
 	if err := s.e.Recover(context.Background()); err != nil {
 		return err
 	}
@@ -444,6 +451,15 @@ func (s *sim) assign() {
 		if s.rng.IntN(15) == 0 {
 			ct.Image = "img-fail-pull"
 		}
+		switch s.pulls.IntN(6) {
+		case 0:
+			ct.Image = hostImage // on the host already: never the agent's to remove
+			ct.PullPolicy = []string{event.PullNever, event.PullIfNotPresent, event.PullAlways}[s.pulls.IntN(3)]
+		case 1:
+			ct.Image = "img-b"
+		case 2:
+			ct.PullPolicy = event.PullAlways
+		}
 		t.Containers = append(t.Containers, ct)
 	}
 	if n == 2 && s.rng.IntN(3) == 0 {
@@ -519,7 +535,7 @@ func (s *sim) runWork() bool {
 func describe(in engine.Input) string {
 	switch in := in.(type) {
 	case engine.ActionResult:
-		s := fmt.Sprintf("%s %s/%s", in.Action.Kind, in.Action.Task, in.Action.Container)
+		s := in.Action.Key().String()
 		if in.Result.Kind != fsm.Succeeded {
 			s += " " + string(in.Result.Kind)
 		}
@@ -655,6 +671,7 @@ func (s *sim) check() {
 	if v := s.cp.Violations(); len(v) > 0 {
 		s.fail("the control plane saw a protocol violation: %+v", v[0])
 	}
+	s.checkImages()
 }
 
 // settle stops the faults, assigns what is left, and lets everything run to the end: every
