@@ -64,12 +64,16 @@ test-crash:
 	AGENTD_CRASH_LOOP=1 $(GO) test -count=1 -run 'TestCrashLoop|TestFailpoints' ./cmd/agentd
 
 ## testbox-image: the test container image, built without a registry: a static binary
-## imported as the only file of an image (no base image to pull, no BuildKit frontend).
+## imported as the only file of an image (no base image to pull, no BuildKit frontend). The
+## build it replaces is removed, so repeated runs leave no dangling images.
 testbox-image:
 	mkdir -p bin/testbox
 	CGO_ENABLED=0 $(GO) build -o bin/testbox/testbox ./testdata/testbox
 	tar -C bin/testbox -cf bin/testbox.tar testbox
-	docker import --change 'ENTRYPOINT ["/testbox"]' bin/testbox.tar agentd-testbox:latest
+	old=$$(docker image inspect -f '{{.Id}}' agentd-testbox:latest 2>/dev/null || true); \
+	  docker import --change 'ENTRYPOINT ["/testbox"]' bin/testbox.tar agentd-testbox:latest && \
+	  new=$$(docker image inspect -f '{{.Id}}' agentd-testbox:latest) && \
+	  if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then docker image rm "$$old" >/dev/null 2>&1 || true; fi
 
 ## test-race: the packages with goroutines, under the race detector.
 test-race:

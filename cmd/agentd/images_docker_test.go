@@ -1,0 +1,387 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/registrytest"
+)
+
+// removeImagesAtEnd removes, when the test ends (after its containers: cleanups run last in,
+// first out), every image the test made the engine hold.
+func removeImagesAtEnd(t *testing.T) *[]string {
+	var refs []string
+	t.Cleanup(func() {
+		for _, r := range refs {
+			_ = exec.Command("docker", "image", "rm", "-f", r).Run()
+		}
+	})
+	return &refs
+}
+
+func imagePresent(ref string) bool {
+	return exec.Command("docker", "image", "inspect", ref).Run() == nil
+}
+
+// TestDockerPrivateRegistriesThroughTheAgent: the agent pulls from a registry that wants
+// credentials with those of its --registry-auth-file and runs the task; a task whose registry
+// it has no credentials for stops at once, its reason naming the image and "unauthorized";
+// the digest each container actually got is shown by /v1/tasks/{arn}: `always` picks up a
+// re-pushed tag, `if-not-present` keeps what the host has; and the credentials appear nowhere
+// — not in the journal, any API answer, the settings printout or the agent's log.
+func TestDockerPrivateRegistriesThroughTheAgent(t *testing.T) {
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("Docker Engine tests: run with make test-docker")
+	}
+	const user, pass = "agentd-ci", "pa55-7f3a-registry-secret"
+	images := removeImagesAtEnd(t)
+	private, stranger := registrytest.New(t), registrytest.New(t)
+	private.RequireAuth(user, pass)
+	stranger.RequireAuth("someone", "else-entirely")
+	ref, d1 := private.Push(t, "app:1", registrytest.Testbox(t, "v1"))
+	otherRef, _ := stranger.Push(t, "app:1", registrytest.Testbox(t, "stranger"))
+	authFile := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(authFile, []byte(private.AuthFile(user, pass)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	agentID := strings.ReplaceAll("agent-img-"+time.Now().Format("150405.000"), ".", "")
+	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
+	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
+	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	agent := startProc(t, "run", "--runtime", "docker", "--data-dir", dataDir, "--backend", cpURL,
+		"--listen", "127.0.0.1:0", "--cleanup-wait", "10m", "--log-format", "json", "--log-level", "debug",
+		"--agent-id", agentID, "--registry-auth-file", authFile)
+	api := "http://" + agent.await(t, "agent running", 60*time.Second)["listen"].(string)
+
+	assign := func(arn, image, policy string) {
+		c := map[string]any{"name": "app", "image": image, "command": []string{"run"}}
+		if policy != "" {
+			c["pull_policy"] = policy
+		}
+		postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": map[string]any{"arn": arn, "containers": []map[string]any{c}}})
+	}
+	await := func(what string, ok func(map[string]cpWorkload) bool, arns ...string) map[string]cpWorkload {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			got := map[string]cpWorkload{}
+			for _, arn := range arns {
+				var w cpWorkload
+				getJSON(t, cpURL+"/v1/tasks/"+arn, &w)
+				got[arn] = w
+			}
+			if ok(got) {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 90 s: %+v\n%s", what, got, agent.log())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	digest := func(arn string) (id, digest string) {
+		t.Helper()
+		var v struct {
+			Containers []struct {
+				ImageID     string `json:"image_id"`
+				ImageDigest string `json:"image_digest"`
+			} `json:"containers"`
+		}
+		if code := getJSON(t, api+"/v1/tasks/"+arn, &v); code != 200 || len(v.Containers) != 1 {
+			t.Fatalf("GET /v1/tasks/%s: %d %+v", arn, code, v)
+		}
+		return v.Containers[0].ImageID, v.Containers[0].ImageDigest
+	}
+
+	assign("task/img-a", ref, "")
+	assign("task/img-b", otherRef, "")
+	got := await("a RUNNING, b STOPPED", func(w map[string]cpWorkload) bool {
+		return w["task/img-a"].Status == "RUNNING" && w["task/img-b"].Status == "STOPPED"
+	}, "task/img-a", "task/img-b")
+	if r := got["task/img-b"].Reason; !strings.Contains(r, "unauthorized") || !strings.Contains(r, otherRef) {
+		t.Fatalf("task/img-b stopped with reason %q: it must name the image and say unauthorized", r)
+	}
+	t.Logf("task/img-b stopped: %s", got["task/img-b"].Reason)
+	if n := stranger.Count("GET /v2/ "); n > 2 {
+		t.Fatalf("the refused pull was tried %d times: unauthorized is not worth a retry\n%s", n, strings.Join(stranger.Requests(), "\n"))
+	}
+	idA, gotA := digest("task/img-a")
+	*images = append(*images, ref, idA)
+	if gotA != d1 {
+		t.Fatalf("task/img-a shows image digest %q; the registry served %s", gotA, d1)
+	}
+
+	// A new build under the same tag: if-not-present keeps what the host has, always gets it.
+	_, d2 := private.Push(t, "app:1", registrytest.Testbox(t, "v2"))
+	assign("task/img-cached", ref, "if-not-present")
+	await("if-not-present RUNNING", func(w map[string]cpWorkload) bool { return w["task/img-cached"].Status == "RUNNING" }, "task/img-cached")
+	assign("task/img-always", ref, "always")
+	await("always RUNNING", func(w map[string]cpWorkload) bool { return w["task/img-always"].Status == "RUNNING" }, "task/img-always")
+	_, gotCached := digest("task/img-cached")
+	idAlways, gotAlways := digest("task/img-always")
+	*images = append(*images, idAlways)
+	if gotCached != d1 {
+		t.Fatalf("pull_policy if-not-present ran digest %q after the re-push; the host held %s", gotCached, d1)
+	}
+	if gotAlways != d2 || d2 == d1 {
+		t.Fatalf("pull_policy always ran digest %q after the re-push of %s (old %s)", gotAlways, d2, d1)
+	}
+
+	// The secrets, as a leak would show them: plain, or as the auth file and the Docker API
+	// header carry them.
+	secrets := []string{pass, base64.StdEncoding.EncodeToString([]byte(user + ":" + pass)),
+		base64.URLEncoding.EncodeToString([]byte(user + ":" + pass)), base64.StdEncoding.EncodeToString([]byte(pass))}
+	var answers bytes.Buffer
+	for _, path := range []string{"/v1/tasks", "/v1/tasks/task/img-a", "/v1/tasks/task/img-b", "/v1/metadata", "/metrics", "/healthz", "/", "/v1/journal/export"} {
+		resp, err := http.Get(api + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(&answers, resp.Body)
+		resp.Body.Close()
+	}
+	printed, _ := exec.Command(agentdBinary(t), "run", "--print-config", "--backend", cpURL, "--registry-auth-file", authFile).CombinedOutput()
+	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
+	_ = agent.cmd.Wait()
+	journalBytes, err := os.ReadFile(filepath.Join(dataDir, journal.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for where, text := range map[string][]byte{"the journal file": journalBytes, "an API answer": answers.Bytes(),
+		"the agent's log": []byte(agent.log()), "--print-config": printed} {
+		for _, s := range secrets {
+			if bytes.Contains(text, []byte(s)) {
+				t.Errorf("the registry credentials (%q) appear in %s", s, where)
+			}
+		}
+	}
+	if !bytes.Contains(journalBytes, []byte(d1)) {
+		t.Error("the journal does not hold the digest the agent pulled (it must, with the container)")
+	}
+	noViolations(t, cpURL)
+}
+
+// TestDockerImageCollectionOnAFakeClock: on the Docker Engine, driven on a virtual clock,
+// image collection removes an image the agent pulled only once no task that is not cleaned
+// uses it and it went unused for the age; an image of a live task stays, and so does an image
+// the agent did not pull (the host's), however long it goes unused. Each removal is journaled
+// and counted.
+func TestDockerImageCollectionOnAFakeClock(t *testing.T) {
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("Docker Engine tests: run with make test-docker")
+	}
+	images := removeImagesAtEnd(t)
+	reg := registrytest.New(t)
+	liveRef, _ := reg.Push(t, "live:1", registrytest.Testbox(t, "live"))
+	oldRef, _ := reg.Push(t, "old:1", registrytest.Testbox(t, "old"))
+	hostRef := fmt.Sprintf("agentd-host-image-%d:1", time.Now().UnixNano())
+	if out, err := exec.Command("docker", "tag", "agentd-testbox:latest", hostRef).CombinedOutput(); err != nil {
+		t.Fatalf("docker tag: %v: %s", err, out)
+	}
+	*images = append(*images, liveRef, oldRef, hostRef)
+
+	agentID := strings.ReplaceAll("agent-gc-"+time.Now().Format("150405.000"), ".", "")
+	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
+	ctx := context.Background()
+	rt, err := docker.NewEngine(ctx, "", agentID, docker.PullConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	j, err := journal.Open(filepath.Join(t.TempDir(), journal.FileName), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	clock := &virtualClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
+	work := &queueExec{}
+	e := engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Minute, CleanupJitter: -1, Seed: 1,
+		Images: engine.ImageGC{Interval: 10 * time.Minute, MinAge: time.Hour, PerCycle: 5}},
+		j, rt, acceptingCP{}, clock, work, zerolog.Nop())
+	if err := e.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// settle runs the released runtime calls, reports and collection questions, on this
+	// goroutine, until nothing more is released.
+	settle := func() {
+		t.Helper()
+		e.Step(ctx, nil)
+		for i := 0; i < 1000; i++ {
+			f := work.next()
+			if f == nil {
+				return
+			}
+			e.Step(ctx, f())
+		}
+		t.Fatal("the engine did not settle in 1,000 steps")
+	}
+	msg := 0
+	send := func(desired string, tasks ...protocol.Task) {
+		t.Helper()
+		msg++
+		var raw []json.RawMessage
+		for _, task := range tasks {
+			task.DesiredStatus = desired
+			b, _ := json.Marshal(task)
+			raw = append(raw, b)
+		}
+		done := make(chan error, 1)
+		e.Step(ctx, engine.PayloadInput{Payload: protocol.Payload{MessageID: fmt.Sprintf("m-%d", msg), Tasks: raw}, Done: done})
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		settle()
+	}
+	advance := func(d time.Duration) {
+		t.Helper()
+		end := clock.Now().Add(d)
+		for {
+			settle()
+			next := e.NextWake()
+			if next.IsZero() || next.After(end) {
+				clock.set(end)
+				settle()
+				return
+			}
+			clock.set(next)
+		}
+	}
+	task := func(arn, image string) protocol.Task {
+		return protocol.Task{ARN: arn, Containers: []protocol.Container{{Name: "app", Image: image, Command: []string{"run"}}}}
+	}
+	live, old, host := task("task/gc-live", liveRef), task("task/gc-old", oldRef), task("task/gc-host", hostRef)
+	send("RUNNING", live, old, host)
+	for _, arn := range []string{live.ARN, old.ARN, host.ARN} {
+		if k := e.State().Tasks[arn].Known; k != event.StatusRunning {
+			t.Fatalf("%s is %s, not RUNNING", arn, k)
+		}
+	}
+	removed := func() []string {
+		var out []string
+		_ = j.Iterate(1, func(r event.Record) error {
+			if ir, ok := r.Event.(*event.ImageRemoved); ok {
+				out = append(out, strings.Join(ir.Refs, ","))
+			}
+			return nil
+		})
+		return out
+	}
+
+	// Two days pass with everything running: nothing a live task uses goes.
+	advance(48 * time.Hour)
+	if got := removed(); len(got) > 0 || !imagePresent(liveRef) || !imagePresent(oldRef) || !imagePresent(hostRef) {
+		t.Fatalf("removed %v while every image was in use", got)
+	}
+	// old and host stop and are cleaned; old's image is the agent's, unused from then on.
+	send("STOPPED", old, host)
+	advance(2 * time.Minute)
+	if _, ok := e.State().Tombstones[old.ARN]; !ok {
+		t.Fatalf("task/gc-old is not cleaned: %+v", e.State().Tasks[old.ARN])
+	}
+	advance(50 * time.Minute)
+	if got := removed(); len(got) > 0 || !imagePresent(oldRef) {
+		t.Fatalf("removed %v before the image went unused for an hour", got)
+	}
+	advance(20 * time.Minute)
+	if got := removed(); len(got) != 1 || got[0] != oldRef || imagePresent(oldRef) {
+		t.Fatalf("after an hour unused: removed %v (want only %s), still present: %v", got, oldRef, imagePresent(oldRef))
+	}
+	if !imagePresent(liveRef) || !imagePresent(hostRef) {
+		t.Fatal("collection removed the live task's image or the host's")
+	}
+	// The host's image is never the agent's to remove, however long it goes unused.
+	advance(72 * time.Hour)
+	if got := removed(); len(got) != 1 || !imagePresent(hostRef) || !imagePresent(liveRef) {
+		t.Fatalf("after three more days: removed %v; host image present %v, live image present %v", got, imagePresent(hostRef), imagePresent(liveRef))
+	}
+	if n := metricValue(t, e, "agentd_images_removed_total"); n != 1 {
+		t.Fatalf("agentd_images_removed_total = %v, want 1", n)
+	}
+}
+
+// metricValue reads one counter or gauge of the engine's registry.
+func metricValue(t *testing.T, e *engine.Engine, name string) float64 {
+	t.Helper()
+	mfs, err := e.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// virtualClock moves only when the test says.
+type virtualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *virtualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+func (c *virtualClock) After(time.Duration) <-chan time.Time { return make(chan time.Time) }
+func (c *virtualClock) set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+
+// queueExec holds the engine's work for the test to run in order on its own goroutine.
+type queueExec struct{ queue []func() engine.Input }
+
+func (x *queueExec) Go(f func() engine.Input) { x.queue = append(x.queue, f) }
+func (x *queueExec) next() func() engine.Input {
+	if len(x.queue) == 0 {
+		return nil
+	}
+	f := x.queue[0]
+	x.queue = x.queue[1:]
+	return f
+}
+
+// acceptingCP settles every report at once.
+type acceptingCP struct{}
+
+func (acceptingCP) Poll(context.Context, time.Duration) ([]protocol.Payload, error) { return nil, nil }
+func (acceptingCP) Ack(context.Context, []string) error                             { return nil }
+func (acceptingCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
+	r := protocol.ReportResult{Outcome: protocol.Settled, HTTPStatus: 200}
+	for _, c := range changes {
+		r.Accepted = append(r.Accepted, c.ID)
+	}
+	return r
+}
