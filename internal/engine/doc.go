@@ -20,7 +20,9 @@
 //  3. The burst's records are appended in one commit (one fsync pair for all of them).
 //  4. Only once that commit has returned are the effects released, in a fixed order: the
 //     report first (the request slot is what throttling makes scarce), then the payload
-//     acknowledgements, then the runtime actions, then the compaction.
+//     acknowledgements, then the runtime actions (pulls on slots of their own, so a slow
+//     registry never holds up a stop), then the compaction and the image collection's question
+//     of the runtime's free disk space (images.go).
 //  5. If the commit fails, the effects are dropped — they were decided on state that never
 //     became true — their bookkeeping (in flight, report begun) is reverted, the projection
 //     is rebuilt from the journal by the one load path (Load), and exits journaled in the

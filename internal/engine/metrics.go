@@ -47,8 +47,8 @@ func newMetrics() *Metrics {
 		imageRemovalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_image_removal_failures_total", Help: "Image removals the runtime refused (in use elsewhere, tagged again) or failed."}),
 		imagesPulled:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_images_pulled", Help: "Images the agent pulled and has not removed."}),
 	}
-	m.Registry.MustRegister(m.imagesRemoved, m.imageRemovalFailures, m.imagesPulled)
-	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.cleanups, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent)
+	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.cleanups, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
+		m.imagesRemoved, m.imageRemovalFailures, m.imagesPulled)
 	return m
 }
 
