@@ -87,7 +87,7 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 	}
 
 	if b.Docker != "off" {
-		d := benchDockerCmd{Tasks: 200, Concurrency: 20, Rounds: 2, Image: "agentd-testbox:latest", Dir: b.Dir}
+		d := benchDockerCmd{Tasks: 200, Concurrency: 20, Rounds: 4, Image: "agentd-testbox:latest", Dir: b.Dir}
 		if b.Quick {
 			d.Tasks, d.Concurrency = 40, 10
 		}
