@@ -154,7 +154,7 @@ func (b *benchJournalCmd) Run(ctx context.Context) error {
 type benchDockerCmd struct {
 	Tasks       int    `default:"200" help:"Lifecycles each side runs."`
 	Concurrency int    `default:"20" help:"Tasks in flight at once, each side."`
-	Rounds      int    `default:"2" help:"Rounds; the sides alternate which goes first."`
+	Rounds      int    `default:"4" help:"Rounds; the sides alternate which goes first (more, shorter rounds: a neighbour's burst of load weighs on both sides alike)."`
 	Image       string `default:"agentd-testbox:latest" help:"The test image (make testbox-image)."`
 	DockerHost  string `help:"Docker Engine address (default: the client's environment and defaults)."`
 	Dir         string `help:"Directory for the agent's data dir (default: the system's temp dir)."`

@@ -31,7 +31,7 @@ type DockerOptions struct {
 	Image       string // the test image (agentd-testbox:latest)
 	Tasks       int    // lifecycles each side runs, over all rounds
 	Concurrency int    // tasks in flight at once, each side
-	Rounds      int    // the sides alternate which goes first, round by round (default 2)
+	Rounds      int    // the sides alternate which goes first, round by round (default 4)
 }
 
 // DockerResult is the same lifecycles run by a bare moby-client loop and by agentd, on the
@@ -72,7 +72,7 @@ func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 		return res, fmt.Errorf("bench docker: image %s: %w (build it with `make testbox-image`)", o.Image, err)
 	}
 	if o.Rounds <= 0 {
-		o.Rounds = 2
+		o.Rounds = 4
 	}
 	res.Rounds = o.Rounds
 	per := o

@@ -61,6 +61,12 @@ type JournalResult struct {
 	VsNaive       float64   `json:"ratio_vs_naive"`
 	VsBatch       float64   `json:"ratio_vs_batch"`
 	VsCeiling     float64   `json:"ratio_vs_ceiling"`
+	// The scheduler's part of the gap to the ceiling (see refillFloor): the ceiling's mean
+	// commit, the producers' refill between two commits without I/O, and the share of the
+	// ceiling a journal could reach if it cost nothing else, c/(c+floor).
+	CeilingCommit time.Duration `json:"ceiling_commit_ns"`
+	RefillFloor   time.Duration `json:"refill_floor_ns"`
+	CeilingBound  float64       `json:"ceiling_bound"`
 }
 
 // recordsPerTask is about how many records one task's life leaves: added, four transitions per
@@ -156,6 +162,11 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 	res.VsNaive = res.JournalEPS / res.NaiveEPS
 	res.VsBatch = res.JournalEPS / res.BatchEPS
 	res.VsCeiling = res.JournalEPS / res.CeilingEPS
+	if res.Ceiling.Commits > 0 {
+		res.CeilingCommit = res.Ceiling.Elapsed / time.Duration(res.Ceiling.Commits)
+		res.RefillFloor = refillFloor(o.Producers, res.CeilingCommit, 500)
+		res.CeilingBound = float64(res.CeilingCommit) / float64(res.CeilingCommit+res.RefillFloor)
+	}
 	return res, nil
 }
 

@@ -17,6 +17,13 @@ type PayloadInput struct {
 	Done    chan error
 }
 
+// PollInput is the payloads of one poll, from the poller: journaled in one burst, in order,
+// all or none; Done receives nil once they are journaled, and the journal's error otherwise.
+type PollInput struct {
+	Payloads []protocol.Payload
+	Done     chan error
+}
+
 // ActionResult is a finished runtime call, its outcome already sorted by kind.
 type ActionResult struct {
 	Action fsm.Action
@@ -51,6 +58,7 @@ type ReconcileInput struct {
 
 func (ReconcileInput) isInput() {}
 func (PayloadInput) isInput()   {}
+func (PollInput) isInput()      {}
 func (ActionResult) isInput()   {}
 func (ExitInput) isInput()      {}
 func (ReportInput) isInput()    {}

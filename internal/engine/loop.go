@@ -133,6 +133,13 @@ func (e *Engine) handle(in Input) {
 	switch in := in.(type) {
 	case PayloadInput:
 		e.handlePayload(now, in)
+	case PollInput:
+		for _, p := range in.Payloads {
+			e.handlePayload(now, PayloadInput{Payload: p})
+		}
+		if in.Done != nil {
+			e.burst.done = append(e.burst.done, in.Done)
+		}
 	case ActionResult:
 		e.handleAction(now, in)
 	case ExitInput:

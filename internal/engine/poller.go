@@ -35,25 +35,31 @@ func (e *Engine) poller(ctx context.Context) {
 			fail(err, "poll failed")
 			continue
 		}
+		if len(payloads) == 0 {
+			bo.reset()
+			continue
+		}
+		// The whole poll goes to the loop as one input, so its payloads are journaled in one
+		// burst and one commit — not a commit each, which made admitting tasks cost a commit
+		// per task and bounded a busy host by its fsync latency — and all or none, in order,
+		// so no payload is journaled behind a later one of the same poll that failed.
+		done := make(chan error, 1)
+		select {
+		case e.inputs <- PollInput{Payloads: payloads, Done: done}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			fail(errors.New("journal refused a poll's payloads"), "payloads not journaled; not acknowledged")
+			continue
+		}
 		var ack []string
-		ok := true
 		for _, p := range payloads {
-			done := make(chan error, 1)
-			select {
-			case e.inputs <- PayloadInput{Payload: p, Done: done}:
-			case <-ctx.Done():
-				return
-			}
-			var err error
-			select {
-			case err = <-done:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				ok = false
-				break
-			}
 			if p.MessageID != "" {
 				ack = append(ack, p.MessageID)
 			}
@@ -62,10 +68,6 @@ func (e *Engine) poller(ctx context.Context) {
 			if err := e.cp.Ack(ctx, ack); err != nil && ctx.Err() == nil {
 				e.log.Warn().Err(err).Strs("messages", ack).Msg("ack failed; the control plane will re-send and the journal de-duplicates")
 			}
-		}
-		if !ok {
-			fail(errors.New("journal refused a payload"), "payload not journaled; not acknowledged")
-			continue
 		}
 		bo.reset()
 	}

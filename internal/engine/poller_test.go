@@ -1,0 +1,150 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// pollingCP answers the first poll with its payloads and holds every later one until the
+// agent stops; it tells the test of each poll and each acknowledgement.
+type pollingCP struct {
+	payloads []protocol.Payload
+	polls    atomic.Int32
+	polled   chan int      // the number of each poll, as it arrives
+	acked    chan []string // each acknowledgement
+	commits  func() uint64 // the journal's commits so far
+	at       atomic.Uint64 // commits when the first poll was answered
+}
+
+func (cp *pollingCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
+	n := int(cp.polls.Add(1))
+	cp.polled <- n
+	if n == 1 {
+		cp.at.Store(cp.commits())
+		return cp.payloads, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (cp *pollingCP) Ack(_ context.Context, ids []string) error {
+	cp.acked <- ids
+	return nil
+}
+
+func (cp *pollingCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
+	return acceptAll(changes)
+}
+
+func payloadsOf(t *testing.T, n int) []protocol.Payload {
+	t.Helper()
+	out := make([]protocol.Payload, n)
+	for i := range out {
+		raw, err := json.Marshal(protocol.Task{ARN: fmt.Sprintf("task/poll-%03d", i), DesiredStatus: "RUNNING",
+			Containers: []protocol.Container{{Name: "app", Image: "x", Command: []string{"exit", "0"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = protocol.Payload{MessageID: fmt.Sprintf("msg-%03d", i), Tasks: []json.RawMessage{raw}}
+	}
+	return out
+}
+
+// runPolling recovers an engine over a fresh journal and runs it against cp until the test
+// ends; with diskFull, every commit after the recovery fails as on a full disk.
+func runPolling(t *testing.T, cp *pollingCP, diskFull bool) *journal.Journal {
+	t.Helper()
+	dir := t.TempDir()
+	var full atomic.Bool
+	j := openJournal(t, dir, &full)
+	cp.commits = func() uint64 { return j.Stats().Commits }
+	id, err := engine.ResolveAgentID(context.Background(), j, "agent-poll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := docker.NewSim(filepath.Join(dir, "sim"), id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := engine.New(engine.Config{AgentID: id, CleanupWait: time.Hour, Seed: 1}, j, rt, cp, nil, nil, zerolog.Nop())
+	if err := e.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	full.Store(diskFull)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		j.Close()
+	})
+	return j
+}
+
+// waitFor receives from c within a bound, naming what the test waited for.
+func waitFor[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10s", what)
+		panic("unreachable")
+	}
+}
+
+// A poll's payloads are journaled in one burst: one commit for all of them, not one each.
+// Handing them to the loop one at a time, each waiting for its commit, made admitting tasks
+// cost a commit per task — the lifecycle benchmark's 1.9 commits a task, half of them that.
+func TestPollIsJournaledInOneCommit(t *testing.T) {
+	cp := &pollingCP{payloads: payloadsOf(t, 50), polled: make(chan int, 4), acked: make(chan []string, 4)}
+	runPolling(t, cp, false)
+	waitFor(t, cp.polled, "first poll")
+	ids := waitFor(t, cp.acked, "acknowledgement")
+	// The poller acknowledges once the commit holding the payloads has returned; by then
+	// the loop may have committed a burst of the decisions they led to as well, not more.
+	if len(ids) != 50 {
+		t.Fatalf("acknowledged %d payloads; want all 50 at once", len(ids))
+	}
+	if n := cp.commits() - cp.at.Load(); n > 3 {
+		t.Fatalf("%d commits between the poll's answer and its acknowledgement; want the payloads in one (a commit each makes 50)", n)
+	}
+}
+
+// A poll whose commit fails is acknowledged not at all: its payloads are journaled all or
+// none, so none is journaled behind a later one of the same poll, and the control plane sends
+// them again.
+func TestPollThatCannotBeJournaledIsNotAcknowledged(t *testing.T) {
+	cp := &pollingCP{payloads: payloadsOf(t, 3), polled: make(chan int, 4), acked: make(chan []string, 4)}
+	j := runPolling(t, cp, true)
+	waitFor(t, cp.polled, "first poll")
+	waitFor(t, cp.polled, "the poll after the failed commit") // the poller backed off and asked again
+	select {
+	case ids := <-cp.acked:
+		t.Fatalf("acknowledged %v though nothing was journaled", ids)
+	default:
+	}
+	err := j.Iterate(0, func(r event.Record) error {
+		if r.Task != "" {
+			return fmt.Errorf("record %d of task %s journaled though the poll's commit failed", r.Seq, r.Task)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
