@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distribution/reference"
+
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -48,7 +50,7 @@ func (s *State) CollectImages(now time.Time, cfg ImageConfig, lowSpace bool) []A
 	for _, t := range s.Tasks {
 		for _, c := range t.Containers {
 			ids[c.ImageID] = true
-			refs[c.Image] = true
+			refs[canonicalRef(c.Image)] = true
 		}
 	}
 	var out []*Image
@@ -75,7 +77,7 @@ func (s *State) CollectImages(now time.Time, cfg ImageConfig, lowSpace bool) []A
 // digest: such a task may be about to pull it (the pull would find it present).
 func wanted(img *Image, refs map[string]bool) bool {
 	for _, r := range img.Refs {
-		if refs[r] {
+		if refs[canonicalRef(r)] {
 			return true
 		}
 	}
@@ -87,6 +89,18 @@ func wanted(img *Image, refs map[string]bool) bool {
 		}
 	}
 	return false
+}
+
+// canonicalRef is a reference in the one spelling the engine resolves it by ("web" and
+// "docker.io/library/web:latest" name the same image), so a task naming an image by another
+// spelling than the one it was pulled by still keeps it; a reference that does not parse is
+// compared as written. Pure parsing: no registry is asked.
+func canonicalRef(ref string) string {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return ref
+	}
+	return reference.TagNameOnly(named).String()
 }
 
 // imageRemovalFinished maps a removal's outcome to its record: removed, or already gone. A
