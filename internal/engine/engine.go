@@ -142,6 +142,7 @@ type Engine struct {
 	imagesAt         time.Time             // the next image collection cycle (zero: not scheduled yet)
 	imagesAsking     bool                  // a cycle's disk question is out
 	imageRemovals    map[string]*fsm.Image // image removals in flight, by id
+	imagesRefused    map[string]time.Time  // images the runtime refused to remove, by id: when (images.go)
 
 	inputs  chan Input
 	queries chan query
@@ -175,7 +176,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)),
 		fcfg:  fsm.Config{CleanupWait: cfg.CleanupWait},
 		dirty: map[string]bool{}, inflight: map[fsm.ActionKey]bool{}, retryAt: map[fsm.ActionKey]retry{},
-		waiting: map[string]bool{}, held: map[string]docker.Exit{}, imageRemovals: map[string]*fsm.Image{},
+		waiting: map[string]bool{}, held: map[string]docker.Exit{}, imageRemovals: map[string]*fsm.Image{}, imagesRefused: map[string]time.Time{},
 		inputs: make(chan Input, 1024), queries: make(chan query),
 		metrics: newMetrics(),
 	}

@@ -86,7 +86,15 @@ func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
 		e.log.Warn().Uint64("free_bytes", in.Free).Uint64("total_bytes", in.Total).Int("threshold_percent", e.cfg.Images.LowFreePercent).
 			Msg("image collection: the runtime's disk is low; removing unused images regardless of age")
 	}
-	acts := e.st.CollectImages(now, fsm.ImageConfig{MinAge: e.cfg.Images.MinAge, PerCycle: e.cfg.Images.PerCycle}, low)
+	skip := map[string]bool{}
+	for id, at := range e.imagesRefused {
+		if now.Sub(at) >= imageRefusedWait || e.st.Images[id] == nil {
+			delete(e.imagesRefused, id)
+			continue
+		}
+		skip[id] = true
+	}
+	acts := e.st.CollectImages(now, fsm.ImageConfig{MinAge: e.cfg.Images.MinAge, PerCycle: e.cfg.Images.PerCycle, Skip: skip}, low)
 	for _, a := range acts {
 		e.dispatch(now, a)
 	}
@@ -102,6 +110,11 @@ func (e *Engine) removingImage(a fsm.Action) {
 	e.onDrop(func() { delete(e.imageRemovals, a.RuntimeID) })
 }
 
+// imageRefusedWait is how long an image the runtime refused to remove sits out the cycles:
+// whatever held it (a container not the agent's, another tag) rarely goes within minutes, and
+// meanwhile the next oldest are collected instead of the same refusals asked for again.
+const imageRefusedWait = time.Hour
+
 // imageCycleRetry is how soon a cycle that found a pull out tries again.
 const imageCycleRetry = 10 * time.Second
 
@@ -116,6 +129,9 @@ func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
 		e.metrics.imagesRemoved.Inc()
 		e.log.Info().Str("image", a.RuntimeID).Msg("image removed")
 	} else if r.Kind != fsm.Succeeded {
+		if r.Kind == fsm.Failed {
+			e.imagesRefused[a.RuntimeID] = now
+		}
 		e.metrics.imageRemovalFailures.Inc()
 		e.log.Warn().Str("image", a.RuntimeID).Str("error", r.Err).Msg("image not removed; the next cycle may try again")
 	}

@@ -31,6 +31,7 @@ import (
 //
 //	agent [wait=3h] [retention=D] [snapshot-every=N] [images=AGE]   start the engine on a fresh journal
 //	                                      (images: collect unused pulled images older than AGE every 10m, sooner below 10% free)
+//	      [per=N]                         (at most N image removals a cycle)
 //	payload id=M                          a payload; one raw task (JSON) per input line
 //	outcome KIND TASK/CTR [ok|failed|unavailable|unknown|vanished] [id=X] [exit=N] [running] [err=TEXT]
 //	        [image=ID digest=D pulled]    a pull's image, and that the agent fetched it
@@ -69,6 +70,8 @@ type script struct {
 	wait  time.Duration
 	// images: the unused age of image collection (0: off)
 	images time.Duration
+	// perCycle: image removals a cycle at most (0: the engine's default)
+	perCycle int
 	// retention and snapshotEvery shape compaction (0: the engine's defaults)
 	retention     time.Duration
 	snapshotEvery uint64
@@ -83,7 +86,7 @@ type script struct {
 func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 	switch d.Cmd {
 	case "agent":
-		s.wait, s.retention, s.snapshotEvery, s.images = 3*time.Hour, 0, 0, 0
+		s.wait, s.retention, s.snapshotEvery, s.images, s.perCycle = 3*time.Hour, 0, 0, 0, 0
 		for _, arg := range d.CmdArgs {
 			switch arg.Key {
 			case "wait":
@@ -94,6 +97,8 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 				fmt.Sscan(arg.Vals[0], &s.snapshotEvery)
 			case "images":
 				s.images = mustDuration(t, arg.Vals[0])
+			case "per":
+				fmt.Sscan(arg.Vals[0], &s.perCycle)
 			}
 		}
 		return s.start()
@@ -192,7 +197,7 @@ func (s *script) start() string {
 	cfg := engine.Config{AgentID: "agent-script", CleanupWait: s.wait, CleanupJitter: -1, Seed: 1,
 		Retention: s.retention, SnapshotEvery: s.snapshotEvery}
 	if s.images > 0 {
-		cfg.Images = engine.ImageGC{Interval: 10 * time.Minute, MinAge: s.images, LowFreePercent: 10}
+		cfg.Images = engine.ImageGC{Interval: 10 * time.Minute, MinAge: s.images, LowFreePercent: 10, PerCycle: s.perCycle}
 	}
 	s.e = engine.New(cfg, s.j, s.rt, refusingCP{}, s.clock, dropExec{}, zerolog.Nop())
 	s.actions, s.report = map[fsm.ActionKey]fsm.Action{}, nil

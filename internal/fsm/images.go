@@ -35,6 +35,10 @@ type Image struct {
 type ImageConfig struct {
 	MinAge   time.Duration // unused at least this long before it is removed
 	PerCycle int           // at most this many removals a cycle
+	// Skip holds images the runtime refused to remove lately (in use by a container not the
+	// agent's, or named by another tag: removal is never forced). They sit out the cycle, so
+	// refused images at the head of the queue never keep the next oldest from their turn.
+	Skip map[string]bool
 }
 
 // ErrImageNotPulled is a removal of an image this agent did not pull.
@@ -55,7 +59,7 @@ func (s *State) CollectImages(now time.Time, cfg ImageConfig, lowSpace bool) []A
 	}
 	var out []*Image
 	for _, img := range s.Images {
-		if imageGuard && (ids[img.ID] || wanted(img, refs)) || !lowSpace && now.Sub(img.LastUsed) < cfg.MinAge {
+		if imageGuard && (ids[img.ID] || wanted(img, refs)) || !lowSpace && now.Sub(img.LastUsed) < cfg.MinAge || cfg.Skip[img.ID] {
 			continue
 		}
 		out = append(out, img)
