@@ -49,15 +49,16 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 
 // runtimeCall is the executor's work for one action: the call, its outcome sorted by kind.
 func (e *Engine) runtimeCall(a fsm.Action) func() Input {
-	rt, stopTimeout := e.rt, e.cfg.StopTimeout
+	rt, stopTimeout, pulls := e.rt, e.cfg.StopTimeout, e.pullCtx
 	return func() Input {
 		failpoint.Hit("engine-after-apply-before-runtime-call")
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout+2*time.Minute)
 		if _, ok := rt.(docker.ImagePuller); ok && a.Kind == fsm.ActPull {
 			// A pull is bounded by its progress (the runtime's inactivity timeout), not by a
-			// deadline that would kill a large image's steady pull.
+			// deadline that would kill a large image's steady pull; the agent's own stop
+			// ends it (shutdown waits for calls in flight, and must not wait for a pull).
 			cancel()
-			ctx, cancel = context.WithCancel(context.Background())
+			ctx, cancel = context.WithCancel(pulls)
 		}
 		defer cancel()
 		return ActionResult{Action: a, Result: call(ctx, rt, a, stopTimeout)}

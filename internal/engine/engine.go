@@ -143,6 +143,8 @@ type Engine struct {
 	imagesAsking     bool                  // a cycle's disk question is out
 	imageRemovals    map[string]*fsm.Image // image removals in flight, by id
 	imagesRefused    map[string]time.Time  // images the runtime refused to remove, by id: when (images.go)
+	pullCtx          context.Context       // pulls run under it; cancelled when the agent stops
+	stopPulls        context.CancelFunc
 
 	inputs  chan Input
 	queries chan query
@@ -180,6 +182,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		inputs: make(chan Input, 1024), queries: make(chan query),
 		metrics: newMetrics(),
 	}
+	e.pullCtx, e.stopPulls = context.WithCancel(context.Background())
 	if exec == nil {
 		e.exec = &goExecutor{e: e, sem: make(chan struct{}, cfg.Workers), slow: make(chan struct{}, cfg.PullWorkers)}
 	}

@@ -68,6 +68,7 @@ func (e *Engine) Run(ctx context.Context) error {
 // journal after a restart), journals agent_stopped and returns.
 func (e *Engine) shutdown(ctx context.Context) error {
 	e.ready.Store(false)
+	e.stopPulls() // a pull may progress for many minutes; it is made again after the restart
 	done := make(chan struct{})
 	go func() { e.wg.Wait(); close(done) }()
 	for {
