@@ -30,6 +30,15 @@ type world struct {
 	running  map[string]bool
 }
 
+// images are the references tasks name, and imageIDs the images each may resolve to.
+var (
+	images   = []string{"img", "docker.io/library/img:latest", "other:1"}
+	imageIDs = map[string][]string{
+		"img": {"sha256:img"}, "docker.io/library/img:latest": {"sha256:img"},
+		"other:1": {"sha256:other", "sha256:other-repushed", "sha256:img"},
+	}
+)
+
 func ctrKey(task, ctr string) string { return task + "/" + ctr }
 
 func (w *world) apply(task, container string, e event.Event) {
@@ -41,7 +50,20 @@ func (w *world) apply(task, container string, e event.Event) {
 }
 
 func (w *world) step() {
-	switch rapid.IntRange(0, 9).Draw(w.t, "what") {
+	switch rapid.IntRange(0, 10).Draw(w.t, "what") {
+	case 10: // an image collection cycle, as the engine runs one: never while a pull is out
+		for _, a := range w.inflight {
+			if a.Kind == fsm.ActPull {
+				return
+			}
+		}
+		cfg := fsm.ImageConfig{MinAge: time.Duration(rapid.IntRange(0, 300).Draw(w.t, "image age")) * time.Second, PerCycle: 2}
+		for _, a := range w.st.CollectImages(w.now, cfg, rapid.Bool().Draw(w.t, "low space")) {
+			res := fsm.Result{Kind: rapid.SampledFrom([]fsm.ResultKind{fsm.Succeeded, fsm.Vanished, fsm.Failed}).Draw(w.t, "removal")}
+			for _, r := range w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res}).Records {
+				w.apply(r.Task, r.Container, r.Event)
+			}
+		}
 	case 0: // a task arrives
 		w.tasks++
 		n := rapid.IntRange(1, 3).Draw(w.t, "containers")
@@ -50,7 +72,7 @@ func (w *world) step() {
 			e.Desired = event.StatusStopped
 		}
 		for i := 0; i < n; i++ {
-			e.Containers = append(e.Containers, event.ContainerSpec{Name: fmt.Sprintf("c%d", i), Image: "img", Essential: i == 0 || rapid.Bool().Draw(w.t, "essential")})
+			e.Containers = append(e.Containers, event.ContainerSpec{Name: fmt.Sprintf("c%d", i), Image: rapid.SampledFrom(images).Draw(w.t, "image"), Essential: i == 0 || rapid.Bool().Draw(w.t, "essential")})
 		}
 		w.apply(fmt.Sprintf("t%d", w.tasks), "", e)
 	case 1: // time passes
@@ -151,6 +173,14 @@ func (w *world) complete(a fsm.Action, res fsm.Result, took bool) {
 		delete(w.running, k) // the runtime says it is gone: it is (a world that said otherwise would lie)
 	}
 	switch a.Kind {
+	case fsm.ActPull:
+		if res.Kind == fsm.Succeeded {
+			// The registry: the short and the long spelling of one reference are one image;
+			// a tag may have been re-pushed since; the image may have been on the host.
+			ids := imageIDs[a.Spec.Image]
+			res.ImageID = ids[rapid.IntRange(0, len(ids)-1).Draw(w.t, "resolves to")]
+			res.ImageDigest, res.ImagePulled = "d-"+res.ImageID, rapid.Bool().Draw(w.t, "fetched")
+		}
 	case fsm.ActStart:
 		if took {
 			w.running[k] = true
