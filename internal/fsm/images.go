@@ -26,7 +26,7 @@ import (
 type Image struct {
 	ID       string    `json:"id"`
 	Digest   string    `json:"digest,omitempty"`
-	Refs     []string  `json:"refs"` // the references it was pulled by
+	Refs     []string  `json:"refs"` // the references that resolved to it, until one resolves to another image (a re-pushed tag)
 	PulledAt time.Time `json:"pulled_at"`
 	LastUsed time.Time `json:"last_used"` // its last pull, or the cleanup of the last task that used it
 }
@@ -126,6 +126,17 @@ func (s *State) imageRemovalFinished(a Action, r Result) Verdict {
 // fetched as its own.
 func (s *State) imagePulled(rec event.Record, c *Container, e *event.ContainerTransitioned) {
 	c.ImageID, c.ImageDigest = e.ImageID, e.ImageDigest
+	if e.ImageID != "" {
+		// The reference names this image now: a re-pushed tag no longer names the one it was
+		// pulled as before, and no pull can resolve to that one again. Left among its refs, a
+		// live task naming the tag would keep every old version from collection for ever.
+		ref := canonicalRef(c.Image)
+		for id, other := range s.Images {
+			if id != e.ImageID {
+				other.Refs = slices.DeleteFunc(other.Refs, func(r string) bool { return canonicalRef(r) == ref })
+			}
+		}
+	}
 	img := s.Images[e.ImageID]
 	if img == nil && e.ImagePulled {
 		img = &Image{ID: e.ImageID, Digest: e.ImageDigest, PulledAt: rec.Time}

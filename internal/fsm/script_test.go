@@ -27,6 +27,7 @@ type harness struct {
 	// registry: pulls answer with an image id and digest, as a registry-backed runtime
 	// does; an image under local/ was present already (not pulled by the agent).
 	registry bool
+	pushes   map[string]int // re-pushes of a reference: each resolves it to a new image
 }
 
 // TestScripts runs the scripts in testdata/. Rewrite expectations with -rewrite.
@@ -163,6 +164,12 @@ func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
 	case "registry":
 		h.registry = true
 		return "ok\n"
+	case "push": // push ref=R: the tag is re-pushed; the next pull of it fetches a new image
+		if h.pushes == nil {
+			h.pushes = map[string]int{}
+		}
+		h.pushes[str(t, d, "ref")]++
+		return "ok\n"
 	case "collect":
 		return h.collect(t, d)
 	case "remove-image":
@@ -244,6 +251,9 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			res := succeed(a)
 			if a.Kind == fsm.ActPull && h.registry {
 				res.ImageID, res.ImageDigest = imageOf(a.Spec.Image)
+				if n := h.pushes[a.Spec.Image]; n > 0 {
+					res.ImageID, res.ImageDigest = fmt.Sprintf("%s-v%d", res.ImageID, n+1), fmt.Sprintf("%s-v%d", res.ImageDigest, n+1)
+				}
 				res.ImagePulled = !strings.HasPrefix(a.Spec.Image, "local/")
 			}
 			if fail[a.Container+":"+string(a.Kind)] {
