@@ -17,6 +17,7 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
@@ -37,6 +38,7 @@ import (
 //	        [image=ID digest=D pulled]    a pull's image, and that the agent fetched it
 //	outcome remove-image ID [ok|failed|vanished]
 //	space free=N total=M                  the runtime's disk, as a collection cycle asked
+//	verify                                journal verify's findings (ok: none)
 //	exit TASK/CTR [code=N] [oom]          an exit from the runtime's event stream (oom: the kernel killed it)
 //	health TASK/CTR HEALTHY|UNHEALTHY     a verdict from the runtime's health stream
 //	answer [accept=all|ID,..] [reject=ID,..] | answer status=429|500|400
@@ -110,6 +112,19 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		s.compact = nil
 		res, err := s.j.Compact(context.Background(), plan.UpTo, plan.Drop)
 		return s.step(engine.CompactInput{Done: plan.Done(res.Records), Err: err})
+	case "verify": // journal verify: the whole history replayed through the invariant checker
+		rep, err := forensics.Verify(s.j)
+		if err != nil {
+			return "verify: " + err.Error() + "\n"
+		}
+		if len(rep.Findings) == 0 {
+			return "ok\n"
+		}
+		var b strings.Builder
+		for _, f := range rep.Findings {
+			fmt.Fprintf(&b, "record %d: %s: %s\n", f.Seq, f.Kind, f.Detail)
+		}
+		return b.String()
 	case "crash":
 		s.j.Close()
 		return s.start()

@@ -45,6 +45,11 @@ func (v Violation) String() string {
 type Checker struct {
 	State      *State
 	Violations []Violation
+	// compacted: a compaction_done or a hole in the sequence was read. Compaction drops the whole history of a task
+	// cleaned long ago — also the pull that made an image the agent's own, while the image
+	// lives on (a later task found it present) — so from then on the removal of an image
+	// the replay never saw pulled is no evidence of one the agent did not pull.
+	compacted bool
 }
 
 // NewChecker starts from an empty projection, or from a restored one.
@@ -66,6 +71,13 @@ func (c *Checker) Record(rec event.Record) {
 				}
 			}
 		}
+	}
+	if _, ok := rec.Event.(*event.CompactionDone); ok || rec.Seq > c.State.LastSeq+1 {
+		c.compacted = true // a compaction's record, or the hole one left
+	}
+	if e, ok := rec.Event.(*event.ImageRemoved); ok && c.compacted && c.State.Images[e.ImageID] == nil {
+		c.State.Skip(rec) // pulled in history compaction dropped
+		return
 	}
 	if err := c.State.Apply(rec); err != nil {
 		c.Violations = append(c.Violations, Violation{Seq: rec.Seq, Task: rec.Task, Rule: classify(err), Detail: err.Error()})
