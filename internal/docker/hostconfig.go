@@ -41,7 +41,7 @@ func containerConfig(spec CreateSpec, agentLabels map[string]string) (*container
 		labels[k] = v
 	}
 	cfg := &container.Config{
-		Image:      c.Image,
+		Image:      cmp.Or(spec.ImageID, c.Image),
 		Cmd:        c.Command,
 		Entrypoint: c.Entrypoint,
 		Env:        env,

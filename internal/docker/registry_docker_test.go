@@ -319,3 +319,36 @@ func TestDockerRemoveImageRefusesAnImageInUse(t *testing.T) {
 		t.Fatalf("disk of the Docker root: free %d of %d, %v", free, total, err)
 	}
 }
+
+// A container is made from the image its pull resolved to, not from the reference: a tag that
+// moved in between (another task's always pull of a re-push) does not change what runs, so the
+// digest journaled with the container is the one it runs.
+func TestDockerCreateRunsThePulledImageAfterTheTagMoved(t *testing.T) {
+	reg := registrytest.New(t)
+	ref, _ := reg.Push(t, "moving:1", registrytest.Testbox(t, "before"))
+	var logs syncBuffer
+	e, agent := dockerEngineWith(t, quickPulls(&logs))
+	forgetImages(t, agent, ref)
+	ctx := context.Background()
+	pulled, err := e.PullImage(ctx, ref, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgetImages(t, agent, pulled.ImageID)
+	reg.Push(t, "moving:1", registrytest.Testbox(t, "after"))
+	moved, err := e.PullImage(ctx, ref, event.PullAlways)
+	if err != nil || moved.ImageID == pulled.ImageID {
+		t.Fatalf("the tag did not move: %+v, %v", moved, err)
+	}
+	id, err := e.Create(ctx, CreateSpec{Task: "task/moving", Container: event.ContainerSpec{Name: "app", Image: ref, Command: []string{"run"}}, ImageID: pulled.ImageID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("docker", "inspect", "-f", "{{.Image}}", id).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != pulled.ImageID {
+		t.Fatalf("the container runs image %s; its pull resolved to %s (the tag now names %s)", got, pulled.ImageID, moved.ImageID)
+	}
+}

@@ -48,6 +48,10 @@ var ErrUnavailable = errors.New("runtime unavailable")
 type CreateSpec struct {
 	Task      string
 	Container event.ContainerSpec
+	// ImageID is the image the container's pull resolved its reference to (empty: not
+	// known). The container is made from it, not from the reference, which may have moved to
+	// another image since (a re-push pulled by another task): what runs is what was journaled.
+	ImageID string
 }
 
 // Name is the runtime name of a task's container: agentd-<short task id>-<container name>.

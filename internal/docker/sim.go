@@ -297,7 +297,7 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 		}
 		s.state.Next++
 		c := &simContainer{ID: "sim-" + strconv.FormatInt(s.state.Next, 10), Agent: s.agent, Task: spec.Task,
-			Container: spec.Container.Name, Name: name, Image: spec.Container.Image, ImageID: s.imageIDOf(spec.Container.Image),
+			Container: spec.Container.Name, Name: name, Image: spec.Container.Image, ImageID: cmp.Or(spec.ImageID, s.imageIDOf(spec.Container.Image)),
 			Command: spec.Container.Command}
 		if err := s.workload(c, spec.Container); err != nil {
 			s.state.Next--

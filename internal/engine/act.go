@@ -87,7 +87,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 			err = ic.RemoveImage(ctx, a.RuntimeID)
 		}
 	case fsm.ActCreate:
-		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec})
+		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec, ImageID: a.ImageID})
 		failpoint.Hit("runtime-after-create-before-journal")
 	case fsm.ActStart:
 		if err = rt.Start(ctx, id); err == nil {

@@ -141,6 +141,7 @@ type Engine struct {
 	snapSeq          uint64
 	imagesAt         time.Time             // the next image collection cycle (zero: not scheduled yet)
 	imagesAsking     bool                  // a cycle's disk question is out
+	imagesDeferred   int                   // cycles put off in a row because pulls were out
 	imageRemovals    map[string]*fsm.Image // image removals in flight, by id
 	imagesRefused    map[string]time.Time  // images the runtime refused to remove, by id: when (images.go)
 	pullCtx          context.Context       // pulls run under it; cancelled when the agent stops

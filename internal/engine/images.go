@@ -72,17 +72,22 @@ func (e *Engine) askImageSpace() func() Input {
 func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
 	e.imagesAsking = false
 	e.imagesAt = now.Add(e.cfg.Images.Interval)
-	for k := range e.inflight {
-		if k.Kind == fsm.ActPull {
+	low := in.Err == nil && in.Total > 0 && in.Free*100 < in.Total*uint64(e.cfg.Images.LowFreePercent)
+	if e.pullsOut() {
+		// A pull may resolve to an image this cycle would remove: wait for a moment without
+		// pulls — but not for ever while the disk fills: low on space, after imageDeferLimit
+		// tries the cycle goes on, and only an image a live task names by no reference of its
+		// own (another tag of the same image) could still be caught in between.
+		e.imagesDeferred++
+		if !low || e.imagesDeferred <= imageDeferLimit {
 			e.imagesAt = now.Add(min(e.cfg.Images.Interval, imageCycleRetry))
 			return
 		}
 	}
-	low := false
+	e.imagesDeferred = 0
 	if in.Err != nil {
 		e.log.Warn().Err(in.Err).Msg("image collection: cannot read the runtime's free disk space; collecting by age only")
-	} else if in.Total > 0 && in.Free*100 < in.Total*uint64(e.cfg.Images.LowFreePercent) {
-		low = true
+	} else if low {
 		e.log.Warn().Uint64("free_bytes", in.Free).Uint64("total_bytes", in.Total).Int("threshold_percent", e.cfg.Images.LowFreePercent).
 			Msg("image collection: the runtime's disk is low; removing unused images regardless of age")
 	}
@@ -115,8 +120,22 @@ func (e *Engine) removingImage(a fsm.Action) {
 // meanwhile the next oldest are collected instead of the same refusals asked for again.
 const imageRefusedWait = time.Hour
 
-// imageCycleRetry is how soon a cycle that found a pull out tries again.
-const imageCycleRetry = 10 * time.Second
+// imageCycleRetry is how soon a cycle that found a pull out tries again; imageDeferLimit how
+// many times it does so, with the disk low, before it goes on anyway.
+const (
+	imageCycleRetry = 10 * time.Second
+	imageDeferLimit = 6
+)
+
+// pullsOut reports whether a pull is in flight.
+func (e *Engine) pullsOut() bool {
+	for k := range e.inflight {
+		if k.Kind == fsm.ActPull {
+			return true
+		}
+	}
+	return false
+}
 
 // pullHeld reports whether a pull must wait: image removals are out.
 func (e *Engine) pullHeld() bool { return len(e.imageRemovals) > 0 }

@@ -36,6 +36,7 @@ type Action struct {
 	Spec      event.ContainerSpec
 	RuntimeID string
 	From      event.Status // the container's status when decided, for the record of the outcome
+	ImageID   string       // create: the image its pull resolved to, to create from
 }
 
 // ActionKey identifies an action for de-duplication while it is in flight or backing off.
@@ -119,7 +120,7 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 		d.Records = append(d.Records, event.Record{Time: now, Task: t.ARN, Container: container, Event: e})
 	}
 	act := func(kind ActionKind, c *Container) {
-		d.Actions = append(d.Actions, Action{Kind: kind, Task: t.ARN, Container: c.Name, Spec: c.ContainerSpec, RuntimeID: c.RuntimeID, From: c.Known})
+		d.Actions = append(d.Actions, Action{Kind: kind, Task: t.ARN, Container: c.Name, Spec: c.ContainerSpec, RuntimeID: c.RuntimeID, From: c.Known, ImageID: c.ImageID})
 	}
 	switch t.Known {
 	case event.StatusCleaning:
