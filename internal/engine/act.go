@@ -24,6 +24,11 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
 		return
 	}
+	if a.Kind == fsm.ActRemove && e.inflight[fsm.ActionKey{Kind: fsm.ActCreate, Task: a.Task, Container: a.Container}] {
+		// A create still out (a retry of one that timed out) may yet make the container: it is
+		// removed once the create has answered, or it would outlive its task's cleanup.
+		return
+	}
 	if a.Kind == fsm.ActPull && e.pullHeld() {
 		return // decided again when the image removal ends
 	}

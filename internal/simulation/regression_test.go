@@ -24,6 +24,14 @@ var regressions = []struct {
 			"slots had gone to tasks whose wait-queue entries were stale (they had got slots out of turn), " +
 			"so once no removal was in flight nothing woke the task left in the queue",
 	},
+	{
+		// Also proven by the engine script testdata/create_in_flight.
+		seed: 892150002569,
+		name: "removal-before-a-create-retry-answered",
+		found: "RUN TWICE: the runtime created 2 containers for 1 in valid tasks: a create timed out, its retry was " +
+			"still out when the task was stopped, acknowledged and cleaned; the removal found nothing by name, then " +
+			"the retry made a container that outlived the task",
+	},
 }
 
 // TestSimRegressions replays every seed that once failed; each must now settle with every
