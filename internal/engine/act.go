@@ -18,22 +18,15 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	if e.inflight[key] || e.reconcilePending {
 		return // the runtime is not reconciled yet: the task is decided again once it is
 	}
-	if a.Kind == fsm.ActInspect && e.inflight[fsm.ActionKey{Kind: fsm.ActStart, Task: a.Task, Container: a.Container}] {
-		return // the start itself is still out: its outcome will come
+	if other, ok := waitsFor[a.Kind]; ok && e.inflight[fsm.ActionKey{Kind: other, Task: a.Task, Container: a.Container}] {
+		return // its outcome makes the task dirty: decided again then
 	}
 	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
 		return
 	}
-	if a.Kind == fsm.ActRemove && e.inflight[fsm.ActionKey{Kind: fsm.ActCreate, Task: a.Task, Container: a.Container}] {
-		// A create still out (a retry of one that timed out) may yet make the container: it is
-		// removed once the create has answered, or it would outlive its task's cleanup.
+	if a.Kind == fsm.ActPull && e.removingImages() {
+		e.pullsHeld[a.Task] = true // decided again when the image removals end
 		return
-	}
-	if a.Kind == fsm.ActPull && e.pullHeld() {
-		return // decided again when the image removal ends
-	}
-	if a.Kind == fsm.ActRemoveImage {
-		e.removingImage(a)
 	}
 	if a.Kind == fsm.ActRemove {
 		if e.removing >= e.cfg.CleanupWorkers {
@@ -50,6 +43,15 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	e.onDrop(func() { delete(e.inflight, key) })
 	e.record(a.Intent()...) // journaled with the burst, before the call can be made
 	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
+}
+
+// waitsFor names, for an action, a call on the same container that must have answered before
+// it goes: an inspect settles a start whose own outcome may still come; and a create still out
+// (a retry of one that timed out) may yet make the container, which a removal made before it
+// answers would miss — the container would outlive its task's cleanup.
+var waitsFor = map[fsm.ActionKind]fsm.ActionKind{
+	fsm.ActInspect: fsm.ActStart,
+	fsm.ActRemove:  fsm.ActCreate,
 }
 
 // runtimeCall is the executor's work for one action: the call, its outcome sorted by kind.

@@ -139,12 +139,12 @@ type Engine struct {
 	reconcileAt      time.Time
 	reconcileTries   int
 	snapSeq          uint64
-	imagesAt         time.Time             // the next image collection cycle (zero: not scheduled yet)
-	imagesAsking     bool                  // a cycle's disk question is out
-	imagesDeferred   int                   // cycles put off in a row because pulls were out
-	imageRemovals    map[string]*fsm.Image // image removals in flight, by id
-	imagesRefused    map[string]time.Time  // images the runtime refused to remove, by id: when (images.go)
-	pullCtx          context.Context       // pulls run under it; cancelled when the agent stops
+	imagesAt         time.Time            // the next image collection cycle (zero: not scheduled yet)
+	imagesAsking     bool                 // a cycle's disk question is out
+	imagesDeferred   int                  // cycles put off in a row because pulls were out
+	pullsHeld        map[string]bool      // tasks whose pull waits for image removals in flight
+	imagesRefused    map[string]time.Time // images the runtime refused to remove, by id: when (images.go)
+	pullCtx          context.Context      // pulls run under it; cancelled when the agent stops
 	stopPulls        context.CancelFunc
 
 	inputs  chan Input
@@ -179,7 +179,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)),
 		fcfg:  fsm.Config{CleanupWait: cfg.CleanupWait},
 		dirty: map[string]bool{}, inflight: map[fsm.ActionKey]bool{}, retryAt: map[fsm.ActionKey]retry{},
-		waiting: map[string]bool{}, held: map[string]docker.Exit{}, imageRemovals: map[string]*fsm.Image{}, imagesRefused: map[string]time.Time{},
+		waiting: map[string]bool{}, held: map[string]docker.Exit{}, pullsHeld: map[string]bool{}, imagesRefused: map[string]time.Time{},
 		inputs: make(chan Input, 1024), queries: make(chan query),
 		metrics: newMetrics(),
 	}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
-	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 )
 
@@ -105,16 +104,6 @@ func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
 	}
 }
 
-// removingImage notes an image removal going out, and forgets it when it ends or is dropped.
-func (e *Engine) removingImage(a fsm.Action) {
-	img := e.st.Images[a.RuntimeID]
-	if img == nil {
-		return
-	}
-	e.imageRemovals[a.RuntimeID] = img
-	e.onDrop(func() { delete(e.imageRemovals, a.RuntimeID) })
-}
-
 // imageRefusedWait is how long an image the runtime refused to remove sits out the cycles:
 // whatever held it (a container not the agent's, another tag) rarely goes within minutes, and
 // meanwhile the next oldest are collected instead of the same refusals asked for again.
@@ -128,21 +117,22 @@ const (
 )
 
 // pullsOut reports whether a pull is in flight.
-func (e *Engine) pullsOut() bool {
+func (e *Engine) pullsOut() bool { return e.callsOut(fsm.ActPull) }
+
+// removingImages reports whether an image removal is in flight: pulls wait.
+func (e *Engine) removingImages() bool { return e.callsOut(fsm.ActRemoveImage) }
+
+func (e *Engine) callsOut(kind fsm.ActionKind) bool {
 	for k := range e.inflight {
-		if k.Kind == fsm.ActPull {
+		if k.Kind == kind {
 			return true
 		}
 	}
 	return false
 }
 
-// pullHeld reports whether a pull must wait: image removals are out.
-func (e *Engine) pullHeld() bool { return len(e.imageRemovals) > 0 }
-
 // imageRemovalEnded records a removal's outcome and lets held pulls go.
 func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
-	delete(e.imageRemovals, a.RuntimeID)
 	v := e.st.Step(now, fsm.ActionFinished{Action: a, Result: r})
 	if len(v.Records) > 0 {
 		e.metrics.imagesRemoved.Inc()
@@ -155,11 +145,10 @@ func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
 		e.log.Warn().Str("image", a.RuntimeID).Str("error", r.Err).Msg("image not removed; the next cycle may try again")
 	}
 	e.record(v.Records...)
-	for arn, t := range e.st.Tasks {
-		for _, c := range t.Containers {
-			if c.Known == event.StatusNone {
-				e.dirty[arn] = true
-			}
+	if !e.removingImages() {
+		for arn := range e.pullsHeld {
+			e.dirty[arn] = true
 		}
+		clear(e.pullsHeld)
 	}
 }

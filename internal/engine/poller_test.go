@@ -148,3 +148,31 @@ func TestPollThatCannotBeJournaledIsNotAcknowledged(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A hostile or confused control plane puts the same payload twice in one poll: it is applied
+// once (PROTOCOL.md §2) — the second is a duplicate of the first within the very burst — and
+// both are acknowledged, with the payload after them.
+func TestPollWithAPayloadTwiceAppliesItOnce(t *testing.T) {
+	ps := payloadsOf(t, 2)
+	cp := &pollingCP{payloads: []protocol.Payload{ps[0], ps[0], ps[1]}, polled: make(chan int, 4), acked: make(chan []string, 4)}
+	j := runPolling(t, cp, false)
+	waitFor(t, cp.polled, "first poll")
+	if ids := waitFor(t, cp.acked, "acknowledgement"); len(ids) != 3 || ids[0] != "msg-000" || ids[1] != "msg-000" || ids[2] != "msg-001" {
+		t.Fatalf("acknowledged %v; want msg-000 twice, then msg-001", ids)
+	}
+	count := map[string]int{}
+	_ = j.Iterate(0, func(r event.Record) error {
+		switch e := r.Event.(type) {
+		case *event.PayloadReceived:
+			count[e.MessageID]++
+		case *event.TaskAdded:
+			count[r.Task]++
+		}
+		return nil
+	})
+	for _, k := range []string{"msg-000", "msg-001", "task/poll-000", "task/poll-001"} {
+		if count[k] != 1 {
+			t.Fatalf("%s journaled %d times; want once (all: %v)", k, count[k], count)
+		}
+	}
+}

@@ -89,10 +89,12 @@ func TestSlowPullsNeverHoldUpAStop(t *testing.T) {
 		}
 		cp.payloads <- protocol.Payload{MessageID: id, Tasks: raw}
 	}
+	// Every state awaited is journaled: wait for the next commit, not for time.
 	await := func(what string, ok func(*fsm.State) bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.After(20 * time.Second)
 		for {
+			changed := j.Changed() // before the query: a commit in between is not missed
 			var met bool
 			if err := e.Query(ctx, func(st *fsm.State) { met = ok(st) }); err != nil {
 				t.Fatal(err)
@@ -100,10 +102,11 @@ func TestSlowPullsNeverHoldUpAStop(t *testing.T) {
 			if met {
 				return
 			}
-			if time.Now().After(deadline) {
+			select {
+			case <-changed:
+			case <-deadline:
 				t.Fatalf("%s: not within 20 s", what)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	runner := protocol.Task{ARN: "task/runner", DesiredStatus: "RUNNING", Containers: []protocol.Container{{Name: "app", Image: "quick/app:1", Command: []string{"run"}}}}

@@ -98,18 +98,21 @@ func TestCheckerReadsOnPastAViolation(t *testing.T) {
 
 func TestRestoreRefusesDamagedSnapshots(t *testing.T) {
 	st := fsm.New()
-	for _, r := range stream(upToRunning()...) {
+	recs := upToRunning()
+	recs[2] = rec("t1", "app", &event.ContainerTransitioned{From: "NONE", To: "PULLED", ImageID: "sha256:web", ImageDigest: "sha256:dweb", ImagePulled: true})
+	for _, r := range stream(recs...) {
 		if err := st.Apply(r); err != nil {
 			t.Fatal(err)
 		}
 	}
 	good, _ := st.Snapshot()
 	for name, damage := range map[string]func(string) string{
-		"unknown status":      func(s string) string { return strings.Replace(s, `"known":"RUNNING"`, `"known":"RUNING"`, 1) },
-		"sent ahead of known": func(s string) string { return strings.Replace(s, `"sent":"NONE"`, `"sent":"STOPPED"`, 1) },
-		"newer version":       func(s string) string { return strings.Replace(s, `"version":1`, `"version":2`, 1) },
-		"truncated":           func(s string) string { return s[:len(s)/2] },
-		"unknown field":       func(s string) string { return strings.Replace(s, `"version":1`, `"version":1,"x":1`, 1) },
+		"unknown status":         func(s string) string { return strings.Replace(s, `"known":"RUNNING"`, `"known":"RUNING"`, 1) },
+		"sent ahead of known":    func(s string) string { return strings.Replace(s, `"sent":"NONE"`, `"sent":"STOPPED"`, 1) },
+		"newer version":          func(s string) string { return strings.Replace(s, `"version":1`, `"version":2`, 1) },
+		"truncated":              func(s string) string { return s[:len(s)/2] },
+		"unknown field":          func(s string) string { return strings.Replace(s, `"version":1`, `"version":1,"x":1`, 1) },
+		"image under another id": func(s string) string { return strings.Replace(s, `"id":"sha256:web"`, `"id":"sha256:other"`, 1) },
 	} {
 		bad := damage(string(good))
 		if bad == string(good) {
