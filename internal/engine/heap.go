@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// dueEntry is a cleanup deadline. A task may have stale entries (it was cleaned, or its
+// dueEntry is a cleanup deadline, or a time the core asked to decide a task again (a
+// dependency's start_timeout_s running out, fsm.Wake). A task may have stale entries (it was cleaned, or its
 // deadline moved): the decision at the deadline reads the projection, so a stale entry costs
 // one look and nothing else.
 type dueEntry struct {
@@ -13,7 +14,7 @@ type dueEntry struct {
 	arn string
 }
 
-// dueHeap is the one scheduler for every task's cleanup: a min-heap of deadlines.
+// dueHeap is the one scheduler for every task's deadlines: a min-heap.
 type dueHeap struct{ h entries }
 
 type entries []dueEntry
