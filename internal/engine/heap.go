@@ -6,9 +6,9 @@ import (
 )
 
 // dueEntry is a cleanup deadline, or a time the core asked to decide a task again (a
-// dependency's start_timeout_s running out, fsm.Wake). A task may have stale entries (it was cleaned, or its
-// deadline moved): the decision at the deadline reads the projection, so a stale entry costs
-// one look and nothing else.
+// dependency's start_timeout_s running out, fsm.Wake). A task may have stale entries (it was
+// cleaned, its deadline moved, its dependency met the condition in time): the decision at the
+// deadline reads the projection, so a stale entry costs one look and nothing else.
 type dueEntry struct {
 	at  time.Time
 	arn string

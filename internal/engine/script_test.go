@@ -218,7 +218,6 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		var b strings.Builder
 		tl.WriteText(&b)
 		return s.ids(pid.ReplaceAllString(b.String(), "pid N")) // the test process's own
-
 	}
 	d.Fatalf(t, "unknown command %q", d.Cmd)
 	return ""
