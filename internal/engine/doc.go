@@ -42,5 +42,6 @@
 //   - Waiting is cheap: a task awaiting its acknowledgement is a row in the projection, a
 //     cleanup deadline is an entry in one heap, and one timer serves them all.
 //   - Restart resumes exactly: snapshot + tail rebuild the projection, the runtime is
-//     reconciled, cleanup deadlines come from journaled stop times.
+//     reconciled, cleanup deadlines come from journaled stop times, dependency deadlines
+//     (start_timeout_s) from the task's journaled arrival.
 package engine

@@ -5,15 +5,16 @@ import (
 	"time"
 )
 
-// dueEntry is a cleanup deadline. A task may have stale entries (it was cleaned, or its
-// deadline moved): the decision at the deadline reads the projection, so a stale entry costs
-// one look and nothing else.
+// dueEntry is a cleanup deadline, or a time the core asked to decide a task again (a
+// dependency's start_timeout_s running out, fsm.Wake). A task may have stale entries (it was
+// cleaned, its deadline moved, its dependency met the condition in time): the decision at the
+// deadline reads the projection, so a stale entry costs one look and nothing else.
 type dueEntry struct {
 	at  time.Time
 	arn string
 }
 
-// dueHeap is the one scheduler for every task's cleanup: a min-heap of deadlines.
+// dueHeap is the one scheduler for every task's deadlines: a min-heap.
 type dueHeap struct{ h entries }
 
 type entries []dueEntry

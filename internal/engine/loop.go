@@ -258,6 +258,9 @@ func (e *Engine) react() {
 		for _, a := range d.Actions {
 			e.dispatch(now, a)
 		}
+		for _, w := range d.Wakes {
+			e.scheduleWake(w)
+		}
 	}
 	if e.reconcilePending && !e.reconciling && !e.reconcileAt.After(now) {
 		e.reconciling = true
@@ -306,6 +309,7 @@ func (e *Engine) afterApply(r event.Record) {
 				delete(e.retryAt, k)
 			}
 		}
+		delete(e.wakes, r.Task)
 	case *event.ContainerTransitioned:
 		if ev.To == event.StatusRunning {
 			if c := e.container(r.Task, r.Container); c != nil {
@@ -335,6 +339,18 @@ func (e *Engine) scheduleCleanup(t *fsm.Task) {
 		due = due.Add(time.Duration(e.rng.Int64N(int64(e.cfg.CleanupJitter))))
 	}
 	e.due.push(dueEntry{at: due, arn: t.ARN})
+}
+
+// scheduleWake puts a time at which the core's decisions for a task change by time alone (a
+// dependency's start_timeout_s running out, counted from the task's journaled arrival) in the
+// heap. Decide asks for the same wake each time it looks at the task: it is pushed once.
+// A restart pushes it again from the first decisions after recovery, which cover every task.
+func (e *Engine) scheduleWake(w fsm.Wake) {
+	if at, ok := e.wakes[w.Task]; ok && at.Equal(w.At) {
+		return
+	}
+	e.wakes[w.Task] = w.At
+	e.due.push(dueEntry{at: w.At, arn: w.Task})
 }
 
 // Now is the engine clock's time.

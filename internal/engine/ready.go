@@ -191,6 +191,7 @@ func (e *Engine) rebuild() error {
 	}
 	e.st = l.State
 	e.due = dueHeap{}
+	clear(e.wakes) // every task is decided again, and asks for its wakes again
 	for _, t := range e.st.SortedTasks() {
 		e.dirty[t.ARN] = true
 		if t.Known == event.StatusStoppedAcked {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -50,6 +51,8 @@ import (
 //	compact                               run the released compaction on the journal file
 //	crash                                 the process dies; a new engine recovers the file
 //	state                                 the projection
+//	wake                                  when the engine next has something to do by time alone
+//	timeline TASK                         journal timeline's text for the task
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		s := &script{t: t, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]docker.State{}}}
@@ -201,10 +204,26 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		return "ok\n"
 	case "state":
 		return s.ids(s.e.State().Format(s.clock.Now(), fsm.Config{CleanupWait: s.wait}))
+	case "wake":
+		next := s.e.NextWake()
+		if next.IsZero() {
+			return "no wake\n"
+		}
+		return fmt.Sprintf("next wake %s (+%s)\n", next.UTC().Format(time.TimeOnly), next.Sub(t0))
+	case "timeline":
+		tl, err := forensics.BuildTimeline(s.j, d.CmdArgs[0].Key)
+		if err != nil {
+			return "timeline: " + err.Error() + "\n"
+		}
+		var b strings.Builder
+		tl.WriteText(&b)
+		return s.ids(pid.ReplaceAllString(b.String(), "pid N")) // the test process's own
 	}
 	d.Fatalf(t, "unknown command %q", d.Cmd)
 	return ""
 }
+
+var pid = regexp.MustCompile(`pid [0-9]+`)
 
 // start opens the journal and recovers a new engine from it, as a restarted process would.
 func (s *script) start() string {

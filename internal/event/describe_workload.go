@@ -41,6 +41,9 @@ func workloadSummary(c ContainerSpec) string {
 	if c.StopTimeoutS != nil {
 		add("stop_timeout_s=%d", *c.StopTimeoutS)
 	}
+	if c.StartTimeoutS != nil {
+		add("start_timeout_s=%d", *c.StartTimeoutS)
+	}
 	if c.HealthCheck != nil {
 		add("health_check")
 	}

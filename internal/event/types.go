@@ -67,8 +67,11 @@ type ContainerSpec struct {
 	StopTimeoutS         *int              `json:"stop_timeout_s,omitempty"` // nil: the agent's stop timeout; 0 is "kill at once"
 	HealthCheck          *HealthCheck      `json:"health_check,omitempty"`
 	DependsOn            []Dependency      `json:"depends_on,omitempty"`
-	Log                  *LogConfig        `json:"log,omitempty"`
-	PullPolicy           string            `json:"pull_policy,omitempty"`
+	// StartTimeoutS (PROTOCOL.md 1.2 §4): how long after the task's arrival this container
+	// may take to meet the conditions its dependents wait for; nil: no limit.
+	StartTimeoutS *int       `json:"start_timeout_s,omitempty"`
+	Log           *LogConfig `json:"log,omitempty"`
+	PullPolicy    string     `json:"pull_policy,omitempty"`
 }
 
 // StopTimeout is how long a stop waits between the stop signal and SIGKILL: the container's

@@ -16,7 +16,7 @@ import (
 type Step struct {
 	Seq       uint64    `json:"seq"`
 	Time      time.Time `json:"time"`
-	Kind      string    `json:"kind"` // assigned, rejected, resent, desired, container, task, reports-failed, settled, stopped-acked, cleanup, removed, cleaned, agent-started
+	Kind      string    `json:"kind"` // assigned, rejected, resent, desired, container, task, waiting, waited, reports-failed, settled, stopped-acked, cleanup, removed, cleaned, agent-started
 	Container string    `json:"container,omitempty"`
 	From      string    `json:"from,omitempty"`
 	To        string    `json:"to,omitempty"`
@@ -86,7 +86,9 @@ func BuildTimeline(j *journal.Journal, task string) (*Timeline, error) {
 			fold = nil
 		}
 	}
+	var end time.Time // the journal's last record: where the timeline ends
 	err = j.Iterate(first, func(r event.Record) error {
+		end = r.Time
 		switch e := r.Event.(type) {
 		case *event.ReportAttempted:
 			mine := 0
@@ -139,12 +141,81 @@ func BuildTimeline(j *journal.Journal, task string) (*Timeline, error) {
 	flush()
 	// Merge the task's own steps with the scanned ones, in sequence order.
 	var own []Step
+	w := newWaits()
 	for _, r := range recs {
 		own = append(own, stepOf(r, tl))
+		own = append(own, w.after(r)...)
 	}
 	tl.Steps = mergeSteps(own, stepsFromScan)
 	tl.phases()
+	if t := w.task(); t != nil && !end.IsZero() {
+		for _, c := range t.Containers {
+			if wait, ok := t.Waiting(c, end); ok {
+				tl.Now += fmt.Sprintf("; %s %s at the journal's last record (%s)", c.Name, wait.Reason(end), end.UTC().Format("2006-01-02T15:04:05.000Z"))
+			}
+		}
+	}
 	return tl, nil
+}
+
+// waits follows what the task's containers wait for (depends_on), by replaying the task's own
+// records into a projection of their own: the same derivation the agent's API shows, so the
+// timeline and /v1/tasks never disagree. A record that projection refuses (the task's history
+// was compacted into a snapshot, or needs records of other subjects, as a settlement) ends
+// the following: waits only happen before a task stops, from its first record on.
+type waits struct {
+	st    *fsm.State
+	off   bool
+	since map[string]fsm.Wait // container → its wait, while it waits
+	what  map[string]string   // container → what it waits for, as last told
+}
+
+func newWaits() *waits {
+	return &waits{st: fsm.New(), since: map[string]fsm.Wait{}, what: map[string]string{}}
+}
+
+func (w *waits) task() *fsm.Task {
+	if w.off {
+		return nil
+	}
+	for _, t := range w.st.Tasks {
+		return t
+	}
+	return nil
+}
+
+// after applies a record and says which waits began, changed or ended with it.
+func (w *waits) after(r event.Record) []Step {
+	if w.off {
+		return nil
+	}
+	if err := w.st.Apply(r); err != nil {
+		w.off = true
+		return nil
+	}
+	t := w.task()
+	if t == nil {
+		return nil
+	}
+	var out []Step
+	for _, c := range t.Containers {
+		wait, ok := t.Waiting(c, r.Time)
+		prev, was := w.since[c.Name]
+		switch {
+		case ok:
+			what := fmt.Sprintf("%s waiting for %s (%s)", c.Name, wait.For(), strings.Join(wait.Standing, "; "))
+			if what != w.what[c.Name] {
+				out = append(out, Step{Seq: r.Seq, Time: r.Time, Kind: "waiting", Container: c.Name, Text: what})
+			}
+			w.since[c.Name], w.what[c.Name] = wait, what
+		case was:
+			out = append(out, Step{Seq: r.Seq, Time: r.Time, Kind: "waited", Container: c.Name,
+				Text: fmt.Sprintf("%s no longer waits for %s: %s since the task arrived", c.Name, prev.For(), prev.Waited(r.Time))})
+			delete(w.since, c.Name)
+			delete(w.what, c.Name)
+		}
+	}
+	return out
 }
 
 func stepOf(r event.Record, tl *Timeline) Step {

@@ -66,6 +66,16 @@ type Config struct {
 type Decisions struct {
 	Records []event.Record // to journal now (Time is now; Seq is assigned when journaled)
 	Actions []Action       // runtime operations
+	// Wakes are the times at which a task's decisions change by time alone, other than its
+	// cleanup (CleanupDue): a dependency's start_timeout_s running out. The engine decides
+	// for the task again then; Decide at an earlier now gives the same decisions.
+	Wakes []Wake
+}
+
+// Wake asks for a task to be decided again at a time.
+type Wake struct {
+	Task string
+	At   time.Time
 }
 
 // Intent is the record journaled before an action's call is made, for calls that must never
@@ -183,11 +193,15 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			case c.Known == event.StatusPulled:
 				act(ActCreate, c)
 			case c.Known == event.StatusCreated:
-				switch waiting, unmet := dependencies(t, c); {
-				case unmet != "":
-					rec(c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "not started: " + unmet, StopsTask: true})
-				case !waiting:
+				switch v := dependencies(t, c, now); {
+				case v.unmet != "":
+					rec(c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "not started: " + v.unmet, StopsTask: v.stopsTask})
+				case len(v.waitingOn) == 0:
 					act(ActStart, c)
+				case !v.due.IsZero():
+					// Nothing journaled will wake the task when a start_timeout_s runs
+					// out: the engine must, at that time.
+					d.Wakes = append(d.Wakes, Wake{Task: t.ARN, At: v.due})
 				}
 			}
 		}
@@ -200,29 +214,6 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			rec("", &event.TaskTransitioned{From: t.Known, To: next})
 		}
 	}
-}
-
-// dependencies says whether a container must wait for its depends_on conditions, or — unmet
-// non-empty, naming the dependency — can never start because one can no longer hold.
-func dependencies(t *Task, c *Container) (waiting bool, unmet string) {
-	for _, d := range c.DependsOn {
-		dep := t.Container(d.Container)
-		if dep == nil {
-			return false, fmt.Sprintf("dependency %s (%s) is not a container of the task", d.Container, d.Condition)
-		}
-		met, impossible := d.Met(dep.Known, dep.ExitCode, dep.Health)
-		switch {
-		case impossible:
-			why := "it stopped"
-			if dep.ExitCode != nil {
-				why = fmt.Sprintf("it exited with code %d", *dep.ExitCode)
-			}
-			return false, fmt.Sprintf("dependency %s (%s) can no longer be met: %s", d.Container, d.Condition, why)
-		case !met:
-			waiting = true
-		}
-	}
-	return waiting, ""
 }
 
 // stopReason says why a task stopped, for its STOPPED change.

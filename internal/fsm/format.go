@@ -10,8 +10,9 @@ import (
 )
 
 // Format renders the projection for people: every live task with its known / desired / sent
-// status and containers, what it waits for, the tombstones and the outbox. It is what
-// `agentd journal replay` prints and what the projection's script tests compare against.
+// status and containers, what each waiting container waits for (depends_on, derived at now),
+// the tombstones and the outbox. It is what `agentd journal replay` prints and what the
+// projection's script tests compare against.
 func (s *State) Format(now time.Time, cfg Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "at record %d", s.LastSeq)
@@ -86,6 +87,9 @@ func (s *State) FormatTask(t *Task, now time.Time, cfg Config) string {
 		}
 		if c.Reason != "" {
 			fmt.Fprintf(&b, " reason=%q", c.Reason)
+		}
+		if w, ok := t.Waiting(c, now); ok {
+			fmt.Fprintf(&b, " %q", w.Reason(now))
 		}
 		b.WriteString("\n")
 	}

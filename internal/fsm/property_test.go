@@ -74,6 +74,20 @@ func (w *world) step() {
 		for i := 0; i < n; i++ {
 			e.Containers = append(e.Containers, event.ContainerSpec{Name: fmt.Sprintf("c%d", i), Image: rapid.SampledFrom(images).Draw(w.t, "image"), Essential: i == 0 || rapid.Bool().Draw(w.t, "essential")})
 		}
+		if n > 1 && rapid.Bool().Draw(w.t, "depends") {
+			// c1 waits for c0 to start, or to turn HEALTHY (nothing here ever makes it so);
+			// sometimes c0 has a start_timeout_s, which time passing runs out.
+			c0, c1 := &e.Containers[0], &e.Containers[1]
+			cond := rapid.SampledFrom([]string{event.DependStart, event.DependHealthy}).Draw(w.t, "condition")
+			if cond == event.DependHealthy {
+				c0.HealthCheck = &event.HealthCheck{Command: []string{"CMD", "probe"}}
+			}
+			c1.DependsOn = []event.Dependency{{Container: c0.Name, Condition: cond}}
+			if rapid.Bool().Draw(w.t, "start timeout") {
+				timeout := rapid.IntRange(0, 300).Draw(w.t, "start_timeout_s")
+				c0.StartTimeoutS = &timeout
+			}
+		}
 		w.apply(fmt.Sprintf("t%d", w.tasks), "", e)
 	case 1: // time passes
 		w.now = w.now.Add(time.Duration(rapid.IntRange(1, 120).Draw(w.t, "seconds")) * time.Second)
@@ -124,6 +138,7 @@ func (w *world) step() {
 		w.answer(a)
 	default: // the engine journals a decision, or makes a call (its intent journaled first)
 		d := w.st.Decide(w.now, w.cfg)
+		w.checkDependencies(d)
 		switch {
 		case len(d.Records) > 0:
 			r := d.Records[rapid.IntRange(0, len(d.Records)-1).Draw(w.t, "record")]
@@ -139,6 +154,30 @@ func (w *world) step() {
 				w.apply(r.Task, r.Container, r.Event)
 			}
 			w.inflight = append(w.inflight, a)
+		}
+	}
+}
+
+// checkDependencies: a start is decided only once every depends_on condition holds, and no
+// container is still waiting once a dependency's start_timeout_s has run out.
+func (w *world) checkDependencies(d fsm.Decisions) {
+	for _, a := range d.Actions {
+		if a.Kind != fsm.ActStart {
+			continue
+		}
+		t := w.st.Tasks[a.Task]
+		for _, dep := range a.Spec.DependsOn {
+			o := t.Container(dep.Container)
+			if met, _ := dep.Met(o.Known, o.ExitCode, o.Health); !met {
+				w.t.Fatalf("start of %s/%s decided while %s is %s (%s wanted)", a.Task, a.Container, o.Name, o.Known, dep.Condition)
+			}
+		}
+	}
+	for _, t := range w.st.SortedTasks() {
+		for _, c := range t.Containers {
+			if wait, ok := t.Waiting(c, w.now); ok && !wait.Due.IsZero() && !w.now.Before(wait.Due) {
+				w.t.Fatalf("%s/%s still waits at %s, past its dependency's deadline %s", t.ARN, c.Name, w.now, wait.Due)
+			}
 		}
 	}
 }

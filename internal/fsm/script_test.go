@@ -125,6 +125,19 @@ func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
 					spec.Essential = true
 				case "cmd":
 					spec.Command = strings.Split(v, ",")
+				case "health-check":
+					spec.HealthCheck = &event.HealthCheck{Command: []string{"CMD", v}}
+				case "depends": // depends=db:HEALTHY,init:COMPLETE
+					for _, dc := range strings.Split(v, ",") {
+						ctr, cond, _ := strings.Cut(dc, ":")
+						spec.DependsOn = append(spec.DependsOn, event.Dependency{Container: ctr, Condition: cond})
+					}
+				case "start-timeout":
+					n, err := strconv.Atoi(v)
+					if err != nil {
+						d.Fatalf(t, "start-timeout: %v", err)
+					}
+					spec.StartTimeoutS = &n
 				}
 			}
 			e.Containers = append(e.Containers, spec)
@@ -132,6 +145,8 @@ func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
 		return h.record(task, "", e)
 	case "reject":
 		return h.record(task, "", &event.TaskRejected{Reason: reason})
+	case "health":
+		return h.record(task, ctr, &event.HealthChanged{Health: event.Health(str(t, d, "health"))})
 	case "resend":
 		return h.record(task, "", &event.TaskResent{})
 	case "desire":
@@ -211,6 +226,9 @@ func formatDecisions(dec fsm.Decisions) string {
 	}
 	for _, a := range dec.Actions {
 		fmt.Fprintf(&b, "act %s %s/%s\n", a.Kind, a.Task, a.Container)
+	}
+	for _, w := range dec.Wakes {
+		fmt.Fprintf(&b, "wake %s at %s\n", w.Task, w.At.Format(time.TimeOnly))
 	}
 	if b.Len() == 0 {
 		return "nothing\n"

@@ -56,6 +56,9 @@ type ContainerView struct {
 	ImageDigest string `json:"image_digest,omitempty"`
 	// Spec is the container as assigned (PROTOCOL.md §4), without env: values may be secrets.
 	Spec event.ContainerSpec `json:"spec"`
+	// WaitingFor is what a created container waits for before it may start (depends_on),
+	// derived at the time of the request: "waiting for db HEALTHY, 3m12s (db is RUNNING, UNHEALTHY)".
+	WaitingFor string `json:"waiting_for,omitempty"`
 }
 
 func view(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) TaskView {
@@ -72,6 +75,9 @@ func view(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) TaskView {
 		spec.Env = nil
 		v.Containers = append(v.Containers, ContainerView{Name: c.Name, KnownStatus: c.Known, SentStatus: c.Sent, ExitCode: c.ExitCode, RuntimeID: c.RuntimeID, Reason: c.Reason,
 			ImageID: c.ImageID, ImageDigest: c.ImageDigest, Spec: spec})
+		if w, ok := t.Waiting(c, now); ok {
+			v.Containers[len(v.Containers)-1].WaitingFor = w.Reason(now)
+		}
 	}
 	return v
 }

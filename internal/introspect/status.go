@@ -244,6 +244,9 @@ func taskView(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) taskRow
 		if c.ExitCode != nil {
 			s += fmt.Sprintf(" (exit %d)", *c.ExitCode)
 		}
+		if w, ok := t.Waiting(c, now); ok {
+			s += " (" + w.Reason(now) + ")"
+		}
 		cs = append(cs, s)
 	}
 	row.Containers = strings.Join(cs, ", ")

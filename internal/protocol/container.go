@@ -12,11 +12,14 @@ import (
 // Limits on the container fields of PROTOCOL.md §4: generous for real services, small enough
 // that no payload can make the agent or the runtime do something absurd.
 const (
-	MaxLabelBytes    = 64 << 10
-	MaxPorts         = 100
-	MaxMounts        = 32
-	MaxPathLength    = 4096
-	MaxStopTimeoutS  = 120 // like ECS's stopTimeout; keeps a stop inside the agent's call deadline
+	MaxLabelBytes   = 64 << 10
+	MaxPorts        = 100
+	MaxMounts       = 32
+	MaxPathLength   = 4096
+	MaxStopTimeoutS = 120 // like ECS's stopTimeout; keeps a stop inside the agent's call deadline
+	// MaxStartTimeoutS bounds start_timeout_s at a day: a dependency that takes longer to
+	// start is better left without a limit than given one nobody would notice running out.
+	MaxStartTimeoutS = 24 * 60 * 60
 	MaxHealthSeconds = 24 * 60 * 60
 	MaxHealthRetries = 100
 	MaxLogSizeMiB    = 1024
@@ -177,6 +180,9 @@ func (r Rules) validateContainer(c *Container) error {
 	}
 	if c.StopTimeoutS != nil && (*c.StopTimeoutS < 0 || *c.StopTimeoutS > MaxStopTimeoutS) {
 		return fmt.Errorf("stop_timeout_s: %d, want 0 to %d", *c.StopTimeoutS, MaxStopTimeoutS)
+	}
+	if c.StartTimeoutS != nil && (*c.StartTimeoutS < 0 || *c.StartTimeoutS > MaxStartTimeoutS) {
+		return fmt.Errorf("start_timeout_s: %d, want 0 to %d (absent: no limit)", *c.StartTimeoutS, MaxStartTimeoutS)
 	}
 	if err := validateHealthCheck(c.HealthCheck); err != nil {
 		return err

@@ -125,13 +125,17 @@ func TestContainerFieldsNameTheFieldAtFault(t *testing.T) {
 		"same host port two protocols": {func(c *Container) {
 			c.Ports = []event.PortMapping{{ContainerPort: 80, HostPort: 8080}, {ContainerPort: 80, HostPort: 8080, Protocol: "udp"}}
 		}, ""},
-		"two picked ports":      {func(c *Container) { c.Ports = []event.PortMapping{{ContainerPort: 80}, {ContainerPort: 81}} }, ""},
-		"stop signal":           {func(c *Container) { c.StopSignal = "TERM" }, "stop_signal"},
-		"stop timeout negative": {func(c *Container) { c.StopTimeoutS = i(-1) }, "stop_timeout_s: -1"},
-		"stop timeout too long": {func(c *Container) { c.StopTimeoutS = i(121) }, "stop_timeout_s: 121"},
-		"stop timeout zero":     {func(c *Container) { c.StopTimeoutS = i(0) }, ""},
-		"health no CMD":         {func(c *Container) { c.HealthCheck = &event.HealthCheck{Command: []string{"/bin/web", "ping"}} }, "health_check.command"},
-		"health CMD alone":      {func(c *Container) { c.HealthCheck = &event.HealthCheck{Command: []string{"CMD"}} }, "health_check.command"},
+		"two picked ports":       {func(c *Container) { c.Ports = []event.PortMapping{{ContainerPort: 80}, {ContainerPort: 81}} }, ""},
+		"stop signal":            {func(c *Container) { c.StopSignal = "TERM" }, "stop_signal"},
+		"stop timeout negative":  {func(c *Container) { c.StopTimeoutS = i(-1) }, "stop_timeout_s: -1"},
+		"stop timeout too long":  {func(c *Container) { c.StopTimeoutS = i(121) }, "stop_timeout_s: 121"},
+		"stop timeout zero":      {func(c *Container) { c.StopTimeoutS = i(0) }, ""},
+		"start timeout negative": {func(c *Container) { c.StartTimeoutS = i(-1) }, "start_timeout_s: -1, want 0 to 86400"},
+		"start timeout too long": {func(c *Container) { c.StartTimeoutS = i(86401) }, "start_timeout_s: 86401"},
+		"start timeout a day":    {func(c *Container) { c.StartTimeoutS = i(86400) }, ""},
+		"start timeout zero":     {func(c *Container) { c.StartTimeoutS = i(0) }, ""},
+		"health no CMD":          {func(c *Container) { c.HealthCheck = &event.HealthCheck{Command: []string{"/bin/web", "ping"}} }, "health_check.command"},
+		"health CMD alone":       {func(c *Container) { c.HealthCheck = &event.HealthCheck{Command: []string{"CMD"}} }, "health_check.command"},
 		"health shell": {func(c *Container) {
 			c.HealthCheck = &event.HealthCheck{Command: []string{"CMD-SHELL", "curl -f localhost"}}
 		}, ""},
@@ -169,6 +173,44 @@ func TestContainerFieldsNameTheFieldAtFault(t *testing.T) {
 				t.Fatalf("%v; want an error naming containers[0] and containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// start_timeout_s is a whole number of seconds: anything else on the wire makes the task
+// invalid (recorded STOPPED) with a reason naming the field, never a panic or a lost task.
+func TestStartTimeoutOnTheWire(t *testing.T) {
+	task := func(v string) json.RawMessage {
+		return json.RawMessage(`{"arn":"task/st","desired_status":"RUNNING","containers":[` +
+			`{"name":"db","image":"db:1","health_check":{"command":["CMD","/bin/db","ping"]},"start_timeout_s":` + v + `},` +
+			`{"name":"web","image":"web:1","depends_on":[{"container":"db","condition":"HEALTHY"}]}]}`)
+	}
+	for v, want := range map[string]string{
+		"30":    "",
+		"0":     "",
+		"null":  "", // absent: no limit
+		"-5":    "containers[0].start_timeout_s: -5",
+		"86401": "containers[0].start_timeout_s: 86401",
+		"1.5":   "start_timeout_s",
+		`"30s"`: "start_timeout_s",
+		"1e30":  "start_timeout_s",
+		"true":  "start_timeout_s",
+	} {
+		d := DecodeTask(task(v))
+		if d.ARN != "task/st" {
+			t.Fatalf("start_timeout_s %s: the task lost its ARN (%q): it could not be recorded STOPPED", v, d.Invalid)
+		}
+		if want == "" {
+			if d.Invalid != "" {
+				t.Errorf("start_timeout_s %s refused: %s", v, d.Invalid)
+			}
+			continue
+		}
+		if !strings.Contains(d.Invalid, want) {
+			t.Errorf("start_timeout_s %s: reason %q; want it to name %q", v, d.Invalid, want)
+		}
+	}
+	if got := DecodeTask(task("30")).Task.Spec()[0].StartTimeoutS; got == nil || *got != 30 {
+		t.Fatalf("start_timeout_s 30 journaled as %v", got)
 	}
 }
 

@@ -80,6 +80,7 @@ type Container struct {
 	StopTimeoutS         *int                `json:"stop_timeout_s,omitempty"`
 	HealthCheck          *event.HealthCheck  `json:"health_check,omitempty"`
 	DependsOn            []event.Dependency  `json:"depends_on,omitempty"`
+	StartTimeoutS        *int                `json:"start_timeout_s,omitempty"` // PROTOCOL.md 1.2 §4
 	Log                  *event.LogConfig    `json:"log,omitempty"`
 	PullPolicy           string              `json:"pull_policy,omitempty"`
 }
@@ -270,7 +271,7 @@ func (t *Task) Spec() []event.ContainerSpec {
 			Entrypoint: c.Entrypoint, WorkingDir: c.WorkingDir, User: c.User, Labels: c.Labels,
 			CPUShares: c.CPUShares, MemoryMiB: c.MemoryMiB, MemoryReservationMiB: c.MemoryReservationMiB, PidsLimit: c.PidsLimit,
 			Ports: slices.Clone(c.Ports), Mounts: c.Mounts, StopSignal: c.StopSignal, StopTimeoutS: c.StopTimeoutS,
-			HealthCheck: c.HealthCheck, DependsOn: c.DependsOn, Log: c.Log, PullPolicy: c.PullPolicy}
+			HealthCheck: c.HealthCheck, DependsOn: c.DependsOn, StartTimeoutS: c.StartTimeoutS, Log: c.Log, PullPolicy: c.PullPolicy}
 		for j := range out[i].Ports {
 			if out[i].Ports[j].Protocol == "" {
 				out[i].Ports[j].Protocol = "tcp" // journaled as it will run

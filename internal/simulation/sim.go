@@ -124,6 +124,8 @@ type sim struct {
 	// from the seed on a stream of its own, so the other draws stay as they were.
 	pulls       *rand.Rand
 	hostImageID string
+	// deps draws start_timeout_s (PROTOCOL.md 1.2 §4) on a stream of its own, for the same reason.
+	deps *rand.Rand
 
 	assigned  []string
 	expected  map[string]int  // task → containers a valid task runs
@@ -190,7 +192,7 @@ func Run(o Options) (res Result) {
 	if o.MaxTrace <= 0 {
 		o.MaxTrace = 400
 	}
-	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0xa5a5a5a5)), pulls: rand.New(rand.NewPCG(o.Seed, o.Seed^0x17171717)), clock: &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)},
+	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0xa5a5a5a5)), pulls: rand.New(rand.NewPCG(o.Seed, o.Seed^0x17171717)), deps: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5c5c5c5c)), clock: &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)},
 		expected: map[string]int{}, unkeyed: map[string]bool{}, res: &Result{Seed: o.Seed}}
 	s.cp = controlplane.New("", controlplane.Faults{ResendAcked: true, Seed: o.Seed})
 	s.cp.SetClock(func() time.Time { return s.clock.now })
@@ -481,6 +483,12 @@ func (s *sim) assign() {
 			cond = []string{event.DependComplete, event.DependSuccess}[s.rng.IntN(2)]
 		}
 		c1.DependsOn = []event.Dependency{{Container: c0.Name, Condition: cond}}
+		if s.deps.IntN(2) == 0 {
+			// Some deadlines run out before c0 meets the condition (a failing check, a slow
+			// pull, a crash), some after: c1 never starts, or starts in time.
+			timeout := s.deps.IntN(20)
+			c0.StartTimeoutS = &timeout
+		}
 	}
 	switch s.rng.IntN(12) {
 	case 0:
