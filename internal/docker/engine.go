@@ -30,10 +30,11 @@ type Engine struct {
 	cli   *client.Client
 	agent string
 	host  string
-	// ours holds the ids of containers known to carry this agent's id: created by it, or
-	// inspected or listed with its label. A container's labels never change, so once known,
-	// stop and remove need not inspect it again: one engine call a step instead of two.
-	ours sync.Map // id → struct{}
+	// ours holds the containers known to carry this agent's id — created by it, or inspected
+	// or listed with its label — with the agent's bind volumes each uses. A container's labels
+	// and mounts never change, so once known, remove need not inspect it again: one engine
+	// call a step instead of two.
+	ours sync.Map // id → []string (its bind volumes, engine_binds.go)
 	// fresh holds the ids of containers this process created and has not yet asked to start:
 	// such a container has never run, so its first start needs no inspect for the guard.
 	// The first Start takes the id out before it calls the engine, so any later Start — a
@@ -42,12 +43,11 @@ type Engine struct {
 	fresh sync.Map // id → struct{}
 	pulls PullConfig
 	// binds are the roots bind sources are opened beneath (nil: no bind mounts); bindVols the
-	// descriptor each bind volume this process made names, held until the volume is removed;
-	// volsOf the bind volumes of each container this process created (engine_binds.go).
+	// descriptor each bind volume this process made names, held until the volume is removed
+	// (engine_binds.go).
 	binds    *BindRoots
 	bindMu   sync.Mutex
 	bindVols map[string]*os.File
-	volsOf   sync.Map // id → []string
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
@@ -137,8 +137,7 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 			for _, v := range vols {
 				list = append(list, v)
 			}
-			e.volsOf.Store(res.ID, list)
-			e.ours.Store(res.ID, struct{}{})
+			e.ours.Store(res.ID, list)
 			e.fresh.Store(res.ID, struct{}{})
 			return res.ID, nil
 		}
@@ -172,15 +171,6 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 		return "", fmt.Errorf("create %s: name in use by a container not (yet) listed as ours: %w: %v", name, ErrUnavailable, err)
 	}
 	return "", e.wrap("create", name, err)
-}
-
-// ownKnown checks ownership with an inspect unless the container is already known as ours.
-func (e *Engine) ownKnown(ctx context.Context, id string) error {
-	if _, ok := e.ours.Load(id); ok {
-		return nil
-	}
-	_, err := e.own(ctx, id)
-	return err
 }
 
 // Start starts a container that never ran. Docker itself starts an exited container again;
@@ -222,11 +212,11 @@ func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) err
 }
 
 // Remove deletes the container with its anonymous volumes and its bind volumes (closing the
-// descriptors they name); gone already is success. The bind volumes of a container this
-// process did not create are read from an inspect first.
+// descriptors they name); gone already is success. A container not yet known as ours is
+// inspected first (ownership, and its bind volumes).
 func (e *Engine) Remove(ctx context.Context, id string) error {
 	var vols []string
-	if v, ok := e.volsOf.Load(id); ok {
+	if v, ok := e.ours.Load(id); ok {
 		vols = v.([]string)
 	} else {
 		c, _, err := e.inspect(ctx, id)
@@ -235,7 +225,7 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 		} else if err != nil {
 			return err
 		}
-		vols = bindVolumesOf(c)
+		vols = bindVolumesOf(c.Mounts)
 	}
 	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true, Force: true})
 	if cerrdefs.IsNotFound(err) {
@@ -244,15 +234,14 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 	if err != nil {
 		return e.wrap("remove", id, err)
 	}
-	e.ours.Delete(id)
 	e.fresh.Delete(id)
 	for _, v := range vols {
 		if err := e.releaseVolume(ctx, v); err != nil {
-			e.volsOf.Store(id, vols) // the next removal tries again
+			e.ours.Store(id, vols) // the next removal tries again (the container is gone)
 			return fmt.Errorf("remove %s: %w", id, err)
 		}
 	}
-	e.volsOf.Delete(id)
+	e.ours.Delete(id)
 	return nil
 }
 
@@ -276,7 +265,7 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 	if labels[LabelAgent] != e.agent {
 		return c, State{}, fmt.Errorf("container %s belongs to agent %q, not %q: %w", id, labels[LabelAgent], e.agent, ErrNotFound)
 	}
-	e.ours.Store(id, struct{}{})
+	e.ours.Store(id, bindVolumesOf(c.Mounts))
 	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
 	if s := c.State; s != nil {
 		st.Running = s.Running
@@ -310,7 +299,7 @@ func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
 	}
 	out := make([]State, 0, len(res.Items))
 	for _, c := range res.Items {
-		e.ours.Store(c.ID, struct{}{}) // listed under this agent's label
+		e.ours.Store(c.ID, bindVolumesOf(c.Mounts)) // listed under this agent's label
 		st := State{ID: c.ID, Task: c.Labels[LabelTask], Container: c.Labels[LabelContainer]}
 		st.Running = c.State == container.StateRunning
 		st.Exited = c.State == container.StateExited || c.State == container.StateDead

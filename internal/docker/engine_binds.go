@@ -131,10 +131,10 @@ func (e *Engine) releaseVolume(ctx context.Context, name string) error {
 	return nil
 }
 
-// bindVolumesOf lists the agent's bind volumes a container uses.
-func bindVolumesOf(c container.InspectResponse) []string {
+// bindVolumesOf lists the agent's bind volumes among a container's mounts.
+func bindVolumesOf(mounts []container.MountPoint) []string {
 	var out []string
-	for _, m := range c.Mounts {
+	for _, m := range mounts {
 		if m.Type == mount.TypeVolume && strings.HasPrefix(m.Name, BindVolumePrefix) {
 			out = append(out, m.Name)
 		}
@@ -145,18 +145,40 @@ func bindVolumesOf(c container.InspectResponse) []string {
 // checkBindMounts refuses to start a container whose bind mounts this process did not
 // prepare: a bind by path (resolved by the engine at start, through any link planted since),
 // or a bind volume made by an earlier agent process (the descriptor it names is gone, or —
-// the pid reused — another process's).
+// the pid reused — another process's). It reads both the engine's mount points and the
+// create request's mounts, so neither alone can hide one.
 func (e *Engine) checkBindMounts(c container.InspectResponse) error {
+	type seen struct {
+		typ                  mount.Type
+		name, source, target string
+	}
+	var all []seen
 	for _, m := range c.Mounts {
+		all = append(all, seen{m.Type, m.Name, m.Source, m.Destination})
+	}
+	if c.HostConfig != nil {
+		for _, m := range c.HostConfig.Mounts {
+			all = append(all, seen{m.Type, m.Source, m.Source, m.Target})
+		}
+		for _, b := range c.HostConfig.Binds {
+			src, target, _ := strings.Cut(b, ":")
+			if strings.HasPrefix(src, "/") {
+				all = append(all, seen{mount.TypeBind, "", src, target})
+			} else {
+				all = append(all, seen{mount.TypeVolume, src, src, target})
+			}
+		}
+	}
+	for _, m := range all {
 		switch {
-		case m.Type == mount.TypeBind:
-			return fmt.Errorf("start %s: its bind mount of %q at %q is by path, made by an agent that did not hold bind sources open; not started (the path could lead anywhere by now)", c.ID, m.Source, m.Destination)
-		case m.Type == mount.TypeVolume && strings.HasPrefix(m.Name, BindVolumePrefix):
+		case m.typ == mount.TypeBind:
+			return fmt.Errorf("start %s: its bind mount of %q at %q is by path, made by an agent that did not hold bind sources open; not started (the path could lead anywhere by now)", c.ID, m.source, m.target)
+		case m.typ == mount.TypeVolume && strings.HasPrefix(m.name, BindVolumePrefix):
 			e.bindMu.Lock()
-			_, held := e.bindVols[m.Name]
+			_, held := e.bindVols[m.name]
 			e.bindMu.Unlock()
 			if !held {
-				return fmt.Errorf("start %s: its bind mount at %q (volume %s) was prepared by an earlier agent process, whose descriptor of the source is gone; not started", c.ID, m.Destination, m.Name)
+				return fmt.Errorf("start %s: its bind mount at %q (volume %s) was prepared by an earlier agent process, whose descriptor of the source is gone; not started", c.ID, m.target, m.name)
 			}
 		}
 	}
