@@ -254,7 +254,10 @@ func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.Pu
 	if e == nil {
 		return nil, err
 	}
-	e.SetBindRoots(roots)
+	if berr := e.SetBindRoots(roots); berr != nil {
+		e.Close()
+		return nil, berr
+	}
 	return e, err
 }
 

@@ -192,3 +192,24 @@ func TestBindVolumePrefixIsReservedForTheAgent(t *testing.T) {
 		t.Fatalf("bind mount reaches the engine as %+v; want its volume, no copy", m)
 	}
 }
+
+// A remote engine would read /proc/<pid>/fd/<n> on its own host: bind roots need the local
+// engine's unix socket.
+func TestBindRootsNeedTheLocalEngine(t *testing.T) {
+	roots, err := OpenBindRoots([]string{t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	e, _ := NewEngine(t.Context(), "tcp://127.0.0.1:1", "agent-remote", PullConfig{})
+	if e == nil {
+		t.Fatal("no engine for an address that does not answer")
+	}
+	defer e.Close()
+	if err := e.SetBindRoots(roots); err == nil || !strings.Contains(err.Error(), "--allow-bind-root") || !strings.Contains(err.Error(), "tcp://127.0.0.1:1") {
+		t.Fatalf("bind roots on an engine over tcp: %v; want refused naming the flag and the address", err)
+	}
+	if err := e.SetBindRoots(nil); err != nil {
+		t.Fatalf("no bind roots: %v", err)
+	}
+}

@@ -43,7 +43,7 @@ func newBindRig(t *testing.T) *bindRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetBindRoots(roots)
+	must(t, e.SetBindRoots(roots))
 	t.Cleanup(func() {
 		// Every container of these tests is removed through the engine, which must take its
 		// bind volumes along; removeAgentContainers then clears what a failure left.
@@ -237,7 +237,7 @@ func TestDockerBindMountsOfAnEarlierProcessAreNeverStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer later.Close()
-	later.SetBindRoots(r.e.binds)
+	must(t, later.SetBindRoots(r.e.binds))
 	err = later.Start(ctx, id)
 	if err == nil || !strings.Contains(err.Error(), "earlier agent process") || errors.Is(err, ErrAlreadyStarted) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("start of an adopted container with bind volumes: %v; want a permanent refusal", err)

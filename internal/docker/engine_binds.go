@@ -51,8 +51,16 @@ const BindVolumePrefix = "agentd-bind-"
 const LabelBindSource = "io.agentd.bind-source"
 
 // SetBindRoots gives the engine the roots bind sources are resolved beneath (nil: no bind
-// mount is allowed). Call it before the first Create.
-func (e *Engine) SetBindRoots(r *BindRoots) { e.binds = r }
+// mount is allowed). Call it before the first Create. An engine reached other than through a
+// unix socket is refused: a remote engine would read /proc/<pid>/fd/<n> on its own host,
+// where that names some other process's file.
+func (e *Engine) SetBindRoots(r *BindRoots) error {
+	if len(r.Names()) > 0 && !strings.HasPrefix(e.host, "unix://") {
+		return fmt.Errorf("--allow-bind-root needs the Docker Engine on this host, reached through its unix socket (it mounts bind sources through this process's descriptors); --docker-host is %s", e.host)
+	}
+	e.binds = r
+	return nil
+}
 
 // makeBindVolumes opens every bind source of a spec beneath its root and makes its volume;
 // it returns the volume of each bind mount by the mount's index. A source refused beneath

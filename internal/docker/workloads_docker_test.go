@@ -210,7 +210,7 @@ func TestDockerBindMountWritesReachTheHostOnlyUnderAllowedRoots(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer roots.Close()
-	e.SetBindRoots(roots)
+	must(t, e.SetBindRoots(roots))
 	rules, err := protocol.NewRules(roots.Names())
 	if err != nil {
 		t.Fatal(err)
