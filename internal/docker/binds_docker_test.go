@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
 	"golang.org/x/sys/unix"
 
 	"github.com/agentd/agentd/internal/event"
@@ -262,4 +263,45 @@ func TestDockerBindMountsOfAnEarlierProcessAreNeverStarted(t *testing.T) {
 		t.Fatalf("start of a container with a bind by path: %v; want refused", err)
 	}
 	must(t, later.Remove(ctx, old))
+}
+
+// At start the agent removes its bind volumes no container uses (a process that died between
+// making them and making its container); another agent's, and any in use, stay.
+func TestDockerUnusedBindVolumesAreSweptAtStart(t *testing.T) {
+	r := newBindRig(t)
+	ctx := context.Background()
+	id := mustCreate(t, r.e, catSpec("app", r.insideDir(t, "shared/x")))
+	inUse := bindVolumesOf(mustInspect(t, r.e, id))
+	mk := func(name, agent string) {
+		t.Helper()
+		if out, err := exec.Command("docker", "volume", "create", "--label", LabelAgent+"="+agent, name).CombinedOutput(); err != nil {
+			t.Fatalf("docker volume create: %v %s", err, out)
+		}
+	}
+	dangling, other := BindVolumePrefix+"dead"+r.agent[len(r.agent)-6:], BindVolumePrefix+"other"+r.agent[len(r.agent)-6:]
+	mk(dangling, r.agent)
+	mk(other, r.agent+"-other")
+	defer exec.Command("docker", "volume", "rm", "-f", other).Run()
+	later, err := NewEngine(ctx, "", r.agent, PullConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer later.Close()
+	vols := map[string]bool{}
+	for _, v := range append(agentVolumes(t, r.agent), agentVolumes(t, r.agent+"-other")...) {
+		vols[v] = true
+	}
+	if vols[dangling] || !vols[other] || len(inUse) != 1 || !vols[inUse[0]] {
+		t.Fatalf("after the sweep: %v; want %s gone, %s and the in-use %v kept", vols, dangling, other, inUse)
+	}
+	must(t, r.e.Remove(ctx, id))
+}
+
+func mustInspect(t *testing.T, e *Engine, id string) []container.MountPoint {
+	t.Helper()
+	c, _, err := e.inspect(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Mounts
 }
