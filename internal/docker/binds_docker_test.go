@@ -305,3 +305,35 @@ func mustInspect(t *testing.T, e *Engine, id string) []container.MountPoint {
 	}
 	return c.Mounts
 }
+
+// The engine reads /proc/<agent pid>/fd in its own namespaces: an agent in a pid namespace
+// of its own (a container) or a mount namespace of its own is refused, checked against who
+// serves the engine's socket. The test binary runs itself under unshare(1) to be that agent.
+func TestDockerBindRootsNeedTheEnginesNamespaces(t *testing.T) {
+	if sock := os.Getenv("AGENTD_PEER_CHECK_SOCKET"); sock != "" {
+		fmt.Printf("peer check: %v\n", checkSocketPeer("/proc", sock))
+		return
+	}
+	e, _ := dockerEngine(t)
+	sock := strings.TrimPrefix(e.Host(), "unix://")
+	if err := checkSocketPeer("/proc", sock); err != nil {
+		t.Fatalf("this test's own process: %v", err)
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare(1) not installed")
+	}
+	for _, c := range []struct{ flags, want string }{
+		{"--pid", "pid namespace"},
+		{"--mount", "mount namespace"},
+	} {
+		cmd := exec.Command("unshare", c.flags, "--fork", os.Args[0], "-test.run=^TestDockerBindRootsNeedTheEnginesNamespaces$")
+		cmd.Env = append(os.Environ(), "AGENTD_PEER_CHECK_SOCKET="+sock)
+		out, err := cmd.CombinedOutput()
+		if err != nil && strings.Contains(string(out), "unshare failed") {
+			t.Skipf("unshare %s not permitted here: %s", c.flags, out)
+		}
+		if !strings.Contains(string(out), "peer check: --allow-bind-root needs agentd in") || !strings.Contains(string(out), c.want) {
+			t.Errorf("an agent under unshare %s: %s; want refused naming the %s", c.flags, out, c.want)
+		}
+	}
+}

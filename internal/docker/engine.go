@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -45,9 +46,10 @@ type Engine struct {
 	// binds are the roots bind sources are opened beneath (nil: no bind mounts); bindVols the
 	// descriptor each bind volume this process made names, held until the volume is removed
 	// (engine_binds.go).
-	binds    *BindRoots
-	bindMu   sync.Mutex
-	bindVols map[string]*os.File
+	binds       *BindRoots
+	bindMu      sync.Mutex
+	bindVols    map[string]*os.File
+	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)

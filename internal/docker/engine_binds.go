@@ -54,11 +54,34 @@ const LabelBindSource = "io.agentd.bind-source"
 // mount is allowed). Call it before the first Create. An engine reached other than through a
 // unix socket is refused: a remote engine would read /proc/<pid>/fd/<n> on its own host,
 // where that names some other process's file.
+//
+// It also checks who serves that socket (checkSocketPeer): a process outside this pid
+// namespace, or in another mount namespace, refuses the roots. An engine that does not answer
+// yet is checked at the first bind mount instead.
 func (e *Engine) SetBindRoots(r *BindRoots) error {
-	if len(r.Names()) > 0 && !strings.HasPrefix(e.host, "unix://") {
+	if len(r.Names()) == 0 {
+		e.binds = r
+		return nil
+	}
+	if !strings.HasPrefix(e.host, "unix://") {
 		return fmt.Errorf("--allow-bind-root needs the Docker Engine on this host, reached through its unix socket (it mounts bind sources through this process's descriptors); --docker-host is %s", e.host)
 	}
+	if err := e.checkPeer(); err != nil && !errors.Is(err, ErrUnavailable) {
+		return err
+	}
 	e.binds = r
+	return nil
+}
+
+// checkPeer runs checkSocketPeer until it has once succeeded.
+func (e *Engine) checkPeer() error {
+	if e.peerChecked.Load() {
+		return nil
+	}
+	if err := checkSocketPeer("/proc", strings.TrimPrefix(e.host, "unix://")); err != nil {
+		return err
+	}
+	e.peerChecked.Store(true)
 	return nil
 }
 
@@ -76,6 +99,9 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 	for i, m := range spec.Container.Mounts {
 		if m.Type != event.MountBind {
 			continue
+		}
+		if err := e.checkPeer(); err != nil {
+			return fail(err)
 		}
 		f, err := e.binds.openBind(i, m)
 		if err != nil {

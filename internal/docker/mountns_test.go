@@ -32,7 +32,7 @@ func TestBindRootsNeedTheHostsNamespaces(t *testing.T) {
 		{"same namespace", "mnt:[1]", "mnt:[1]", "27", "27", "42", ""},
 		{"a private namespace (the shipped unit)", "mnt:[2]", "mnt:[1]", "44", "27", "42", "agentd-bind-roots.conf"},
 		{"pid 1 unreadable, same root mount", "mnt:[1]", "", "27", "27", "42", ""},
-		{"pid 1 unreadable, another root mount", "mnt:[2]", "", "44", "27", "42", "its root is mount 44, pid 1's is mount 27"},
+		{"pid 1 unreadable, another root mount", "mnt:[2]", "", "44", "27", "42", "its root is mount 44, that of pid 1 is mount 27"},
 		{"a nested pid namespace", "mnt:[1]", "mnt:[1]", "27", "27", "42 7", "pid namespace"},
 	} {
 		err := checkNamespaces(fakeProc(t, c.selfNS, c.hostNS, c.selfRoot, c.hostRoot, c.pid))
