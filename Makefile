@@ -19,14 +19,15 @@ test:
 
 ## dist: a release in $(DIST): static binaries for $(PLATFORMS) (version, commit and date
 ## stamped in; the build date is the commit's, so the same commit builds the same bytes),
-## the systemd unit, the Prometheus rules and Grafana dashboard, and SHA256SUMS over them all.
+## the systemd unit and its drop-in for bind roots, the Prometheus rules and Grafana dashboard,
+## and SHA256SUMS over them all.
 dist:
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	set -e; for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
 	    -o $(DIST)/agentd-$(VERSION)-$$os-$$arch ./cmd/agentd; done
-	cp deploy/agentd.service deploy/prometheus-rules.yml deploy/grafana-dashboard.json $(DIST)/
-	cd $(DIST) && sha256sum agentd-* agentd.service prometheus-rules.yml grafana-dashboard.json > SHA256SUMS
+	cp deploy/agentd.service deploy/agentd-bind-roots.conf deploy/prometheus-rules.yml deploy/grafana-dashboard.json $(DIST)/
+	cd $(DIST) && sha256sum agentd-* agentd.service agentd-bind-roots.conf prometheus-rules.yml grafana-dashboard.json > SHA256SUMS
 
 ## test-browser: only the status page in headless Chromium (also part of make test).
 test-browser:

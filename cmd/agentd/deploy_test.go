@@ -109,7 +109,8 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 		}
 	}
 	// The files on disk are the embedded ones (make dist copies the files).
-	for name, embedded := range map[string][]byte{"prometheus-rules.yml": deploy.PrometheusRules, "grafana-dashboard.json": deploy.GrafanaDashboard, "agentd.service": deploy.Unit} {
+	for name, embedded := range map[string][]byte{"prometheus-rules.yml": deploy.PrometheusRules, "grafana-dashboard.json": deploy.GrafanaDashboard, "agentd.service": deploy.Unit,
+		"agentd-bind-roots.conf": deploy.BindRootsDropIn} {
 		onDisk, err := os.ReadFile(filepath.Join("..", "..", "deploy", name))
 		if err != nil || string(onDisk) != string(embedded) {
 			t.Errorf("deploy/%s differs from the embedded copy (%v)", name, err)

@@ -106,6 +106,9 @@ func TestDist(t *testing.T) {
 	if !listed["agentd.service"] {
 		t.Error("the unit file is not in the release")
 	}
+	if !listed["agentd-bind-roots.conf"] {
+		t.Error("the unit's drop-in for bind roots is not in the release")
+	}
 }
 
 // TestVersionFallsBackToBuildInfo: without ldflags the version says what the toolchain knows

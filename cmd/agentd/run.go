@@ -64,7 +64,19 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	if err != nil {
 		return err
 	}
-	rules, err := protocol.NewRules(r.AllowBindRoot)
+	// Bind roots are opened once, here, and held for the agent's life: a source is resolved
+	// beneath the directory a root named now, whatever it is relinked to later.
+	roots, err := docker.OpenBindRoots(r.AllowBindRoot)
+	if err != nil {
+		return err
+	}
+	defer roots.Close()
+	if len(r.AllowBindRoot) > 0 && r.Runtime == "docker" {
+		if err := docker.CheckHostNamespaces(); err != nil {
+			return err
+		}
+	}
+	rules, err := protocol.NewRules(roots.Names())
 	if err != nil {
 		return err
 	}
@@ -72,7 +84,7 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	if err != nil {
 		return err
 	}
-	a, err := startAgent(ctx, agentConfig{TaskRules: rules,
+	a, err := startAgent(ctx, agentConfig{TaskRules: rules, BindRoots: roots,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags,
 		Pulls:  pullSettings{AuthFile: r.RegistryAuthFile, Policy: r.PullPolicy, Inactivity: r.PullInactivityTimeout},
@@ -89,6 +101,7 @@ type agentConfig struct {
 	CleanupWait                                                               time.Duration
 	Engine                                                                    engine.Config
 	TaskRules                                                                 protocol.Rules // --allow-bind-root; the engine must decode tasks with it
+	BindRoots                                                                 *docker.BindRoots
 	Trust                                                                     trustFlags
 	Pulls                                                                     pullSettings
 }
@@ -156,6 +169,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 		var sim *docker.Sim
 		if sim, err = docker.NewSim(c.DataDir, id, nil); err == nil {
 			a.rt = sim
+			sim.SetBindRoots(c.BindRoots)
 			err = sim.SetDefaultPullPolicy(c.Pulls.Policy)
 		}
 	case "docker":
@@ -163,7 +177,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 		if pulls, err = c.Pulls.pullConfig(log); err != nil {
 			return fail(err)
 		}
-		a.rt, err = newDockerRuntime(ctx, c.DockerHost, id, pulls)
+		a.rt, err = newDockerRuntime(ctx, c.DockerHost, id, pulls, c.BindRoots)
 		if a.rt != nil && errors.Is(err, docker.ErrUnavailable) {
 			log.Warn().Err(err).Msg("the Docker Engine does not answer; the agent runs unhealthy and keeps asking")
 			err = nil
@@ -235,10 +249,14 @@ func (a *agent) close() {
 // newDockerRuntime connects to the Docker Engine. An engine that is down gives a runtime and
 // an ErrUnavailable error (the agent runs without it and keeps asking); a misconfigured one
 // gives no runtime.
-func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.PullConfig) (docker.Runtime, error) {
+func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.PullConfig, roots *docker.BindRoots) (docker.Runtime, error) {
 	e, err := docker.NewEngine(ctx, host, agentID, pulls)
 	if e == nil {
 		return nil, err
+	}
+	if berr := e.SetBindRoots(roots); berr != nil {
+		e.Close()
+		return nil, berr
 	}
 	return e, err
 }

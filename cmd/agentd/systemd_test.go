@@ -183,3 +183,69 @@ func TestUnitFileVerifies(t *testing.T) {
 		}
 	}
 }
+
+// mountNamespaceOptions are the service options that make systemd give a unit a mount
+// namespace of its own (systemd's exec_needs_mount_namespace), each with the value that turns
+// it off; "" marks a list option that no drop-in can empty: the unit must not use it with
+// bind roots possible.
+var mountNamespaceOptions = map[string]string{
+	"ProtectSystem": "no", "ProtectHome": "no", "PrivateTmp": "no", "PrivateDevices": "no", "PrivateMounts": "no",
+	"ProtectKernelTunables": "no", "ProtectKernelModules": "no", "ProtectKernelLogs": "no", "ProtectControlGroups": "no",
+	"ProtectProc": "default", "ProcSubset": "all", "PrivateIPC": "no", "MountFlags": "shared",
+	"ReadWritePaths": "", "ReadOnlyPaths": "", "InaccessiblePaths": "", "ExecPaths": "", "NoExecPaths": "",
+	"BindPaths": "", "BindReadOnlyPaths": "", "TemporaryFileSystem": "", "RootDirectory": "", "RootImage": "",
+	"MountImages": "", "ExtensionImages": "", "ExtensionDirectories": "", "LogNamespace": "", "IPCNamespacePath": "",
+}
+
+func unitSettings(text string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok && !strings.HasPrefix(line, "#") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// TestBindRootsDropInGivesTheHostMountNamespace: deploy/agentd-bind-roots.conf turns off every
+// option of the unit that would give agentd a private mount namespace (the Docker Engine could
+// not mount a bind source through agentd's descriptors: every task with a bind mount would fail
+// to start) and nothing else; the unit with it passes `systemd-analyze verify`.
+func TestBindRootsDropInGivesTheHostMountNamespace(t *testing.T) {
+	unit, dropIn := unitSettings(string(deploy.Unit)), unitSettings(string(deploy.BindRootsDropIn))
+	for k, v := range unit {
+		off, ns := mountNamespaceOptions[k]
+		switch {
+		case !ns || v == off:
+		case off == "":
+			t.Errorf("the unit sets %s=%s, which gives it a mount namespace no drop-in can take away", k, v)
+		case dropIn[k] != off:
+			t.Errorf("the unit sets %s=%s and the drop-in does not set %s=%s", k, v, k, off)
+		}
+	}
+	for k, v := range dropIn {
+		if off, ns := mountNamespaceOptions[k]; !ns || off == "" || v != off {
+			t.Errorf("the drop-in sets %s=%s: it may only turn mount namespace options off", k, v)
+		}
+	}
+	tool, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed; the drop-in is not verified")
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "agentd.service.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(deploy.Unit), "/usr/local/bin/agentd", agentdBinary(t))
+	if err := os.WriteFile(filepath.Join(dir, "agentd.service"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "agentd.service.d", "bind-roots.conf"), deploy.BindRootsDropIn, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// verify reads drop-ins beside the unit: a bad value there is reported (checked by hand).
+	out, err := exec.Command(tool, "verify", filepath.Join(dir, "agentd.service")).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify with the drop-in: %v\n%s", err, out)
+	}
+}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -29,10 +31,11 @@ type Engine struct {
 	cli   *client.Client
 	agent string
 	host  string
-	// ours holds the ids of containers known to carry this agent's id: created by it, or
-	// inspected or listed with its label. A container's labels never change, so once known,
-	// stop and remove need not inspect it again: one engine call a step instead of two.
-	ours sync.Map // id → struct{}
+	// ours holds the containers known to carry this agent's id — created by it, or inspected
+	// or listed with its label — with the agent's bind volumes each uses. A container's labels
+	// and mounts never change, so once known, remove need not inspect it again: one engine
+	// call a step instead of two.
+	ours sync.Map // id → []string (its bind volumes, engine_binds.go)
 	// fresh holds the ids of containers this process created and has not yet asked to start:
 	// such a container has never run, so its first start needs no inspect for the guard.
 	// The first Start takes the id out before it calls the engine, so any later Start — a
@@ -40,6 +43,13 @@ type Engine struct {
 	// inspects as before; a restart begins with the set empty.
 	fresh sync.Map // id → struct{}
 	pulls PullConfig
+	// binds are the roots bind sources are opened beneath (nil: no bind mounts); bindVols the
+	// descriptor each bind volume this process made names, held until the volume is removed
+	// (engine_binds.go).
+	binds       *BindRoots
+	bindMu      sync.Mutex
+	bindVols    map[string]*os.File
+	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
@@ -58,7 +68,7 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 	if err != nil {
 		return nil, fmt.Errorf("--docker-host %q: %w", host, err)
 	}
-	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults()}
+	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults(), bindVols: map[string]*os.File{}}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
@@ -70,6 +80,9 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}
+	// Bind volumes an earlier process left unused name its dead descriptors: best effort (none
+	// of them is ever started, checkBindMounts).
+	_ = e.sweepBindVolumes(pctx)
 	return e, nil
 }
 
@@ -114,11 +127,35 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 		}
 	}
 	name := Name(spec.Task, spec.Container.Name)
-	cfg, hc, err := containerConfig(spec, e.labels(spec.Task, spec.Container.Name))
+	vols, err := e.makeBindVolumes(ctx, spec) // engine_binds.go: each bind source opened beneath its root
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
-	res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
+	cfg, hc, err := containerConfig(spec, e.labels(spec.Task, spec.Container.Name), vols)
+	if err == nil {
+		var res client.ContainerCreateResult
+		if res, err = e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc}); err == nil {
+			list := make([]string, 0, len(vols))
+			for _, v := range vols {
+				list = append(list, v)
+			}
+			e.ours.Store(res.ID, list)
+			e.fresh.Store(res.ID, struct{}{})
+			return res.ID, nil
+		}
+	}
+	// Not made (or made by an earlier call, found below): its volumes go. One the engine
+	// still has (a create that timed out yet took effect) keeps its descriptor open.
+	if len(vols) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		for _, v := range vols {
+			_ = e.releaseVolume(rctx, v)
+		}
+		cancel()
+	}
+	if cfg == nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
 	if cerrdefs.IsConflict(err) {
 		// The name is taken: by our container, created by an agent that died before it could
 		// journal the id — possibly still being created by the engine, not yet listed. Find
@@ -135,21 +172,7 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 		}
 		return "", fmt.Errorf("create %s: name in use by a container not (yet) listed as ours: %w: %v", name, ErrUnavailable, err)
 	}
-	if err != nil {
-		return "", e.wrap("create", name, err)
-	}
-	e.ours.Store(res.ID, struct{}{})
-	e.fresh.Store(res.ID, struct{}{})
-	return res.ID, nil
-}
-
-// ownKnown checks ownership with an inspect unless the container is already known as ours.
-func (e *Engine) ownKnown(ctx context.Context, id string) error {
-	if _, ok := e.ours.Load(id); ok {
-		return nil
-	}
-	_, err := e.own(ctx, id)
-	return err
+	return "", e.wrap("create", name, err)
 }
 
 // Start starts a container that never ran. Docker itself starts an exited container again;
@@ -160,11 +183,14 @@ func (e *Engine) ownKnown(ctx context.Context, id string) error {
 // inspect (see fresh): one engine call less on every task's way to RUNNING.
 func (e *Engine) Start(ctx context.Context, id string) error {
 	if _, never := e.fresh.LoadAndDelete(id); !never {
-		st, err := e.own(ctx, id)
+		c, st, err := e.inspect(ctx, id)
 		if err != nil {
 			return err
 		}
 		if running, err := checkStart(st); err != nil || running {
+			return err
+		}
+		if err := e.checkBindMounts(c); err != nil { // engine_binds.go
 			return err
 		}
 	}
@@ -187,22 +213,38 @@ func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) err
 	return e.wrap("stop", id, err)
 }
 
-// Remove deletes the container with its anonymous volumes; gone already is success.
+// Remove deletes the container with its anonymous volumes and its bind volumes (closing the
+// descriptors they name); gone already is success. A container not yet known as ours is
+// inspected first (ownership, and its bind volumes).
 func (e *Engine) Remove(ctx context.Context, id string) error {
-	if err := e.ownKnown(ctx, id); errors.Is(err, ErrNotFound) {
-		return nil
-	} else if err != nil {
-		return err
+	var vols []string
+	if v, ok := e.ours.Load(id); ok {
+		vols = v.([]string)
+	} else {
+		c, _, err := e.inspect(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		vols = bindVolumesOf(c.Mounts)
 	}
 	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true, Force: true})
 	if cerrdefs.IsNotFound(err) {
 		err = nil
 	}
-	if err == nil {
-		e.ours.Delete(id)
-		e.fresh.Delete(id)
+	if err != nil {
+		return e.wrap("remove", id, err)
 	}
-	return e.wrap("remove", id, err)
+	e.fresh.Delete(id)
+	for _, v := range vols {
+		if err := e.releaseVolume(ctx, v); err != nil {
+			e.ours.Store(id, vols) // the next removal tries again (the container is gone)
+			return fmt.Errorf("remove %s: %w", id, err)
+		}
+	}
+	e.ours.Delete(id)
+	return nil
 }
 
 // own inspects a container and refuses one that does not carry this agent's id.
@@ -225,7 +267,7 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 	if labels[LabelAgent] != e.agent {
 		return c, State{}, fmt.Errorf("container %s belongs to agent %q, not %q: %w", id, labels[LabelAgent], e.agent, ErrNotFound)
 	}
-	e.ours.Store(id, struct{}{})
+	e.ours.Store(id, bindVolumesOf(c.Mounts))
 	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
 	if s := c.State; s != nil {
 		st.Running = s.Running
@@ -259,7 +301,7 @@ func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
 	}
 	out := make([]State, 0, len(res.Items))
 	for _, c := range res.Items {
-		e.ours.Store(c.ID, struct{}{}) // listed under this agent's label
+		e.ours.Store(c.ID, bindVolumesOf(c.Mounts)) // listed under this agent's label
 		st := State{ID: c.ID, Task: c.Labels[LabelTask], Container: c.Labels[LabelContainer]}
 		st.Running = c.State == container.StateRunning
 		st.Exited = c.State == container.StateExited || c.State == container.StateDead
@@ -335,5 +377,8 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 	return out, nil
 }
 
-// Close releases the client's connections.
-func (e *Engine) Close() error { return e.cli.Close() }
+// Close releases the client's connections and the descriptors of bind volumes.
+func (e *Engine) Close() error {
+	e.closeBindVolumes()
+	return e.cli.Close()
+}

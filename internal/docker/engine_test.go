@@ -46,6 +46,11 @@ func removeAgentContainers(t *testing.T, agent string) {
 	for _, id := range strings.Fields(string(out)) {
 		_ = exec.Command("docker", "rm", "-f", "-v", id).Run()
 	}
+	// The bind volumes of containers removed here rather than by the engine.
+	out, _ = exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+LabelAgent+"="+agent).Output()
+	for _, v := range strings.Fields(string(out)) {
+		_ = exec.Command("docker", "volume", "rm", "-f", v).Run()
+	}
 }
 
 // testbox is the test image (make testbox-image); AGENTD_TESTBOX_IMAGE names another build

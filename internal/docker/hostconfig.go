@@ -26,7 +26,10 @@ import (
 //     is OOM-killed, as the protocol's OutOfMemory reason promises, rather than swapping.
 //   - Logs always go to the json-file driver with rotation: the task's log settings, else
 //     the agent's default of 10 MiB × 3, so no container can fill the disk.
-func containerConfig(spec CreateSpec, agentLabels map[string]string) (*container.Config, *container.HostConfig, error) {
+//   - A bind mount reaches Docker only as bindVolumes[i], the volume naming the source the
+//     agent opened beneath its root (engine_binds.go), never as a path: without one it is an
+//     error. A task's own volume may not use the agent's BindVolumePrefix.
+func containerConfig(spec CreateSpec, agentLabels map[string]string, bindVolumes map[int]string) (*container.Config, *container.HostConfig, error) {
 	c := spec.Container
 	env := make([]string, 0, len(c.Env))
 	for k, v := range c.Env {
@@ -105,12 +108,22 @@ func containerConfig(spec CreateSpec, agentLabels map[string]string) (*container
 		cfg.ExposedPorts[port] = struct{}{}
 		hc.PortBindings[port] = append(hc.PortBindings[port], b)
 	}
-	for _, m := range c.Mounts {
+	for i, m := range c.Mounts {
 		dm := mount.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly}
 		switch m.Type {
 		case event.MountBind:
-			dm.Type = mount.TypeBind
+			vol, ok := bindVolumes[i]
+			if !ok {
+				return nil, nil, fmt.Errorf("mounts[%d]: a bind mount reaches the engine only as the volume of its opened source", i)
+			}
+			// NoCopy: the engine would otherwise copy the image's content at the target into
+			// the host directory.
+			dm = mount.Mount{Type: mount.TypeVolume, Source: vol, Target: m.Target, ReadOnly: m.ReadOnly,
+				VolumeOptions: &mount.VolumeOptions{NoCopy: true}}
 		case event.MountVolume:
+			if strings.HasPrefix(m.Source, BindVolumePrefix) {
+				return nil, nil, fmt.Errorf("mounts[%d].source: volume %q: names starting %s are the agent's own", i, m.Source, BindVolumePrefix)
+			}
 			dm.Type = mount.TypeVolume
 		case event.MountTmpfs:
 			dm.Type = mount.TypeTmpfs

@@ -46,6 +46,7 @@ type Sim struct {
 	now    func() time.Time
 	faults func(op, id string) SimFault
 	reg    simRegistry // sim_images.go
+	binds  *BindRoots  // bind sources are resolved beneath these (nil: no bind mounts)
 
 	mu      sync.Mutex
 	state   simFile
@@ -225,6 +226,11 @@ func SimStats(dir string) (created int64, live int, err error) {
 
 func (s *Sim) Name() string { return "sim" }
 
+// SetBindRoots gives the simulated runtime the roots bind sources are resolved beneath (nil:
+// no bind mount is allowed). It refuses what the Docker runtime refuses, by the same rule
+// (BindRoots.Open), and mounts nothing. Call it before the first Create.
+func (s *Sim) SetBindRoots(r *BindRoots) { s.binds = r }
+
 // save appends one operation line; once the lines outnumber the containers by far, it
 // rewrites the file as one state line (temp file + rename: a crash leaves the old or the new).
 // Appending keeps each change O(1) however many containers live.
@@ -285,6 +291,9 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 		return "", err
 	}
 	name := Name(spec.Task, spec.Container.Name)
+	if err := checkBindSources(s.binds, spec.Container.Mounts); err != nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
 	var id string
 	err := s.withFault(ctx, "create", name, func() error {
 		s.mu.Lock()

@@ -116,3 +116,17 @@ func TestNames(t *testing.T) {
 		t.Fatal("tasks with the same short id collide")
 	}
 }
+
+// cat prints a file on Docker; the simulation has no files and exits 0, like Docker would
+// with the file there.
+func TestSimCatExitsZero(t *testing.T) {
+	c := &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
+	s, err := NewSim(t.TempDir(), "agent-1", c.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := run(t, s, "task/cat", "cat", "/data/f")
+	if st, err := s.Inspect(context.Background(), id); err != nil || st.Running || !st.Exited || st.ExitCode != 0 {
+		t.Fatalf("cat: %+v %v; want exited 0", st, err)
+	}
+}

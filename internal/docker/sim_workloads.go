@@ -59,10 +59,16 @@ func planWorkload(cmd []string) (d time.Duration, code int, forever bool, err er
 			return 0, 0, false, fmt.Errorf("write wants a path and a text")
 		}
 		return 0, 0, false, nil
+	case "cat":
+		// Prints a file on Docker; here, like exit 0 (the simulation has no files).
+		if len(cmd) != 2 {
+			return 0, 0, false, fmt.Errorf("cat wants a path")
+		}
+		return 0, 0, false, nil
 	case "probe":
 		return 0, 0, false, nil
 	}
-	return 0, 0, false, fmt.Errorf("unknown command %q (run, sleep, exit, serve, alloc, spew, linger, write, probe)", cmd[0])
+	return 0, 0, false, fmt.Errorf("unknown command %q (run, sleep, exit, serve, alloc, spew, linger, write, cat, probe)", cmd[0])
 }
 
 // workload fills a new container's simWorkload from its spec: host ports as Docker would

@@ -205,7 +205,13 @@ func TestDockerBindMountWritesReachTheHostOnlyUnderAllowedRoots(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o777) // the container writes as uid 1234
-	rules, err := protocol.NewRules([]string{root})
+	roots, err := OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	must(t, e.SetBindRoots(roots))
+	rules, err := protocol.NewRules(roots.Names())
 	if err != nil {
 		t.Fatal(err)
 	}

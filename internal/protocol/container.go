@@ -34,6 +34,11 @@ const (
 // not set labels under it (it could pass for another task's container, or another agent's).
 const AgentLabelPrefix = "io.agentd."
 
+// ReservedVolumePrefix starts the names of the volumes the agent makes for bind mounts (each
+// names a directory the agent opened; docker.BindVolumePrefix). A task may not name one: it
+// would mount another task's bind source, or a stale one naming a dead process's descriptor.
+const ReservedVolumePrefix = "agentd-bind-"
+
 // Rules are the parts of validation that depend on how the agent is configured. The zero
 // value is the strictest: no bind mount is allowed anywhere.
 type Rules struct {
@@ -271,6 +276,9 @@ func (r Rules) validateMounts(mounts []event.Mount) error {
 		case event.MountVolume:
 			if m.Source != "" && !volumeName.MatchString(m.Source) {
 				return fmt.Errorf("mounts[%d].source: %q is not a volume name (%s)", i, m.Source, volumeName)
+			}
+			if strings.HasPrefix(m.Source, ReservedVolumePrefix) {
+				return fmt.Errorf("mounts[%d].source: volume %q: names starting %s are the agent's own", i, m.Source, ReservedVolumePrefix)
 			}
 		case event.MountTmpfs:
 			if m.Source != "" {

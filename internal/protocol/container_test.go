@@ -104,7 +104,10 @@ func TestContainerFieldsNameTheFieldAtFault(t *testing.T) {
 		"mount target twice": {func(c *Container) {
 			c.Mounts = []event.Mount{{Type: "tmpfs", Target: "/x"}, {Type: "volume", Target: "/x"}}
 		}, "mounts[1].target"},
-		"volume name":            {func(c *Container) { c.Mounts = []event.Mount{{Type: "volume", Source: "../x", Target: "/x"}} }, "not a volume name"},
+		"volume name": {func(c *Container) { c.Mounts = []event.Mount{{Type: "volume", Source: "../x", Target: "/x"}} }, "not a volume name"},
+		"agent's bind volume": {func(c *Container) {
+			c.Mounts = []event.Mount{{Type: "volume", Source: ReservedVolumePrefix + "0123456789abcdef", Target: "/x"}}
+		}, "are the agent's own"},
 		"tmpfs source":           {func(c *Container) { c.Mounts = []event.Mount{{Type: "tmpfs", Source: "/x", Target: "/x"}} }, "a tmpfs has no source"},
 		"size on a volume":       {func(c *Container) { c.Mounts = []event.Mount{{Type: "volume", Target: "/x", SizeMiB: 1}} }, "mounts[0].size_mib"},
 		"agent label":            {func(c *Container) { c.Labels = map[string]string{"io.agentd.agent": "someone-else"} }, "labels: \"io.agentd.agent\" uses the agent's own prefix"},

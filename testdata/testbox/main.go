@@ -10,6 +10,7 @@
 //	["probe", "8080"]        the health-check word: exits 0 if 127.0.0.1:8080/healthz answers 200, else 1
 //	["alloc", "64"]          allocates and touches 64 MiB, then runs until stopped
 //	["write", "/d/f", "hi"]  writes "hi" to /d/f, then exits 0
+//	["cat", "/d/f"]          prints the content of /d/f to stdout, then exits 0 (2 if it cannot read it)
 //	["linger", "5s"]         runs until stopped; SIGTERM makes it exit 0 after 5 s
 //	["spew", "1024"]         writes 1024 KiB of numbered lines to stdout and one line to stderr, then runs until stopped
 //
@@ -78,6 +79,13 @@ func main() {
 			fail("write: %v", err)
 		}
 		os.Exit(0)
+	case args[0] == "cat" && len(args) == 2:
+		b, err := os.ReadFile(args[1])
+		if err != nil {
+			fail("cat: %v", err)
+		}
+		os.Stdout.Write(b)
+		os.Exit(0)
 	case args[0] == "linger" && len(args) == 2:
 		d, err := time.ParseDuration(args[1])
 		if err != nil {
@@ -87,7 +95,7 @@ func main() {
 	case args[0] == "spew" && len(args) == 2:
 		spew(number(args[1]))
 	default:
-		fail("unknown command %q (run, sleep D [CODE], exit CODE, serve PORT, probe PORT, alloc MIB, write PATH TEXT, linger D, spew KIB)", args)
+		fail("unknown command %q (run, sleep D [CODE], exit CODE, serve PORT, probe PORT, alloc MIB, write PATH TEXT, cat PATH, linger D, spew KIB)", args)
 	}
 	fmt.Println("testbox:", args)
 	select {

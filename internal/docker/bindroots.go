@@ -1,0 +1,211 @@
+package docker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// BindRoots are the host directories under which tasks may bind-mount (--allow-bind-root),
+// each opened once, at start, and held open for the agent's life.
+//
+// It protects DESIGN.md "What must hold" 12: a bind source reaches only what lies beneath its
+// root as the root was opened at start, without following any link — whenever a link or a
+// rename appears in the root. A source is resolved from the root's descriptor with
+// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS), the kubelet's answer to
+// the same bug (CVE-2021-25741), and the runtime is handed the opened descriptor, never the
+// string (engine_binds.go): a link planted after the check cannot redirect the mount.
+//
+// A root given through a link is resolved once, when it is opened; relinking it later changes
+// nothing. Sources may name a root by the name it was configured with or by the directory it
+// resolved to.
+type BindRoots struct {
+	roots []bindRoot
+}
+
+type bindRoot struct {
+	configured string   // as given to --allow-bind-root, cleaned
+	resolved   string   // the directory it named when it was opened
+	f          *os.File // O_PATH|O_DIRECTORY, held until Close
+}
+
+// OpenBindRoots opens each root: it must be an absolute path naming an existing directory.
+// The name it resolved to is read back from the descriptor, so what is checked is what was
+// opened (no window between resolving and opening). A bad root is an error naming it.
+func OpenBindRoots(paths []string) (*BindRoots, error) {
+	r := &BindRoots{}
+	for _, p := range paths {
+		if p == "" || !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
+			r.Close()
+			return nil, fmt.Errorf("--allow-bind-root %q: want an absolute directory", p)
+		}
+		clean := filepath.Clean(p)
+		fd, err := unix.Open(clean, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("--allow-bind-root %q: %w (want an existing directory)", p, err)
+		}
+		f := os.NewFile(uintptr(fd), clean)
+		resolved, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err != nil || !filepath.IsAbs(resolved) {
+			f.Close()
+			r.Close()
+			return nil, fmt.Errorf("--allow-bind-root %q: cannot read back the directory it opened (%q): %v", p, resolved, err)
+		}
+		r.roots = append(r.roots, bindRoot{configured: clean, resolved: resolved, f: f})
+	}
+	return r, nil
+}
+
+// Names are the names a source may use for the roots: each as configured and, where it
+// differs, as resolved. They are what the task rules check lexically at arrival
+// (protocol.NewRules), so a source plainly outside every root is refused before it is
+// journaled as accepted.
+func (r *BindRoots) Names() []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for _, b := range r.roots {
+		out = append(out, b.configured)
+		if b.resolved != b.configured {
+			out = append(out, b.resolved)
+		}
+	}
+	return out
+}
+
+// Close releases the roots' descriptors.
+func (r *BindRoots) Close() error {
+	if r == nil {
+		return nil
+	}
+	for _, b := range r.roots {
+		b.f.Close()
+	}
+	r.roots = nil
+	return nil
+}
+
+// within returns source relative to root when source is root or lies under it lexically.
+func within(root, source string) (string, bool) {
+	if source == root {
+		return ".", true
+	}
+	if root == "/" {
+		return strings.TrimPrefix(source, "/"), strings.HasPrefix(source, "/")
+	}
+	rel, ok := strings.CutPrefix(source, root+"/")
+	return rel, ok
+}
+
+// Open resolves a bind source beneath its root and returns the directory it names, opened
+// O_PATH (the caller closes it), and the root's name as configured. It refuses, naming the
+// root (the caller names the source): a source under no root, any symbolic link on the way (also one that
+// points back inside: a link is a door that can be re-pointed later), a ".." component, a
+// path that does not exist, and a source that is not a directory (the runtime mounts
+// directories only). The longest matching root is used.
+func (r *BindRoots) Open(source string) (*os.File, string, error) {
+	var best *bindRoot
+	var rel string
+	if r != nil {
+		for i := range r.roots {
+			b := &r.roots[i]
+			for _, name := range []string{b.configured, b.resolved} {
+				if rl, ok := within(name, source); ok && (best == nil || len(rl) < len(rel)) {
+					best, rel = b, rl
+				}
+			}
+		}
+	}
+	if best == nil {
+		if r == nil || len(r.roots) == 0 {
+			return nil, "", fmt.Errorf("refused: this agent allows no bind mounts (--allow-bind-root)")
+		}
+		return nil, "", fmt.Errorf("refused: not under an allowed root (%s)", strings.Join(r.Names(), ", "))
+	}
+	refuse := func(why string) (*os.File, string, error) {
+		return nil, best.configured, fmt.Errorf("refused beneath allowed root %q: %s", best.configured, why)
+	}
+	if rel != "." && !filepath.IsLocal(rel) || filepath.Clean(rel) != rel {
+		return refuse("not a clean path inside the root (no \"..\", no \"//\")")
+	}
+	how := &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	var fd int
+	var err error
+	for try := 0; try < 10; try++ {
+		// EAGAIN: a rename raced the walk (the kernel could not prove it stayed beneath).
+		if fd, err = unix.Openat2(int(best.f.Fd()), rel, how); !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return refuse(resolveError(err))
+	}
+	f := os.NewFile(uintptr(fd), source)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return refuse(err.Error())
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		f.Close()
+		return refuse("not a directory (a bind source must be a directory)")
+	}
+	return f, best.configured, nil
+}
+
+// resolveError says in words why openat2 refused a path.
+func resolveError(err error) string {
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return "a path component is a symbolic link"
+	case errors.Is(err, unix.EXDEV):
+		return "the path leaves the root"
+	case errors.Is(err, unix.ENOENT):
+		return "it does not exist"
+	case errors.Is(err, unix.ENOTDIR):
+		return "a path component is not a directory"
+	case errors.Is(err, unix.EACCES):
+		return "permission denied"
+	case errors.Is(err, unix.ENOSYS):
+		return "this kernel has no openat2 (Linux 5.6 or later is needed for bind mounts)"
+	}
+	return err.Error()
+}
+
+// openBind opens mounts[i]'s source beneath its root; its error names the mount, its target,
+// the source and the root — the words a task's STOPPED reason carries.
+func (r *BindRoots) openBind(i int, m event.Mount) (*os.File, error) {
+	f, _, err := r.Open(m.Source)
+	if err != nil {
+		return nil, fmt.Errorf("mounts[%d].source %q (target %q): %w", i, m.Source, m.Target, err)
+	}
+	return f, nil
+}
+
+// checkBindSources resolves every bind source of a container beneath its root and lets go of
+// it: the simulated runtime's check, the Docker runtime's rule (it mounts nothing).
+func checkBindSources(r *BindRoots, mounts []event.Mount) error {
+	for i, m := range mounts {
+		if m.Type != event.MountBind {
+			continue
+		}
+		f, err := r.openBind(i, m)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package docker
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// bindTree makes a root with shared/ and inside/x, a file, links of every kind, and an
+// outside directory holding a secret.
+func bindTree(t *testing.T) (root, outside string) {
+	t.Helper()
+	base := t.TempDir()
+	root, outside = filepath.Join(base, "root"), filepath.Join(base, "outside")
+	for _, d := range []string{root + "/shared", root + "/inside/x", outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, os.WriteFile(outside+"/secret", []byte("secret"), 0o600))
+	must(t, os.WriteFile(root+"/inside/file", []byte("f"), 0o644))
+	must(t, os.Symlink(outside, root+"/shared/escape"))
+	must(t, os.Symlink("/", root+"/shared/slash"))
+	must(t, os.Symlink("../inside", root+"/shared/back-inside"))
+	must(t, os.Symlink(root+"/inside", root+"/shared/abs-inside"))
+	return root, outside
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBindSourcesResolveOnlyBeneathTheirRootWithoutLinks(t *testing.T) {
+	root, outside := bindTree(t)
+	roots, err := OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	for _, c := range []struct{ name, source, refused string }{
+		{"the root itself", root, ""},
+		{"a plain directory", root + "/inside/x", ""},
+		{"a link at the last component, to outside", root + "/shared/escape", "a path component is a symbolic link"},
+		{"a link at the last component, to /", root + "/shared/slash", "a path component is a symbolic link"},
+		{"a link in the middle", root + "/shared/escape/sub", "a path component is a symbolic link"},
+		{"a link back inside (relative)", root + "/shared/back-inside", "a path component is a symbolic link"},
+		{"a link back inside (absolute)", root + "/shared/abs-inside/x", "a path component is a symbolic link"},
+		{"a missing path", root + "/inside/nothing", "it does not exist"},
+		{"a file", root + "/inside/file", "not a directory"},
+		{"through a file", root + "/inside/file/x", "a path component is not a directory"},
+		{"..", root + "/inside/../../outside", "not a clean path"},
+		{"beside the root", root + "x", "not under an allowed root"},
+		{"outside", outside, "not under an allowed root"},
+	} {
+		f, named, err := roots.Open(c.source)
+		if c.refused == "" {
+			if err != nil {
+				t.Errorf("%s: %v; want opened", c.name, err)
+				continue
+			}
+			if got, _ := os.Readlink("/proc/self/fd/" + itoa(f.Fd())); got != c.source {
+				t.Errorf("%s: opened %q; want %q", c.name, got, c.source)
+			}
+			if named != root {
+				t.Errorf("%s: root %q; want %q", c.name, named, root)
+			}
+			f.Close()
+			continue
+		}
+		if err == nil {
+			f.Close()
+			t.Errorf("%s: %s opened; want refused (%s)", c.name, c.source, c.refused)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.refused) {
+			t.Errorf("%s: %v; want %q", c.name, err, c.refused)
+		}
+		if strings.Contains(c.refused, "under an allowed root") {
+			continue
+		}
+		if !strings.Contains(err.Error(), `beneath allowed root "`+root+`"`) {
+			t.Errorf("%s: %v; want the root named", c.name, err)
+		}
+	}
+}
+
+func itoa(fd uintptr) string { return strconv.Itoa(int(fd)) }
+
+// A root given through a link is resolved when it is opened: relinking it afterwards moves
+// no source, under either of its names.
+func TestABindRootIsResolvedOnceAtOpen(t *testing.T) {
+	base := t.TempDir()
+	must(t, os.MkdirAll(base+"/first/data", 0o755))
+	must(t, os.MkdirAll(base+"/second/data", 0o755))
+	must(t, os.WriteFile(base+"/first/data/which", []byte("first"), 0o644))
+	must(t, os.Symlink(base+"/first", base+"/root"))
+	roots, err := OpenBindRoots([]string{base + "/root"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	if got := roots.Names(); len(got) != 2 || got[0] != base+"/root" || got[1] != base+"/first" {
+		t.Fatalf("names %q; want as configured and as resolved", got)
+	}
+	// The operator's link now points elsewhere (or a local user who could write base did it).
+	must(t, os.Remove(base+"/root"))
+	must(t, os.Symlink(base+"/second", base+"/root"))
+	for _, src := range []string{base + "/root/data", base + "/first/data"} {
+		f, _, err := roots.Open(src)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		b, err := os.ReadFile("/proc/self/fd/" + itoa(f.Fd()) + "/which")
+		f.Close()
+		if err != nil || string(b) != "first" {
+			t.Fatalf("%s read %q %v; want the directory the root named at open (first)", src, b, err)
+		}
+	}
+	if _, _, err := roots.Open(base + "/second/data"); err == nil {
+		t.Fatal("the relinked target opened as if it were a root")
+	}
+}
+
+func TestBadBindRootsAreRefusedByName(t *testing.T) {
+	base := t.TempDir()
+	must(t, os.WriteFile(base+"/file", nil, 0o644))
+	for _, p := range []string{"relative", "", base + "/missing", base + "/file"} {
+		if _, err := OpenBindRoots([]string{p}); err == nil || !strings.Contains(err.Error(), "--allow-bind-root") || !strings.Contains(err.Error(), p) {
+			t.Errorf("root %q: %v; want refused naming the flag and the root", p, err)
+		}
+	}
+}
+
+// The simulated runtime refuses what the Docker runtime refuses, by the same rule, and says
+// which mount, which source and which root.
+func TestSimRefusesLinkedBindSources(t *testing.T) {
+	root, _ := bindTree(t)
+	roots, err := OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	sim, err := NewSim(t.TempDir(), "agent-binds", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mount := func(src string) CreateSpec {
+		return CreateSpec{Task: "task/b", Container: event.ContainerSpec{Name: "app", Image: "img",
+			Mounts: []event.Mount{{Type: event.MountTmpfs, Target: "/t"}, {Type: event.MountBind, Source: src, Target: "/data"}}}}
+	}
+	if _, err := sim.Create(t.Context(), mount(root+"/inside/x")); err == nil || !strings.Contains(err.Error(), "allows no bind mounts") {
+		t.Fatalf("bind on a sim without roots: %v; want refused", err)
+	}
+	sim.SetBindRoots(roots)
+	_, err = sim.Create(t.Context(), mount(root+"/shared/escape"))
+	want := `mounts[1].source "` + root + `/shared/escape" (target "/data"): refused beneath allowed root "` + root + `": a path component is a symbolic link`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("linked source: %v; want %s", err, want)
+	}
+	if _, err := sim.Create(t.Context(), mount(root+"/inside/x")); err != nil {
+		t.Fatalf("plain source: %v", err)
+	}
+}
+
+// The agent's bind volumes are reserved in the task rules and in the runtime alike.
+func TestBindVolumePrefixIsReservedForTheAgent(t *testing.T) {
+	if BindVolumePrefix != protocol.ReservedVolumePrefix {
+		t.Fatalf("docker %q, protocol %q: the rules must reserve what the runtime makes", BindVolumePrefix, protocol.ReservedVolumePrefix)
+	}
+	spec := CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "a", Image: "i",
+		Mounts: []event.Mount{{Type: event.MountVolume, Source: BindVolumePrefix + "00", Target: "/x"}}}}
+	if _, _, err := containerConfig(spec, nil, nil); err == nil || !strings.Contains(err.Error(), "agent's own") {
+		t.Fatalf("a task volume named as the agent's bind volumes: %v; want refused", err)
+	}
+	spec.Container.Mounts[0] = event.Mount{Type: event.MountBind, Source: "/srv/x", Target: "/x"}
+	if _, _, err := containerConfig(spec, nil, nil); err == nil {
+		t.Fatal("a bind mount without its opened source reached the engine's request")
+	}
+	_, hc, err := containerConfig(spec, nil, map[int]string{0: BindVolumePrefix + "01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := hc.Mounts[0]; m.Type != "volume" || m.Source != BindVolumePrefix+"01" || m.VolumeOptions == nil || !m.VolumeOptions.NoCopy {
+		t.Fatalf("bind mount reaches the engine as %+v; want its volume, no copy", m)
+	}
+}
+
+// A remote engine would read /proc/<pid>/fd/<n> on its own host: bind roots need the local
+// engine's unix socket.
+func TestBindRootsNeedTheLocalEngine(t *testing.T) {
+	roots, err := OpenBindRoots([]string{t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	e, _ := NewEngine(t.Context(), "tcp://127.0.0.1:1", "agent-remote", PullConfig{})
+	if e == nil {
+		t.Fatal("no engine for an address that does not answer")
+	}
+	defer e.Close()
+	if err := e.SetBindRoots(roots); err == nil || !strings.Contains(err.Error(), "--allow-bind-root") || !strings.Contains(err.Error(), "tcp://127.0.0.1:1") {
+		t.Fatalf("bind roots on an engine over tcp: %v; want refused naming the flag and the address", err)
+	}
+	if err := e.SetBindRoots(nil); err != nil {
+		t.Fatalf("no bind roots: %v", err)
+	}
+}

@@ -1,0 +1,258 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// Bind mounts on the Docker Engine (issue 22): what reaches Docker is a directory the agent
+// has opened, never a path string the engine would resolve again, later, through whatever
+// links are there by then.
+//
+// Each bind source is opened beneath its root (BindRoots.Open) at create, and handed to the
+// engine as a local volume of its own (driver local, type=none, o=bind,
+// device=/proc/<agent pid>/fd/<n>). dockerd mounts that volume in the host's mount namespace
+// when the container starts, and the kernel resolves the magic link to the opened directory,
+// whatever was renamed or linked since. (A /proc/<pid>/fd/<n> bind source directly does not
+// work: runc mounts inside the container's new namespace, where the kernel refuses a bind of
+// a mount from another namespace.)
+//
+// The invariants this file keeps:
+//   - the descriptor a bind volume names stays open, in this process, until the volume is
+//     removed: its number is never reused for anything else while the engine may mount it;
+//   - a container is started only if every bind volume it uses was made by this process
+//     (bindVols): one made by an earlier agent process names a descriptor of a dead process,
+//     or — with its pid reused — anything some other process has open; and a container with a
+//     bind mount by path (made before this file existed) is never started;
+//   - a task may not name the agent's bind volumes itself (BindVolumePrefix is reserved, here
+//     and in the task rules);
+//   - removing a container removes its bind volumes and closes their descriptors; at start the
+//     agent removes its bind volumes that no container uses.
+
+// BindVolumePrefix starts the name of every volume the agent makes for a bind mount. A task's
+// own volume may not use it (protocol.ReservedVolumePrefix is the same string).
+const BindVolumePrefix = "agentd-bind-"
+
+// LabelBindSource is put on a bind volume: the source the task asked for (for whoever lists
+// volumes; the volume itself names the opened descriptor).
+const LabelBindSource = "io.agentd.bind-source"
+
+// SetBindRoots gives the engine the roots bind sources are resolved beneath (nil: no bind
+// mount is allowed). Call it before the first Create. An engine reached other than through a
+// unix socket is refused: a remote engine would read /proc/<pid>/fd/<n> on its own host,
+// where that names some other process's file.
+//
+// It also checks who serves that socket (checkSocketPeer): a process outside this pid
+// namespace, or in another mount namespace, refuses the roots. An engine that does not answer
+// yet is checked at the first bind mount instead.
+func (e *Engine) SetBindRoots(r *BindRoots) error {
+	if len(r.Names()) == 0 {
+		e.binds = r
+		return nil
+	}
+	if !strings.HasPrefix(e.host, "unix://") {
+		return fmt.Errorf("--allow-bind-root needs the Docker Engine on this host, reached through its unix socket (it mounts bind sources through this process's descriptors); --docker-host is %s", e.host)
+	}
+	if err := e.checkPeer(); err != nil && !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	e.binds = r
+	return nil
+}
+
+// checkPeer runs checkSocketPeer until it has once succeeded.
+func (e *Engine) checkPeer() error {
+	if e.peerChecked.Load() {
+		return nil
+	}
+	if err := checkSocketPeer("/proc", strings.TrimPrefix(e.host, "unix://")); err != nil {
+		return err
+	}
+	e.peerChecked.Store(true)
+	return nil
+}
+
+// makeBindVolumes opens every bind source of a spec beneath its root and makes its volume;
+// it returns the volume of each bind mount by the mount's index. A source refused beneath
+// its root is an error naming the mount, its target, the source and the root.
+func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]string, error) {
+	var vols map[int]string
+	fail := func(err error) (map[int]string, error) {
+		for _, v := range vols {
+			_ = e.releaseVolume(ctx, v)
+		}
+		return nil, err
+	}
+	for i, m := range spec.Container.Mounts {
+		if m.Type != event.MountBind {
+			continue
+		}
+		if err := e.checkPeer(); err != nil {
+			return fail(err)
+		}
+		f, err := e.binds.openBind(i, m)
+		if err != nil {
+			return fail(err)
+		}
+		var nonce [8]byte
+		_, _ = rand.Read(nonce[:])
+		name := BindVolumePrefix + hex.EncodeToString(nonce[:])
+		dev := "/proc/" + strconv.Itoa(os.Getpid()) + "/fd/" + strconv.Itoa(int(f.Fd()))
+		e.bindMu.Lock()
+		e.bindVols[name] = f // held before the engine can know the volume
+		e.bindMu.Unlock()
+		if vols == nil {
+			vols = map[int]string{}
+		}
+		vols[i] = name
+		labels := e.labels(spec.Task, spec.Container.Name)
+		labels[LabelBindSource] = m.Source
+		res, err := e.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name, Driver: "local", Labels: labels,
+			DriverOpts: map[string]string{"type": "none", "o": "bind", "device": dev}})
+		if err != nil {
+			return fail(e.wrap("create bind volume for mounts["+strconv.Itoa(i)+"]", name, err))
+		}
+		if got := res.Volume.Options["device"]; got != dev || res.Volume.Labels[LabelAgent] != e.agent {
+			delete(vols, i) // not ours to remove
+			return fail(fmt.Errorf("create bind volume %s for mounts[%d]: the engine has another volume of that name (device %q)", name, i, got))
+		}
+	}
+	return vols, nil
+}
+
+// releaseVolume removes a bind volume and then closes the descriptor it names. A volume the
+// engine still has (in use, or the engine does not answer) keeps its descriptor: the error
+// says so, and a later removal tries again.
+func (e *Engine) releaseVolume(ctx context.Context, name string) error {
+	e.bindMu.Lock()
+	f, held := e.bindVols[name]
+	e.bindMu.Unlock()
+	if !held {
+		// Made by an earlier agent process: remove it only if it carries this agent's id.
+		v, err := e.cli.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return e.wrap("inspect bind volume", name, err)
+		}
+		if v.Volume.Labels[LabelAgent] != e.agent {
+			return nil
+		}
+	}
+	_, err := e.cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return e.wrap("remove bind volume", name, err)
+	}
+	if held {
+		e.bindMu.Lock()
+		delete(e.bindVols, name)
+		e.bindMu.Unlock()
+		f.Close()
+	}
+	return nil
+}
+
+// bindVolumesOf lists the agent's bind volumes among a container's mounts.
+func bindVolumesOf(mounts []container.MountPoint) []string {
+	var out []string
+	for _, m := range mounts {
+		if m.Type == mount.TypeVolume && strings.HasPrefix(m.Name, BindVolumePrefix) {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
+// checkBindMounts refuses to start a container whose bind mounts this process did not
+// prepare: a bind by path (resolved by the engine at start, through any link planted since),
+// or a bind volume made by an earlier agent process (the descriptor it names is gone, or —
+// the pid reused — another process's). It reads both the engine's mount points and the
+// create request's mounts, so neither alone can hide one.
+func (e *Engine) checkBindMounts(c container.InspectResponse) error {
+	type seen struct {
+		typ                  mount.Type
+		name, source, target string
+	}
+	var all []seen
+	for _, m := range c.Mounts {
+		all = append(all, seen{m.Type, m.Name, m.Source, m.Destination})
+	}
+	if c.HostConfig != nil {
+		for _, m := range c.HostConfig.Mounts {
+			all = append(all, seen{m.Type, m.Source, m.Source, m.Target})
+		}
+		for _, b := range c.HostConfig.Binds {
+			src, target, _ := strings.Cut(b, ":")
+			if strings.HasPrefix(src, "/") {
+				all = append(all, seen{mount.TypeBind, "", src, target})
+			} else {
+				all = append(all, seen{mount.TypeVolume, src, src, target})
+			}
+		}
+	}
+	for _, m := range all {
+		switch {
+		case m.typ == mount.TypeBind:
+			return fmt.Errorf("start %s: its bind mount of %q at %q is by path, made by an agent that did not hold bind sources open; not started (the path could lead anywhere by now)", c.ID, m.source, m.target)
+		case m.typ == mount.TypeVolume && strings.HasPrefix(m.name, BindVolumePrefix):
+			e.bindMu.Lock()
+			_, held := e.bindVols[m.name]
+			e.bindMu.Unlock()
+			if !held {
+				return fmt.Errorf("start %s: its bind mount at %q (volume %s) was prepared by an earlier agent process, whose descriptor of the source is gone; not started", c.ID, m.target, m.name)
+			}
+		}
+	}
+	return nil
+}
+
+// sweepBindVolumes removes this agent's bind volumes that no container uses: left by a
+// process that died between making them and making its container, or after its container
+// was removed by someone else. Best effort; they are harmless until used, and nothing of the
+// agent's starts a container with one (checkBindMounts).
+func (e *Engine) sweepBindVolumes(ctx context.Context) error {
+	f := client.Filters{}.Add("label", LabelAgent+"="+e.agent).Add("dangling", "true")
+	res, err := e.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return e.wrap("list", "bind volumes", err)
+	}
+	var errs []error
+	for _, v := range res.Items {
+		if !strings.HasPrefix(v.Name, BindVolumePrefix) {
+			continue
+		}
+		e.bindMu.Lock()
+		_, held := e.bindVols[v.Name]
+		e.bindMu.Unlock()
+		if held {
+			continue // this process's, its container being made
+		}
+		if _, err := e.cli.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, e.wrap("remove bind volume", v.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// closeBindVolumes closes every held descriptor (the engine is closing).
+func (e *Engine) closeBindVolumes() {
+	e.bindMu.Lock()
+	defer e.bindMu.Unlock()
+	for name, f := range e.bindVols {
+		f.Close()
+		delete(e.bindVols, name)
+	}
+}
