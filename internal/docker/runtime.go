@@ -11,7 +11,9 @@
 // (pull.go: retries of transient failures, an inactivity timeout instead of a deadline, a
 // cached image when "always" cannot reach the registry); registry credentials come from a
 // Docker config.json re-read when it changes (registryauth.go) and never appear in an error
-// or a log line; RemoveImage never forces (images.go). The Sim models the same (sim_images.go).
+// or a log line; an image is the agent's only when its pull fetched an id the engine lacked,
+// and RemoveImage takes back only the agent's names of it (an untag, never forced: Docker
+// deletes the image with its last name; images.go). The Sim models the same (sim_images.go).
 package docker
 
 import (
@@ -37,7 +39,8 @@ const (
 var ErrNotFound = errors.New("container not found")
 
 // ErrImageInUse is returned (wrapped) by RemoveImage for an image a container (running or
-// not) still uses, or one other references still name: it is left as it is (never forced).
+// not) still uses, or one other references still name: it is left as it is (never forced),
+// and the agent's claim on it ends.
 var ErrImageInUse = errors.New("image in use")
 
 // ErrNameTaken is returned (wrapped) by Create when the container's name is held by a
@@ -207,9 +210,14 @@ type PullOutcome struct {
 	Digest string
 	// ImageID is the engine's image id ("sha256:…"), which RemoveImage takes.
 	ImageID string
-	// Pulled says this call fetched the image from a registry: the agent pulled it (image GC
-	// only ever removes such images).
+	// Pulled says this call fetched the image from a registry: its id was absent before the
+	// call, so the image is the agent's (image GC only ever removes such images). An image the
+	// engine held under another name (an operator's digest-pinned pull) is not, whatever
+	// reference the call found absent.
 	Pulled bool
+	// RefExisted says the reference named this very image before the call: the call made no
+	// name, so collection never takes this one back.
+	RefExisted bool
 	// Note says what notable happened, e.g. a cached image used after a failed pull; never
 	// a credential.
 	Note string
@@ -229,9 +237,12 @@ type ImagePuller interface {
 
 // ImageCollector removes images and says how full the disk they live on is.
 type ImageCollector interface {
-	// RemoveImage removes an image by id: ErrNotFound when it is gone already,
-	// ErrImageInUse when a container uses it. Never forced.
-	RemoveImage(ctx context.Context, imageID string) error
+	// RemoveImage takes back the agent's names of an image it pulled: each of refs that still
+	// names the image is removed (an untag, never forced), and the engine deletes the image
+	// with its last name, when no other name holds it and no container uses it. ErrNotFound:
+	// it is gone already; ErrImageInUse: the engine keeps it, held by another name or a
+	// container (the error says which) — no longer the agent's to remove.
+	RemoveImage(ctx context.Context, imageID string, refs []string) error
 	// ImageDiskFree is the free and total bytes of the file system images are kept on.
 	ImageDiskFree(ctx context.Context) (free, total uint64, err error)
 }

@@ -2,6 +2,7 @@ package simulation
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
@@ -9,7 +10,14 @@ import (
 )
 
 // hostImage is an image the operator put on the host: the agent may use it, never remove it.
-const hostImage = "img-host"
+// hostTag is a tag of its registry that serves the very same image (the host had it under
+// another name: pinned by digest): a task naming it pulls, and the image still is not the
+// agent's. opsTag is the operator's own tag on an image the agent pulled.
+const (
+	hostImage = "img-host"
+	hostTag   = "img-host-tag"
+	opsTag    = "ops/img-b-keep"
+)
 
 // registries sets up the simulated runtime's images for a (re)start: the host's image, a disk
 // that is sometimes nearly full (collection then ignores the age), pulls that take virtual
@@ -20,6 +28,20 @@ func (s *sim) registries() {
 		s.fail("preload %s: %v", hostImage, err)
 	}
 	s.hostImageID = host.ImageID
+	if err := s.rt.SetAlias(hostTag, hostImage); err != nil {
+		s.fail("alias %s: %v", hostTag, err)
+	}
+	if s.opsTaggedID == "" && s.pulls.IntN(3) == 0 {
+		// While the agent was down, the operator tagged the agent's img-b for their own use:
+		// collection may take back the agent's name, never the image.
+		tagged, err := s.rt.Tag("img-b", opsTag)
+		switch {
+		case err == nil:
+			s.opsTaggedID = tagged.ImageID
+		case !errors.Is(err, docker.ErrNotFound):
+			s.fail("tag %s: %v", opsTag, err)
+		}
+	}
 	s.rt.SetDisk(4<<30, uint64(s.pulls.IntN(4))<<30)
 	s.rt.SetSleep(func(ctx context.Context, d time.Duration) error {
 		s.clock.now = s.clock.now.Add(d) // the pull or its backoff takes virtual time
@@ -55,6 +77,9 @@ func (s *sim) checkImages() {
 	}
 	if !held[s.hostImageID] {
 		s.fail("HOST IMAGE REMOVED: %s, which the agent did not pull, is gone", hostImage)
+	}
+	if s.opsTaggedID != "" && !held[s.opsTaggedID] {
+		s.fail("TAGGED IMAGE REMOVED: %s, which the operator tagged %s, is gone", s.opsTaggedID, opsTag)
 	}
 	for _, t := range s.e.State().SortedTasks() {
 		for _, c := range t.Containers {

@@ -124,6 +124,7 @@ type sim struct {
 	// from the seed on a stream of its own, so the other draws stay as they were.
 	pulls       *rand.Rand
 	hostImageID string
+	opsTaggedID string // the agent's image the operator tagged too (opsTag), once tagged
 
 	assigned  []string
 	expected  map[string]int  // task → containers a valid task runs
@@ -459,6 +460,8 @@ func (s *sim) assign() {
 			ct.Image = "img-b"
 		case 2:
 			ct.PullPolicy = event.PullAlways
+		case 3:
+			ct.Image = hostTag // pulled, yet the host's image: never the agent's to remove
 		}
 		t.Containers = append(t.Containers, ct)
 	}
