@@ -152,7 +152,7 @@ func (e *Engine) nameTaken(ctx context.Context, spec CreateSpec, name string) (s
 			}
 			whose := "not made by agentd"
 			if a, ok := labels[LabelAgent]; ok {
-				whose = fmt.Sprintf("not this agent's: made by agent %q", a)
+				whose = fmt.Sprintf("not this agent's: made by agent %.64q", a) // a label anyone may set: bounded, quoted
 			}
 			return "", fmt.Errorf("create %s: %w: container %.12s holds it, %s", name, ErrNameTaken, c.ID, whose)
 		}
