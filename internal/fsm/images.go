@@ -155,10 +155,11 @@ func (s *State) imagePulled(rec event.Record, c *Container, e *event.ContainerTr
 		img = &Image{ID: e.ImageID, Digest: e.ImageDigest, PulledAt: rec.Time}
 		s.Images[e.ImageID] = img
 	}
-	if img == nil || e.ImageRefExisted {
-		return // a name the pull did not make: not the agent's to take back
+	if img == nil {
+		return
 	}
-	if !slices.Contains(img.Refs, c.Image) {
+	// A name the pull did not make (it named the image before) is not the agent's to take back.
+	if !e.ImageRefExisted && !slices.Contains(img.Refs, c.Image) {
 		img.Refs = append(img.Refs, c.Image)
 		slices.Sort(img.Refs)
 	}
