@@ -387,8 +387,7 @@ func (s *Sim) RemoveImage(ctx context.Context, imageID string, refs []string) er
 				return fmt.Errorf("remove image %s: untag %s: %w: container %s uses it", imageID, ref, ErrImageInUse, c.ID)
 			}
 		}
-		delete(s.state.Images, ref)
-		if err := s.save(simOp{DelImage: ref}); err != nil {
+		if err := s.untag(ref, imageID); err != nil {
 			return err
 		}
 		untagged = true
@@ -407,6 +406,41 @@ func (s *Sim) RemoveImage(ctx context.Context, imageID string, refs []string) er
 	}
 	delete(s.state.Images, names[0])
 	return s.save(simOp{DelImage: names[0]})
+}
+
+// untag removes one name of an image, as Docker does: when the name is a tag and no other tag
+// of its repository names the image, the digest names of that repository go with it (Docker
+// reads them as belonging to the tag) — so an operator's REG/app@sha256:… goes when the
+// agent's REG/app:task of the same image is taken back.
+func (s *Sim) untag(ref, imageID string) error {
+	drop := []string{ref}
+	if named, err := reference.ParseNormalizedNamed(ref); err == nil {
+		if _, digested := named.(reference.Digested); !digested {
+			var digests []string
+			tagged := false
+			for _, r := range s.namedBy(imageID) {
+				other, err := reference.ParseNormalizedNamed(r)
+				if err != nil || r == ref || other.Name() != named.Name() {
+					continue
+				}
+				if _, d := other.(reference.Digested); d {
+					digests = append(digests, r)
+				} else {
+					tagged = true
+				}
+			}
+			if !tagged {
+				drop = append(drop, digests...)
+			}
+		}
+	}
+	for _, r := range drop {
+		delete(s.state.Images, r)
+		if err := s.save(simOp{DelImage: r}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ImageDiskFree is the simulated disk of the images (ImageCollector): what SetDisk set,

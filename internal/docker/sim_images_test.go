@@ -207,6 +207,19 @@ func TestSimImagesAreTheAgentsOnlyByID(t *testing.T) {
 	if err != nil || out.Pulled || out.RefExisted || out.ImageID != pinned.ImageID {
 		t.Fatalf("pull of a tag of the image the host had pinned: %+v, %v; want that image, not the agent's", out, err)
 	}
+	// Why it must not be the agent's: on Docker, taking back the tag takes the digest name of
+	// the same repository with it, and the image.
+	if err := s.RemoveImage(ctx, pinned.ImageID, []string{"reg.example/app:task"}); err != nil {
+		t.Fatalf("untag of the only tag of the repository: %v", err)
+	}
+	for _, img := range s.Images() {
+		if img.ImageID == pinned.ImageID {
+			t.Fatal("the digest name of the same repository stayed: Docker drops it with the repository's last tag")
+		}
+	}
+	if _, err := s.Preload("reg.example/app@sha256:" + strings.Repeat("a", 64)); err != nil {
+		t.Fatal(err)
+	}
 
 	own, err := s.PullImage(ctx, "own:1", "")
 	if err != nil || !own.Pulled {

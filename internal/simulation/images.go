@@ -10,13 +10,16 @@ import (
 )
 
 // hostImage is an image the operator put on the host: the agent may use it, never remove it.
-// hostTag is a tag of its registry that serves the very same image (the host had it under
-// another name: pinned by digest): a task naming it pulls, and the image still is not the
-// agent's. opsTag is the operator's own tag on an image the agent pulled.
+// hostPinned is another, which the operator pulled by digest, and hostTag a tag of the same
+// repository that serves the very same image: a task naming hostTag pulls, and the image
+// still is not the agent's (on Docker, taking back the agent's tag would take the digest
+// name of the same repository with it, and the image). opsTag is the operator's own tag on
+// an image the agent pulled.
 const (
-	hostImage = "img-host"
-	hostTag   = "img-host-tag"
-	opsTag    = "ops/img-b-keep"
+	hostImage  = "img-host"
+	hostPinned = "img-pinned@sha256:5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed"
+	hostTag    = "img-pinned:task"
+	opsTag     = "ops/img-b-keep"
 )
 
 // registries sets up the simulated runtime's images for a (re)start: the host's image, a disk
@@ -28,10 +31,15 @@ func (s *sim) registries() {
 		s.fail("preload %s: %v", hostImage, err)
 	}
 	s.hostImageID = host.ImageID
-	if err := s.rt.SetAlias(hostTag, hostImage); err != nil {
+	pinned, err := s.rt.Preload(hostPinned)
+	if err != nil {
+		s.fail("preload %s: %v", hostPinned, err)
+	}
+	s.hostPinnedID = pinned.ImageID
+	if err := s.rt.SetAlias(hostTag, hostPinned); err != nil {
 		s.fail("alias %s: %v", hostTag, err)
 	}
-	if s.opsTaggedID == "" && s.pulls.IntN(3) == 0 {
+	if s.opsTaggedID == "" && s.o.Seed%3 == 0 { // no draw: the seeds' other draws stay as they were
 		// While the agent was down, the operator tagged the agent's img-b for their own use:
 		// collection may take back the agent's name, never the image.
 		tagged, err := s.rt.Tag("img-b", opsTag)
@@ -77,6 +85,9 @@ func (s *sim) checkImages() {
 	}
 	if !held[s.hostImageID] {
 		s.fail("HOST IMAGE REMOVED: %s, which the agent did not pull, is gone", hostImage)
+	}
+	if !held[s.hostPinnedID] {
+		s.fail("HOST IMAGE REMOVED: %s, which the agent did not pull (tasks named it %s), is gone", hostPinned, hostTag)
 	}
 	if s.opsTaggedID != "" && !held[s.opsTaggedID] {
 		s.fail("TAGGED IMAGE REMOVED: %s, which the operator tagged %s, is gone", s.opsTaggedID, opsTag)
