@@ -189,10 +189,8 @@ func TestDockerPrivateRegistriesThroughTheAgent(t *testing.T) {
 // the agent did not pull (the host's), however long it goes unused. Each removal is journaled
 // and counted.
 func TestDockerImageCollectionOnAFakeClock(t *testing.T) {
-	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
-		t.Skip("Docker Engine tests: run with make test-docker")
-	}
 	images := removeImagesAtEnd(t)
+	r := newGCRig(t, "agent-gc")
 	reg := registrytest.New(t)
 	liveRef, _ := reg.Push(t, "live:1", registrytest.Testbox(t, "live"))
 	oldRef, _ := reg.Push(t, "old:1", registrytest.Testbox(t, "old"))
@@ -202,123 +200,223 @@ func TestDockerImageCollectionOnAFakeClock(t *testing.T) {
 	}
 	*images = append(*images, liveRef, oldRef, hostRef)
 
-	agentID := strings.ReplaceAll("agent-gc-"+time.Now().Format("150405.000"), ".", "")
-	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
-	ctx := context.Background()
-	rt, err := docker.NewEngine(ctx, "", agentID, docker.PullConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	j, err := journal.Open(filepath.Join(t.TempDir(), journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	clock := &virtualClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
-	work := &queueExec{}
-	e := engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Minute, CleanupJitter: -1, Seed: 1,
-		Images: engine.ImageGC{Interval: 10 * time.Minute, MinAge: time.Hour, PerCycle: 5}},
-		j, rt, acceptingCP{}, clock, work, zerolog.Nop())
-	if err := e.Recover(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// settle runs the released runtime calls, reports and collection questions, on this
-	// goroutine, until nothing more is released.
-	settle := func() {
-		t.Helper()
-		e.Step(ctx, nil)
-		for i := 0; i < 1000; i++ {
-			f := work.next()
-			if f == nil {
-				return
-			}
-			e.Step(ctx, f())
-		}
-		t.Fatal("the engine did not settle in 1,000 steps")
-	}
-	msg := 0
-	send := func(desired string, tasks ...protocol.Task) {
-		t.Helper()
-		msg++
-		var raw []json.RawMessage
-		for _, task := range tasks {
-			task.DesiredStatus = desired
-			b, _ := json.Marshal(task)
-			raw = append(raw, b)
-		}
-		done := make(chan error, 1)
-		e.Step(ctx, engine.PayloadInput{Payload: protocol.Payload{MessageID: fmt.Sprintf("m-%d", msg), Tasks: raw}, Done: done})
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		settle()
-	}
-	advance := func(d time.Duration) {
-		t.Helper()
-		end := clock.Now().Add(d)
-		for {
-			settle()
-			next := e.NextWake()
-			if next.IsZero() || next.After(end) {
-				clock.set(end)
-				settle()
-				return
-			}
-			clock.set(next)
-		}
-	}
-	task := func(arn, image string) protocol.Task {
-		return protocol.Task{ARN: arn, Containers: []protocol.Container{{Name: "app", Image: image, Command: []string{"run"}}}}
-	}
-	live, old, host := task("task/gc-live", liveRef), task("task/gc-old", oldRef), task("task/gc-host", hostRef)
-	send("RUNNING", live, old, host)
-	for _, arn := range []string{live.ARN, old.ARN, host.ARN} {
-		if k := e.State().Tasks[arn].Known; k != event.StatusRunning {
-			t.Fatalf("%s is %s, not RUNNING", arn, k)
-		}
-	}
-	removed := func() []string {
-		var out []string
-		_ = j.Iterate(1, func(r event.Record) error {
-			if ir, ok := r.Event.(*event.ImageRemoved); ok {
-				out = append(out, strings.Join(ir.Refs, ","))
-			}
-			return nil
-		})
-		return out
-	}
+	live, old, host := gcTask("task/gc-live", liveRef), gcTask("task/gc-old", oldRef), gcTask("task/gc-host", hostRef)
+	r.send("RUNNING", live, old, host)
+	r.allRunning(live, old, host)
 
 	// Two days pass with everything running: nothing a live task uses goes.
-	advance(48 * time.Hour)
-	if got := removed(); len(got) > 0 || !imagePresent(liveRef) || !imagePresent(oldRef) || !imagePresent(hostRef) {
+	r.advance(48 * time.Hour)
+	if got := r.removed(); len(got) > 0 || !imagePresent(liveRef) || !imagePresent(oldRef) || !imagePresent(hostRef) {
 		t.Fatalf("removed %v while every image was in use", got)
 	}
 	// old and host stop and are cleaned; old's image is the agent's, unused from then on.
-	send("STOPPED", old, host)
-	advance(2 * time.Minute)
-	if _, ok := e.State().Tombstones[old.ARN]; !ok {
-		t.Fatalf("task/gc-old is not cleaned: %+v", e.State().Tasks[old.ARN])
+	r.send("STOPPED", old, host)
+	r.advance(2 * time.Minute)
+	if _, ok := r.e.State().Tombstones[old.ARN]; !ok {
+		t.Fatalf("task/gc-old is not cleaned: %+v", r.e.State().Tasks[old.ARN])
 	}
-	advance(50 * time.Minute)
-	if got := removed(); len(got) > 0 || !imagePresent(oldRef) {
+	r.advance(50 * time.Minute)
+	if got := r.removed(); len(got) > 0 || !imagePresent(oldRef) {
 		t.Fatalf("removed %v before the image went unused for an hour", got)
 	}
-	advance(20 * time.Minute)
-	if got := removed(); len(got) != 1 || got[0] != oldRef || imagePresent(oldRef) {
+	r.advance(20 * time.Minute)
+	if got := r.removed(); len(got) != 1 || got[0] != oldRef || imagePresent(oldRef) {
 		t.Fatalf("after an hour unused: removed %v (want only %s), still present: %v", got, oldRef, imagePresent(oldRef))
 	}
 	if !imagePresent(liveRef) || !imagePresent(hostRef) {
 		t.Fatal("collection removed the live task's image or the host's")
 	}
 	// The host's image is never the agent's to remove, however long it goes unused.
-	advance(72 * time.Hour)
-	if got := removed(); len(got) != 1 || !imagePresent(hostRef) || !imagePresent(liveRef) {
+	r.advance(72 * time.Hour)
+	if got := r.removed(); len(got) != 1 || !imagePresent(hostRef) || !imagePresent(liveRef) {
 		t.Fatalf("after three more days: removed %v; host image present %v, live image present %v", got, imagePresent(hostRef), imagePresent(liveRef))
 	}
-	if n := metricValue(t, e, "agentd_images_removed_total"); n != 1 {
+	if n := metricValue(t, r.e, "agentd_images_removed_total"); n != 1 {
 		t.Fatalf("agentd_images_removed_total = %v, want 1", n)
 	}
+}
+
+// TestDockerImageCollectionLeavesWhatTheHostNames (issue 22): an operator pulled
+// REG/app@sha256:…; a task names REG/app:tag, the same image. The image was the host's before
+// the agent's pull, so it is never the agent's: it survives collection, however long unused
+// (before, the absent reference made it the agent's, and collection removed it). And an image
+// the agent did pull, which the operator then tagged for their own use: collection takes back
+// the agent's tag only, the engine keeps the image under the operator's, and the agent's claim
+// ends — journaled image_released once, never tried again hour after hour, and no removal
+// failure counted for the alert.
+func TestDockerImageCollectionLeavesWhatTheHostNames(t *testing.T) {
+	images := removeImagesAtEnd(t)
+	r := newGCRig(t, "agent-gc-host")
+	reg := registrytest.New(t)
+	taskRef, digest := reg.Push(t, "app:task", registrytest.Testbox(t, "pinned"))
+	pinned := reg.Addr + "/app@" + digest
+	ownRef, _ := reg.Push(t, "own:1", registrytest.Testbox(t, "own"))
+	opsTag := fmt.Sprintf("agentd-ops-keep-%d:1", time.Now().UnixNano())
+	*images = append(*images, taskRef, pinned, ownRef, opsTag)
+	if out, err := exec.Command("docker", "pull", pinned).CombinedOutput(); err != nil {
+		t.Fatalf("the operator's docker pull %s: %v: %s", pinned, err, out)
+	}
+
+	pinnedTask, ownTask := gcTask("task/gc-pinned", taskRef), gcTask("task/gc-own", ownRef)
+	r.send("RUNNING", pinnedTask, ownTask)
+	r.allRunning(pinnedTask, ownTask)
+	st := r.e.State()
+	pinnedID, ownID := st.Tasks[pinnedTask.ARN].Containers[0].ImageID, st.Tasks[ownTask.ARN].Containers[0].ImageID
+	*images = append(*images, pinnedID, ownID)
+	if st.Images[pinnedID] != nil || st.Images[ownID] == nil {
+		t.Fatalf("the agent's images: %v; want %s (pulled by it) and not %s (the host's, by digest)", st.Images, ownID, pinnedID)
+	}
+	if out, err := exec.Command("docker", "tag", ownRef, opsTag).CombinedOutput(); err != nil {
+		t.Fatalf("docker tag: %v: %s", err, out)
+	}
+	r.send("STOPPED", pinnedTask, ownTask)
+	r.advance(72 * time.Hour)
+	if got := r.removed(); len(got) > 0 {
+		t.Fatalf("removed %v; neither image may go", got)
+	}
+	if !imagePresent(pinned) || !imagePresent(opsTag) {
+		t.Fatalf("the host's images after three days: %s present %v, %s present %v", pinned, imagePresent(pinned), opsTag, imagePresent(opsTag))
+	}
+	rel := r.released()
+	if len(rel) != 1 || rel[0].ImageID != ownID || !strings.Contains(rel[0].Reason, opsTag) {
+		t.Fatalf("image_released records %+v; want one, of %s, naming %s", rel, ownID, opsTag)
+	}
+	if imagePresent(ownRef) {
+		t.Fatalf("the agent's own tag %s is still there: collection takes it back", ownRef)
+	}
+	if n := metricValue(t, r.e, "agentd_image_removal_failures_total"); n != 0 {
+		t.Fatalf("agentd_image_removal_failures_total = %v: a release is no failure, and is not tried again", n)
+	}
+	if n := metricValue(t, r.e, "agentd_images_released_total"); n != 1 {
+		t.Fatalf("agentd_images_released_total = %v, want 1", n)
+	}
+	if len(r.e.State().Images) != 0 {
+		t.Fatalf("the agent still claims %v", r.e.State().Images)
+	}
+}
+
+// gcRig is an engine on the Docker Engine driven on a virtual clock: collection every 10 min,
+// images unused for an hour, the runtime calls run in order on the test's goroutine.
+type gcRig struct {
+	t     *testing.T
+	e     *engine.Engine
+	j     *journal.Journal
+	clock *virtualClock
+	work  *queueExec
+	msg   int
+}
+
+func newGCRig(t *testing.T, prefix string) *gcRig {
+	t.Helper()
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("Docker Engine tests: run with make test-docker")
+	}
+	agentID := strings.ReplaceAll(prefix+"-"+time.Now().Format("150405.000"), ".", "")
+	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
+	ctx := context.Background()
+	rt, err := docker.NewEngine(ctx, "", agentID, docker.PullConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	j, err := journal.Open(filepath.Join(t.TempDir(), journal.FileName), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	r := &gcRig{t: t, j: j, clock: &virtualClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}, work: &queueExec{}}
+	r.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Minute, CleanupJitter: -1, Seed: 1,
+		Images: engine.ImageGC{Interval: 10 * time.Minute, MinAge: time.Hour, PerCycle: 5}},
+		j, rt, acceptingCP{}, r.clock, r.work, zerolog.Nop())
+	if err := r.e.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// settle runs the released runtime calls, reports and collection questions, on this
+// goroutine, until nothing more is released.
+func (r *gcRig) settle() {
+	r.t.Helper()
+	ctx := context.Background()
+	r.e.Step(ctx, nil)
+	for i := 0; i < 1000; i++ {
+		f := r.work.next()
+		if f == nil {
+			return
+		}
+		r.e.Step(ctx, f())
+	}
+	r.t.Fatal("the engine did not settle in 1,000 steps")
+}
+
+func (r *gcRig) send(desired string, tasks ...protocol.Task) {
+	r.t.Helper()
+	r.msg++
+	var raw []json.RawMessage
+	for _, task := range tasks {
+		task.DesiredStatus = desired
+		b, _ := json.Marshal(task)
+		raw = append(raw, b)
+	}
+	done := make(chan error, 1)
+	r.e.Step(context.Background(), engine.PayloadInput{Payload: protocol.Payload{MessageID: fmt.Sprintf("m-%d", r.msg), Tasks: raw}, Done: done})
+	if err := <-done; err != nil {
+		r.t.Fatal(err)
+	}
+	r.settle()
+}
+
+func (r *gcRig) advance(d time.Duration) {
+	r.t.Helper()
+	end := r.clock.Now().Add(d)
+	for {
+		r.settle()
+		next := r.e.NextWake()
+		if next.IsZero() || next.After(end) {
+			r.clock.set(end)
+			r.settle()
+			return
+		}
+		r.clock.set(next)
+	}
+}
+
+func (r *gcRig) allRunning(tasks ...protocol.Task) {
+	r.t.Helper()
+	for _, task := range tasks {
+		if k := r.e.State().Tasks[task.ARN].Known; k != event.StatusRunning {
+			r.t.Fatalf("%s is %s, not RUNNING", task.ARN, k)
+		}
+	}
+}
+
+// removed lists the references of every image_removed record.
+func (r *gcRig) removed() []string {
+	var out []string
+	_ = r.j.Iterate(1, func(rec event.Record) error {
+		if ir, ok := rec.Event.(*event.ImageRemoved); ok {
+			out = append(out, strings.Join(ir.Refs, ","))
+		}
+		return nil
+	})
+	return out
+}
+
+// released lists every image_released record.
+func (r *gcRig) released() []*event.ImageReleased {
+	var out []*event.ImageReleased
+	_ = r.j.Iterate(1, func(rec event.Record) error {
+		if ir, ok := rec.Event.(*event.ImageReleased); ok {
+			out = append(out, ir)
+		}
+		return nil
+	})
+	return out
+}
+
+func gcTask(arn, image string) protocol.Task {
+	return protocol.Task{ARN: arn, Containers: []protocol.Container{{Name: "app", Image: image, Command: []string{"run"}}}}
 }
 
 // metricValue reads one counter or gauge of the engine's registry.

@@ -114,19 +114,19 @@ func (e *Engine) labels(task, name string) map[string]string {
 	return map[string]string{LabelAgent: e.agent, LabelTask: task, LabelContainer: name}
 }
 
-// Create makes the task's container under a name derived from the task and container, so a
+// Create makes the task's container under a name derived from the agent, task and container, so a
 // crash between create and journaling its id never makes a second one: the engine refuses the
-// name, and the container that holds it is found by its labels. (Creating first and finding
+// name, and the container that holds it is looked at (nameTaken). (Creating first and looking
 // only on a conflict saves a list of every container on each create.)
 func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	for k := range spec.Container.Env {
 		// A journal from before PROTOCOL.md 1.1 may hold a name like "PATH=/evil:", which
 		// Docker would read as PATH: refuse it here too.
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return "", fmt.Errorf("create %s: env name %q is empty or holds \"=\" or NUL", Name(spec.Task, spec.Container.Name), k)
+			return "", fmt.Errorf("create %s: env name %q is empty or holds \"=\" or NUL", Name(e.agent, spec.Task, spec.Container.Name), k)
 		}
 	}
-	name := Name(spec.Task, spec.Container.Name)
+	name := Name(e.agent, spec.Task, spec.Container.Name)
 	vols, err := e.makeBindVolumes(ctx, spec) // engine_binds.go: each bind source opened beneath its root
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
@@ -157,22 +157,47 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
 	if cerrdefs.IsConflict(err) {
-		// The name is taken: by our container, created by an agent that died before it could
-		// journal the id — possibly still being created by the engine, not yet listed. Find
-		// it; if it does not show, let the caller try again later rather than fail the task.
-		for i := 0; i < 20; i++ {
-			if st, ferr := e.Find(ctx, spec.Task, spec.Container.Name); ferr == nil {
-				return st.ID, nil
-			}
-			select {
-			case <-ctx.Done():
-				return "", ctx.Err()
-			case <-time.After(250 * time.Millisecond):
-			}
-		}
-		return "", fmt.Errorf("create %s: name in use by a container not (yet) listed as ours: %w: %v", name, ErrUnavailable, err)
+		return e.nameTaken(ctx, spec, name)
 	}
 	return "", e.wrap("create", name, err)
+}
+
+// nameTaken settles a create the engine refused because the name is taken, by the labels of
+// the container that holds it. This agent's container of the same task and name (made by a
+// call that timed out, or by an agent that died before it journaled the id) is the answer, as
+// if made now. Any other holder is this container's failure — ErrNameTaken, naming the holder
+// — never the runtime's: the engine answered, and only this task cannot have the name. A
+// holder the engine does not show yet (still being created) is asked for again for a few
+// seconds, then the call is a timeout: it may yet turn out ours, so it is made again later.
+func (e *Engine) nameTaken(ctx context.Context, spec CreateSpec, name string) (string, error) {
+	for i := 0; i < 20; i++ {
+		res, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+		if err == nil {
+			c := res.Container
+			var labels map[string]string
+			if c.Config != nil {
+				labels = c.Config.Labels
+			}
+			if labels[LabelAgent] == e.agent && labels[LabelTask] == spec.Task && labels[LabelContainer] == spec.Container.Name {
+				e.ours.Store(c.ID, bindVolumesOf(c.Mounts))
+				return c.ID, nil
+			}
+			whose := "not made by agentd"
+			if a, ok := labels[LabelAgent]; ok {
+				whose = fmt.Sprintf("not this agent's: made by agent %.64q", a) // a label anyone may set: bounded, quoted
+			}
+			return "", fmt.Errorf("create %s: %w: container %.12s holds it, %s", name, ErrNameTaken, c.ID, whose)
+		}
+		if !cerrdefs.IsNotFound(err) {
+			return "", e.wrap("create", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return "", fmt.Errorf("create %s: the name is taken by a container the engine does not show yet: %w", name, context.DeadlineExceeded)
 }
 
 // Start starts a container that never ran. Docker itself starts an exited container again;
@@ -325,7 +350,7 @@ func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
 		return State{}, err
 	}
 	if len(list) == 0 {
-		return State{}, fmt.Errorf("find %s: %w", Name(task, name), ErrNotFound)
+		return State{}, fmt.Errorf("find %s: %w", Name(e.agent, task, name), ErrNotFound)
 	}
 	return list[0], nil
 }

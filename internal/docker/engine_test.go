@@ -208,7 +208,7 @@ func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
 			t.Fatalf("pull (%q) on a down engine: %v; want ErrUnavailable", p, err)
 		}
 	}
-	if err := e.RemoveImage(context.Background(), "sha256:"+strings.Repeat("a", 64)); !errors.Is(err, ErrUnavailable) {
+	if err := e.RemoveImage(context.Background(), "sha256:"+strings.Repeat("a", 64), []string{"registry.example/app:1"}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("remove image on a down engine: %v; want ErrUnavailable", err)
 	}
 	if _, _, err := e.ImageDiskFree(context.Background()); !errors.Is(err, ErrUnavailable) {

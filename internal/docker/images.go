@@ -3,22 +3,59 @@ package docker
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 )
 
-// RemoveImage removes an image by id (ImageCollector), never forced: the engine refuses an
-// image a container (running or stopped) uses, and one that other tags still name, and
-// both come back as ErrImageInUse. Untagged parents go with it, as with `docker rmi`.
-func (e *Engine) RemoveImage(ctx context.Context, imageID string) error {
-	_, err := e.cli.ImageRemove(ctx, imageID, client.ImageRemoveOptions{PruneChildren: true})
+// RemoveImage takes back the agent's names of an image it pulled (ImageCollector). Each of
+// refs that still names the image is removed by that name — an untag, never forced: the engine
+// deletes the image only with its last name, and refuses (409) to untag the last name of an
+// image a container uses. A name that names another image now (moved by someone else) is left
+// alone. What stays decides the answer: the image gone is success; an image still named by a
+// tag that is not the agent's, or used by a container, is ErrImageInUse saying which (the
+// agent's claim ends); an image no tag names any more (the agent's tag moved on to a re-push)
+// is removed by id, never forced, untagged parents with it as with `docker rmi`.
+func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string) error {
+	untagged := false
+	for _, ref := range refs {
+		res, err := e.cli.ImageInspect(ctx, ref)
+		if cerrdefs.IsNotFound(err) || err == nil && res.ID != imageID {
+			continue // gone, or someone else's now
+		}
+		if err != nil {
+			return e.wrap("remove image", imageID, err)
+		}
+		_, err = e.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
+		switch {
+		case cerrdefs.IsConflict(err):
+			return fmt.Errorf("remove image %s: untag %s: %w: %v", imageID, ref, ErrImageInUse, err)
+		case cerrdefs.IsNotFound(err):
+		case err != nil:
+			return e.wrap("remove image", imageID, err)
+		default:
+			untagged = true
+		}
+	}
+	res, err := e.cli.ImageInspect(ctx, imageID)
+	switch {
+	case cerrdefs.IsNotFound(err) && untagged:
+		return nil // the last name took the image with it
+	case cerrdefs.IsNotFound(err):
+		return fmt.Errorf("remove image %s: %w", imageID, ErrNotFound)
+	case err != nil:
+		return e.wrap("remove image", imageID, err)
+	case len(res.RepoTags) > 0:
+		return fmt.Errorf("remove image %s: %w: still named %s", imageID, ErrImageInUse, strings.Join(res.RepoTags, ", "))
+	}
+	_, err = e.cli.ImageRemove(ctx, imageID, client.ImageRemoveOptions{PruneChildren: true})
 	if cerrdefs.IsConflict(err) {
 		return fmt.Errorf("remove image %s: %w: %v", imageID, ErrImageInUse, err)
 	}
 	if cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("remove image %s: %w", imageID, ErrNotFound)
+		return nil // gone between the look and the removal: removed all the same
 	}
 	return e.wrap("remove image", imageID, err)
 }

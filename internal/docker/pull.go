@@ -137,7 +137,12 @@ func (e *Engine) PullImage(ctx context.Context, image, policy string) (PullOutco
 	case policy == event.PullNever && !present:
 		return PullOutcome{}, fmt.Errorf("pull %s: not present, and pull_policy is never", image)
 	case policy == event.PullNever, policy == event.PullIfNotPresent && present:
+		cached.RefExisted = true
 		return cached, nil
+	}
+	held, err := e.imageIDs(ctx)
+	if err != nil {
+		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
 	digest, tries, err := e.pullRetrying(ctx, image)
 	if err != nil {
@@ -146,6 +151,7 @@ func (e *Engine) PullImage(ctx context.Context, image, policy string) (PullOutco
 			// As ECS's prefer-cached: a registry that is away does not stop a task whose
 			// image is here; the reason says which image it got.
 			cached.Note = fmt.Sprintf("pull of %s failed transiently (%s, %d tries); using the cached image %s", image, pe.msg, tries, cached.ImageID)
+			cached.RefExisted = true
 			e.pulls.Log.Warn().Str("image", image).Str("image_id", cached.ImageID).Int("tries", tries).Str("cause", pe.msg).
 				Msg("pull failed transiently; using the cached image")
 			return cached, nil
@@ -159,10 +165,25 @@ func (e *Engine) PullImage(ctx context.Context, image, policy string) (PullOutco
 	if digest != "" {
 		out.Digest = digest
 	}
-	// Fetched: the engine had no image under this name, or had another one. An image that
-	// was already up to date stays whoever's it was.
-	out.Pulled = !present || cached.ImageID != out.ImageID
+	// The agent's only when the engine held no image of this id before: an image the host had
+	// under another name (an operator's REG/app@sha256:…, now also named REG/app:task) stays
+	// whoever's it was, and so does one already up to date.
+	out.Pulled = !held[out.ImageID]
+	out.RefExisted = present && cached.ImageID == out.ImageID
 	return out, nil
+}
+
+// imageIDs is the set of image ids the engine holds, intermediate images included.
+func (e *Engine) imageIDs(ctx context.Context) (map[string]bool, error) {
+	res, err := e.cli.ImageList(ctx, client.ImageListOptions{All: true})
+	if err != nil {
+		return nil, e.wrap("list", "images", err)
+	}
+	ids := make(map[string]bool, len(res.Items))
+	for _, img := range res.Items {
+		ids[img.ID] = true
+	}
+	return ids, nil
 }
 
 // imageOf is the engine's image under a reference: its id and the digest it came by.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -296,7 +297,7 @@ func TestDockerRemoveImageRefusesAnImageInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.RemoveImage(ctx, out.ImageID); !errors.Is(err, ErrImageInUse) {
+	if err := e.RemoveImage(ctx, out.ImageID, []string{ref}); !errors.Is(err, ErrImageInUse) {
 		t.Fatalf("remove of an image a (created) container uses: %v; want ErrImageInUse", err)
 	}
 	if err := exec.Command("docker", "image", "inspect", out.ImageID).Run(); err != nil {
@@ -305,18 +306,77 @@ func TestDockerRemoveImageRefusesAnImageInUse(t *testing.T) {
 	if err := e.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.RemoveImage(ctx, out.ImageID); err != nil {
+	if err := e.RemoveImage(ctx, out.ImageID, []string{ref}); err != nil {
 		t.Fatalf("remove of an unused image: %v", err)
 	}
 	if err := exec.Command("docker", "image", "inspect", out.ImageID).Run(); err == nil {
 		t.Fatal("RemoveImage said yes but the image is still there")
 	}
-	if err := e.RemoveImage(ctx, out.ImageID); !errors.Is(err, ErrNotFound) {
+	if err := e.RemoveImage(ctx, out.ImageID, []string{ref}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("remove of a removed image: %v; want ErrNotFound", err)
 	}
 	free, total, err := e.ImageDiskFree(ctx)
 	if err != nil || total == 0 || free > total {
 		t.Fatalf("disk of the Docker root: free %d of %d, %v", free, total, err)
+	}
+}
+
+// TestDockerImagesAreTheAgentsOnlyByID: an image is the agent's only when its pull fetched an
+// id the engine did not hold: a tag pulled for a task that resolves to the image an operator
+// pulled by digest is not (the reference was absent, so the agent took it for its own before
+// issue 22). And a removal takes back only the agent's own name: with an operator's second tag
+// on the image, the engine keeps the image under that tag and says what holds it
+// (ErrImageInUse); with no other name, the image goes with the agent's.
+func TestDockerImagesAreTheAgentsOnlyByID(t *testing.T) {
+	reg := registrytest.New(t)
+	taskRef, digest := reg.Push(t, "pinned:task", registrytest.Testbox(t, "pinned"))
+	pinned := reg.Addr + "/pinned@" + digest
+	ownRef, _ := reg.Push(t, "own:1", registrytest.Testbox(t, "own"))
+	opsTag := fmt.Sprintf("agentd-ops-keep-%d:1", time.Now().UnixNano())
+	var logs syncBuffer
+	e, agent := dockerEngineWith(t, quickPulls(&logs))
+	forgetImages(t, agent, taskRef, pinned, ownRef, opsTag)
+	ctx := context.Background()
+	if out, err := exec.Command("docker", "pull", pinned).CombinedOutput(); err != nil {
+		t.Fatalf("the operator's docker pull %s: %v: %s", pinned, err, out)
+	}
+	out, err := e.PullImage(ctx, taskRef, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Pulled || out.RefExisted || out.Digest != digest {
+		t.Fatalf("pull of %s, the image the host held as %s: %+v; want not the agent's (Pulled false), a name it made", taskRef, pinned, out)
+	}
+
+	own, err := e.PullImage(ctx, ownRef, "")
+	if err != nil || !own.Pulled {
+		t.Fatalf("pull of an image the engine lacked: %+v, %v; want the agent's", own, err)
+	}
+	if b, err := exec.Command("docker", "tag", ownRef, opsTag).CombinedOutput(); err != nil {
+		t.Fatalf("docker tag: %v: %s", err, b)
+	}
+	err = e.RemoveImage(ctx, own.ImageID, []string{ownRef})
+	if !errors.Is(err, ErrImageInUse) || !strings.Contains(err.Error(), opsTag) {
+		t.Fatalf("remove of the agent's image that an operator tagged too: %v; want ErrImageInUse naming %s", err, opsTag)
+	}
+	if exec.Command("docker", "image", "inspect", opsTag).Run() != nil {
+		t.Fatalf("the operator's %s is gone", opsTag)
+	}
+	if exec.Command("docker", "image", "inspect", ownRef).Run() == nil {
+		t.Fatalf("the agent's name %s is still there: a removal takes it back", ownRef)
+	}
+	if b, err := exec.Command("docker", "rmi", opsTag).CombinedOutput(); err != nil {
+		t.Fatalf("docker rmi %s: %v: %s", opsTag, err, b)
+	}
+	// Pulled again and named only by the agent: it goes with the agent's name.
+	if again, err := e.PullImage(ctx, ownRef, ""); err != nil || !again.Pulled {
+		t.Fatalf("pull again: %+v, %v", again, err)
+	}
+	if err := e.RemoveImage(ctx, own.ImageID, []string{ownRef}); err != nil {
+		t.Fatalf("remove of the agent's image named only by the agent: %v", err)
+	}
+	if exec.Command("docker", "image", "inspect", own.ImageID).Run() == nil {
+		t.Fatal("RemoveImage said yes but the image is still there")
 	}
 }
 

@@ -11,14 +11,16 @@
 // (pull.go: retries of transient failures, an inactivity timeout instead of a deadline, a
 // cached image when "always" cannot reach the registry); registry credentials come from a
 // Docker config.json re-read when it changes (registryauth.go) and never appear in an error
-// or a log line; RemoveImage never forces (images.go). The Sim models the same (sim_images.go).
+// or a log line; an image is the agent's only when its pull fetched an id the engine lacked,
+// and RemoveImage takes back only the agent's names of it (an untag, never forced: Docker
+// deletes the image with its last name; images.go). The Sim models the same (sim_images.go).
 package docker
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"strings"
 	"time"
@@ -37,8 +39,14 @@ const (
 var ErrNotFound = errors.New("container not found")
 
 // ErrImageInUse is returned (wrapped) by RemoveImage for an image a container (running or
-// not) still uses, or one other references still name: it is left as it is (never forced).
+// not) still uses, or one other references still name: it is left as it is (never forced),
+// and the agent's claim on it ends.
 var ErrImageInUse = errors.New("image in use")
+
+// ErrNameTaken is returned (wrapped) by Create when the container's name is held by a
+// container that is not this one (another agent's, or not agentd's): a failure of this
+// container alone, which the error names, never of the runtime.
+var ErrNameTaken = errors.New("name taken")
 
 // ErrUnavailable is returned (wrapped) when the runtime itself cannot be reached: the call may
 // succeed later and says nothing about the container.
@@ -54,26 +62,47 @@ type CreateSpec struct {
 	ImageID string
 }
 
-// Name is the runtime name of a task's container: agentd-<short task id>-<container name>.
-func Name(task, container string) string {
-	short := task
-	if i := strings.LastIndexAny(short, "/:"); i >= 0 {
-		short = short[i+1:]
+// Name is the runtime name of a task's container:
+// agentd-<agent id>-<task id>-<container name>-<digest>, where agent id and task id are the
+// readable tails of the agent id and the task ARN (only characters Docker allows in a name,
+// at most nameAgentLen and nameTaskLen of them) and digest is the first 64 bits of SHA-256
+// over the whole agent id and ARN, in hex. Two containers share a name only if they are the
+// same container of the same task of the same agent, or SHA-256 collides in 64 bits: neither
+// two ARNs (the 32-bit FNV of the names before broke in a second's search) nor one ARN on two
+// agents sharing an engine (an agent re-registered under a new id while its old containers
+// run) can take each other's names. The agent finds its containers by label, never by name,
+// so containers made under the names of an older agent are still found and adopted.
+func Name(agent, task, container string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(agent), agent) // length-prefixed: ("a", "b/c") and ("ab", "/c") differ
+	h.Write([]byte(task))
+	return fmt.Sprintf("agentd-%s-%s-%s-%x", nameTail(agent, "", nameAgentLen), nameTail(task, "/:", nameTaskLen), container, h.Sum(nil)[:8])
+}
+
+// The readable parts of a name are bounded, so a long ARN or agent id never makes a name
+// nobody can read in `docker ps`; the digest carries the rest.
+const (
+	nameAgentLen = 24
+	nameTaskLen  = 40
+)
+
+// nameTail is s after its last cut character (none: all of s), kept to the characters Docker
+// allows in a container name, at most max of them from the end.
+func nameTail(s, cut string, max int) string {
+	if i := strings.LastIndexAny(s, cut); cut != "" && i >= 0 {
+		s = s[i+1:]
 	}
 	var b strings.Builder
-	for _, r := range short {
+	for _, r := range s {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
 			b.WriteRune(r)
 		}
 	}
-	short = b.String()
-	if len(short) > 40 {
-		short = short[len(short)-40:]
+	out := b.String()
+	if len(out) > max {
+		out = out[len(out)-max:]
 	}
-	// The whole ARN's hash keeps two tasks with the same short id apart.
-	h := fnv.New32a()
-	h.Write([]byte(task))
-	return fmt.Sprintf("agentd-%s-%s-%08x", short, container, h.Sum32())
+	return out
 }
 
 // State is what the runtime knows of one container.
@@ -181,9 +210,14 @@ type PullOutcome struct {
 	Digest string
 	// ImageID is the engine's image id ("sha256:…"), which RemoveImage takes.
 	ImageID string
-	// Pulled says this call fetched the image from a registry: the agent pulled it (image GC
-	// only ever removes such images).
+	// Pulled says this call fetched the image from a registry: its id was absent before the
+	// call, so the image is the agent's (image GC only ever removes such images). An image the
+	// engine held under another name (an operator's digest-pinned pull) is not, whatever
+	// reference the call found absent.
 	Pulled bool
+	// RefExisted says the reference named this very image before the call: the call made no
+	// name, so collection never takes this one back.
+	RefExisted bool
 	// Note says what notable happened, e.g. a cached image used after a failed pull; never
 	// a credential.
 	Note string
@@ -203,9 +237,12 @@ type ImagePuller interface {
 
 // ImageCollector removes images and says how full the disk they live on is.
 type ImageCollector interface {
-	// RemoveImage removes an image by id: ErrNotFound when it is gone already,
-	// ErrImageInUse when a container uses it. Never forced.
-	RemoveImage(ctx context.Context, imageID string) error
+	// RemoveImage takes back the agent's names of an image it pulled: each of refs that still
+	// names the image is removed (an untag, never forced), and the engine deletes the image
+	// with its last name, when no other name holds it and no container uses it. ErrNotFound:
+	// it is gone already; ErrImageInUse: the engine keeps it, held by another name or a
+	// container (the error says which) — no longer the agent's to remove.
+	RemoveImage(ctx context.Context, imageID string, refs []string) error
 	// ImageDiskFree is the free and total bytes of the file system images are kept on.
 	ImageDiskFree(ctx context.Context) (free, total uint64, err error)
 }

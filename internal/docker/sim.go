@@ -290,7 +290,7 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	if err := failsAt(spec.Container.Image, "create"); err != nil {
 		return "", err
 	}
-	name := Name(spec.Task, spec.Container.Name)
+	name := Name(s.agent, spec.Task, spec.Container.Name)
 	if err := checkBindSources(s.binds, spec.Container.Mounts); err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
@@ -298,10 +298,15 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	err := s.withFault(ctx, "create", name, func() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, c := range s.state.Containers {
-			if c.Name == name && c.Agent == s.agent {
+		for _, cid := range sortedKeys(s.state.Containers) {
+			c := s.state.Containers[cid]
+			switch {
+			case c.Name != name:
+			case c.Agent == s.agent && c.Task == spec.Task && c.Container == spec.Container.Name:
 				id = c.ID
 				return nil // idempotent: a crash between create and journaling the id
+			default: // as Docker: the name is another's
+				return fmt.Errorf("create %s: %w: container %s holds it, not this agent's: made by agent %q", name, ErrNameTaken, c.ID, c.Agent)
 			}
 		}
 		s.state.Next++
@@ -487,13 +492,14 @@ func (s *Sim) Inspect(ctx context.Context, id string) (State, error) {
 func (s *Sim) Find(ctx context.Context, task, container string) (State, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	name := Name(task, container)
 	for _, c := range s.state.Containers {
-		if c.Name == name && c.Agent == s.agent {
+		// By its labels, as the Docker runtime finds it: a container made under the name an
+		// older agent gave it is still found.
+		if c.Agent == s.agent && c.Task == task && c.Container == container {
 			return s.stateOf(c, s.now()), nil
 		}
 	}
-	return State{}, fmt.Errorf("find %s: %w", name, ErrNotFound)
+	return State{}, fmt.Errorf("find %s: %w", Name(s.agent, task, container), ErrNotFound)
 }
 
 func (s *Sim) List(ctx context.Context) ([]State, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/distribution/reference"
@@ -50,7 +51,8 @@ type simImage struct {
 
 // simRegistry is the registries' side: what the simulated world can change.
 type simRegistry struct {
-	generation  map[string]int // by normalized reference; absent: 1
+	generation  map[string]int    // by normalized reference; absent: 1
+	alias       map[string]string // a reference served as another's image (SetAlias)
 	faults      func(image string, try int) SimPullFault
 	sleep       func(ctx context.Context, d time.Duration) error
 	policy      string
@@ -106,6 +108,48 @@ func (s *Sim) RepushImage(image string) error {
 	}
 	s.reg.generation[ref] = s.gen(ref) + 1
 	return nil
+}
+
+// SetAlias makes the registries serve under ref the very image they serve under target (the
+// same id and digest): a second tag of one build, or a digest an operator pinned.
+func (s *Sim) SetAlias(ref, target string) error {
+	r, err := simRef(ref)
+	if err != nil {
+		return err
+	}
+	tg, err := simRef(target)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reg.alias == nil {
+		s.reg.alias = map[string]string{}
+	}
+	s.reg.alias[r] = tg
+	return nil
+}
+
+// Tag names the image src names by dst too, as `docker tag` (an operator's tag): the image is
+// then no longer the agent's alone to delete. ErrNotFound when src names no image.
+func (s *Sim) Tag(src, dst string) (PullOutcome, error) {
+	sr, err := simRef(src)
+	if err != nil {
+		return PullOutcome{}, err
+	}
+	dr, err := simRef(dst)
+	if err != nil {
+		return PullOutcome{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	img, ok := s.state.Images[sr]
+	if !ok {
+		return PullOutcome{}, fmt.Errorf("tag %s: %w", src, ErrNotFound)
+	}
+	d := *img
+	d.Ref = dr
+	return PullOutcome{Digest: d.Digest, ImageID: d.ID}, s.putImage(&d)
 }
 
 // Preload puts an image on the simulated engine as an operator would (not pulled by the
@@ -173,19 +217,35 @@ func simHash(parts ...string) string {
 
 // registryImage is what the registry holds under ref now.
 func (s *Sim) registryImage(ref string) *simImage {
-	g := fmt.Sprint(s.gen(ref))
+	src := ref
+	if a, ok := s.reg.alias[ref]; ok {
+		src = a
+	}
+	g := fmt.Sprint(s.gen(src))
 	h := fnv.New32a()
-	h.Write([]byte(ref))
-	return &simImage{Ref: ref, ID: simHash("id", ref, g), Digest: simHash("digest", ref, g), Size: uint64(16+h.Sum32()%240) << 20}
+	h.Write([]byte(src))
+	return &simImage{Ref: ref, ID: simHash("id", src, g), Digest: simHash("digest", src, g), Size: uint64(16+h.Sum32()%240) << 20}
+}
+
+// namedBy lists the keys under which the engine holds an image id (its tags, and its
+// dangling key when no tag names it), sorted.
+func (s *Sim) namedBy(id string) []string {
+	var out []string
+	for _, r := range sortedKeys(s.state.Images) {
+		if s.state.Images[r].ID == id {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func (s *Sim) putImage(img *simImage) error {
 	if s.state.Images == nil {
 		s.state.Images = map[string]*simImage{}
 	}
-	if old, ok := s.state.Images[img.Ref]; ok && old.ID != img.ID {
+	if old, ok := s.state.Images[img.Ref]; ok && old.ID != img.ID && len(s.namedBy(old.ID)) == 1 {
 		// As Docker does, the image the tag named before stays, untagged, until removed:
-		// a container made from it still runs it.
+		// a container made from it still runs it. (Named otherwise too, it keeps that name.)
 		d := *old
 		d.Ref = danglingRef + old.ID
 		s.state.Images[d.Ref] = &d
@@ -212,6 +272,10 @@ func (s *Sim) PullImage(ctx context.Context, image, policy string) (PullOutcome,
 		policy = s.reg.policy
 	}
 	cached, present := s.state.Images[ref]
+	held := map[string]bool{} // the ids the engine holds before the pull
+	for _, img := range s.state.Images {
+		held[img.ID] = true
+	}
 	faults, sleep := s.reg.faults, s.reg.sleep
 	s.mu.Unlock()
 	if sleep == nil {
@@ -219,7 +283,7 @@ func (s *Sim) PullImage(ctx context.Context, image, policy string) (PullOutcome,
 	}
 	var out PullOutcome
 	if present {
-		out = PullOutcome{Digest: cached.Digest, ImageID: cached.ID}
+		out = PullOutcome{Digest: cached.Digest, ImageID: cached.ID, RefExisted: true}
 	}
 	switch {
 	case policy == event.PullNever && !present:
@@ -261,13 +325,15 @@ tries:
 	defer s.mu.Unlock()
 	img := s.registryImage(ref)
 	if cur, ok := s.state.Images[ref]; ok && cur.ID == img.ID {
-		return PullOutcome{Digest: cur.Digest, ImageID: cur.ID, Pulled: !present}, nil // up to date
+		return PullOutcome{Digest: cur.Digest, ImageID: cur.ID, RefExisted: true}, nil // up to date
 	}
-	img.Pulled = true
+	// As Docker: the agent's only if the engine held no image of this id before, under any
+	// name (an operator's pinned digest of the same build stays the operator's).
+	img.Pulled = !held[img.ID]
 	if err := s.putImage(img); err != nil {
 		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
-	return PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: true}, nil
+	return PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled}, nil
 }
 
 func wallSleep(ctx context.Context, d time.Duration) error {
@@ -284,34 +350,97 @@ func wallSleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// RemoveImage removes an image by id (ImageCollector): ErrImageInUse while a container, of
-// any agent, running or not, was created from it.
-func (s *Sim) RemoveImage(ctx context.Context, imageID string) error {
+// RemoveImage takes back the agent's names of an image (ImageCollector), as the Docker
+// runtime does on Docker: each of refs that still names the image is untagged, refused
+// (ErrImageInUse) when it is the image's last name and a container of any agent, running or
+// not, was created from it; the image goes with its last name; one still named otherwise is
+// kept (ErrImageInUse, naming what holds it); one left with no name but its dangling key is
+// removed unless a container uses it.
+func (s *Sim) RemoveImage(ctx context.Context, imageID string, refs []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var ref string
-	for _, r := range sortedKeys(s.state.Images) {
-		if s.state.Images[r].ID == imageID {
-			ref = r
-			break
+	user := func() *simContainer {
+		for _, id := range sortedKeys(s.state.Containers) {
+			c := s.state.Containers[id]
+			uses := c.ImageID == imageID
+			if c.ImageID == "" {
+				cref, _ := simRef(c.Image)
+				uses = s.state.Images[cref] != nil && s.state.Images[cref].ID == imageID
+			}
+			if uses {
+				return c
+			}
 		}
+		return nil
 	}
-	if ref == "" {
+	untagged := false
+	for _, r := range refs {
+		ref, err := simRef(r)
+		if err != nil {
+			continue
+		}
+		if img := s.state.Images[ref]; img == nil || img.ID != imageID {
+			continue // gone, or someone else's now
+		}
+		if len(s.namedBy(imageID)) == 1 {
+			if c := user(); c != nil {
+				return fmt.Errorf("remove image %s: untag %s: %w: container %s uses it", imageID, ref, ErrImageInUse, c.ID)
+			}
+		}
+		if err := s.untag(ref, imageID); err != nil {
+			return err
+		}
+		untagged = true
+	}
+	names := s.namedBy(imageID)
+	switch {
+	case len(names) == 0 && untagged:
+		return nil // the last name took the image with it
+	case len(names) == 0:
 		return fmt.Errorf("remove image %s: %w", imageID, ErrNotFound)
+	case names[0] != danglingRef+imageID || len(names) > 1:
+		return fmt.Errorf("remove image %s: %w: still named %s", imageID, ErrImageInUse, strings.Join(slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, danglingRef) }), ", "))
 	}
-	for _, id := range sortedKeys(s.state.Containers) {
-		c := s.state.Containers[id]
-		uses := c.ImageID == imageID
-		if c.ImageID == "" {
-			cref, _ := simRef(c.Image)
-			uses = cref == ref
-		}
-		if uses {
-			return fmt.Errorf("remove image %s: %w: container %s uses it", imageID, ErrImageInUse, c.ID)
+	if c := user(); c != nil {
+		return fmt.Errorf("remove image %s: %w: container %s uses it", imageID, ErrImageInUse, c.ID)
+	}
+	delete(s.state.Images, names[0])
+	return s.save(simOp{DelImage: names[0]})
+}
+
+// untag removes one name of an image, as Docker does: when the name is a tag and no other tag
+// of its repository names the image, the digest names of that repository go with it (Docker
+// reads them as belonging to the tag) — so an operator's REG/app@sha256:… goes when the
+// agent's REG/app:task of the same image is taken back.
+func (s *Sim) untag(ref, imageID string) error {
+	drop := []string{ref}
+	if named, err := reference.ParseNormalizedNamed(ref); err == nil {
+		if _, digested := named.(reference.Digested); !digested {
+			var digests []string
+			tagged := false
+			for _, r := range s.namedBy(imageID) {
+				other, err := reference.ParseNormalizedNamed(r)
+				if err != nil || r == ref || other.Name() != named.Name() {
+					continue
+				}
+				if _, d := other.(reference.Digested); d {
+					digests = append(digests, r)
+				} else {
+					tagged = true
+				}
+			}
+			if !tagged {
+				drop = append(drop, digests...)
+			}
 		}
 	}
-	delete(s.state.Images, ref)
-	return s.save(simOp{DelImage: ref})
+	for _, r := range drop {
+		delete(s.state.Images, r)
+		if err := s.save(simOp{DelImage: r}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ImageDiskFree is the simulated disk of the images (ImageCollector): what SetDisk set,

@@ -46,7 +46,7 @@ func TestSimPullPolicies(t *testing.T) {
 	if err != nil || !fresh.Pulled || fresh.Digest == first.Digest || fresh.ImageID == first.ImageID {
 		t.Fatalf("always after a re-push: %+v, %v; want a new image", fresh, err)
 	}
-	if again, err := s.PullImage(ctx, img, event.PullAlways); err != nil || again.Pulled || again != (PullOutcome{Digest: fresh.Digest, ImageID: fresh.ImageID}) {
+	if again, err := s.PullImage(ctx, img, event.PullAlways); err != nil || again.Pulled || again != (PullOutcome{Digest: fresh.Digest, ImageID: fresh.ImageID, RefExisted: true}) {
 		t.Fatalf("always when up to date: %+v, %v; want the same image, not pulled", again, err)
 	}
 	// The agent's default policy applies to a container that names none.
@@ -158,18 +158,18 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 	}
 	s, _ = simWithClock(t, dir) // reread: the other agent's container is in the file
 	withBoth, _, _ := s.ImageDiskFree(ctx)
-	for _, img := range []PullOutcome{app, side} {
-		if err := s.RemoveImage(ctx, img.ImageID); !errors.Is(err, ErrImageInUse) {
+	for ref, img := range map[string]PullOutcome{"app:1": app, "side:1": side} {
+		if err := s.RemoveImage(ctx, img.ImageID, []string{ref}); !errors.Is(err, ErrImageInUse) {
 			t.Fatalf("remove of an image in use: %v; want ErrImageInUse", err)
 		}
 	}
 	if err := s.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RemoveImage(ctx, app.ImageID); err != nil {
+	if err := s.RemoveImage(ctx, app.ImageID, []string{"app:1"}); err != nil {
 		t.Fatalf("remove of an unused image: %v", err)
 	}
-	if err := s.RemoveImage(ctx, app.ImageID); !errors.Is(err, ErrNotFound) {
+	if err := s.RemoveImage(ctx, app.ImageID, []string{"app:1"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("remove of a removed image: %v; want ErrNotFound", err)
 	}
 	if after, _, _ := s.ImageDiskFree(ctx); after <= withBoth {
@@ -184,5 +184,78 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 	s.SetDisk(1<<30, 1<<30)
 	if free, total, _ := s.ImageDiskFree(ctx); free != 0 || total != 1<<30 {
 		t.Fatalf("a full disk: free %d of %d", free, total)
+	}
+}
+
+// TestSimImagesAreTheAgentsOnlyByID: the simulated engine models what Docker does with an
+// image the host already had under another name, and with an image more than one name holds:
+// a pull that resolves to an id the engine held is not the agent's; a removal takes back the
+// agent's name only, and the image stays while another name holds it (ErrImageInUse says
+// which) — even a container using it does not keep a name that is not the image's last; a
+// tag's re-push leaves the old image dangling, removed by id.
+func TestSimImagesAreTheAgentsOnlyByID(t *testing.T) {
+	s, _ := simWithClock(t, t.TempDir())
+	ctx := context.Background()
+	pinned, err := s.Preload("reg.example/app@sha256:" + strings.Repeat("a", 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetAlias("reg.example/app:task", "reg.example/app@sha256:"+strings.Repeat("a", 64)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.PullImage(ctx, "reg.example/app:task", "")
+	if err != nil || out.Pulled || out.RefExisted || out.ImageID != pinned.ImageID {
+		t.Fatalf("pull of a tag of the image the host had pinned: %+v, %v; want that image, not the agent's", out, err)
+	}
+	// Why it must not be the agent's: on Docker, taking back the tag takes the digest name of
+	// the same repository with it, and the image.
+	if err := s.RemoveImage(ctx, pinned.ImageID, []string{"reg.example/app:task"}); err != nil {
+		t.Fatalf("untag of the only tag of the repository: %v", err)
+	}
+	for _, img := range s.Images() {
+		if img.ImageID == pinned.ImageID {
+			t.Fatal("the digest name of the same repository stayed: Docker drops it with the repository's last tag")
+		}
+	}
+	if _, err := s.Preload("reg.example/app@sha256:" + strings.Repeat("a", 64)); err != nil {
+		t.Fatal(err)
+	}
+
+	own, err := s.PullImage(ctx, "own:1", "")
+	if err != nil || !own.Pulled {
+		t.Fatalf("pull: %+v, %v", own, err)
+	}
+	if _, err := s.Create(ctx, CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "own:1"}, ImageID: own.ImageID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Tag("own:1", "ops/keep:1"); err != nil {
+		t.Fatal(err)
+	}
+	err = s.RemoveImage(ctx, own.ImageID, []string{"own:1"})
+	if !errors.Is(err, ErrImageInUse) || !strings.Contains(err.Error(), "ops/keep:1") {
+		t.Fatalf("remove of an image an operator tagged too: %v; want ErrImageInUse naming the tag", err)
+	}
+	held := map[string]bool{}
+	for _, img := range s.Images() {
+		held[img.ImageID] = true
+	}
+	if !held[own.ImageID] || !held[pinned.ImageID] {
+		t.Fatalf("images after: %+v; both must stay", s.Images())
+	}
+	if again, err := s.PullImage(ctx, "own:1", event.PullNever); err == nil {
+		t.Fatalf("own:1 still names the image (%+v): its removal takes the agent's name back", again)
+	}
+
+	// A re-push moves the tag: the old image is left with no name and goes by id.
+	first, _ := s.PullImage(ctx, "moving:1", "")
+	_ = s.RepushImage("moving:1")
+	if _, err := s.PullImage(ctx, "moving:1", event.PullAlways); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveImage(ctx, first.ImageID, nil); err != nil {
+		t.Fatalf("remove of the dangling image: %v", err)
+	}
+	if err := s.RemoveImage(ctx, first.ImageID, nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("remove again: %v; want ErrNotFound", err)
 	}
 }

@@ -3,6 +3,10 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,12 +112,90 @@ func TestFailingImages(t *testing.T) {
 	}
 }
 
+// TestNames: a container's name carries the agent id, the task's id and the container's name
+// readably, stays within Docker's name rules whatever the ids hold, and keeps apart what the
+// names before (a 32-bit FNV of the ARN) let collide: two ARNs whose FNV-1a agree, found here
+// by a search of a fraction of a second, and one ARN on two agents sharing an engine.
 func TestNames(t *testing.T) {
-	if n := Name("arn:aws:ecs:task/7f3a", "app"); n[:len("agentd-7f3a-app-")] != "agentd-7f3a-app-" {
-		t.Fatalf("name %q", n)
+	dockerName := regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+	n := Name("agent-0123456789abcdef", "arn:aws:ecs:eu-west-1:1:task/7f3a", "app")
+	if !strings.HasPrefix(n, "agentd-agent-0123456789abcdef-7f3a-app-") || !dockerName.MatchString(n) {
+		t.Fatalf("name %q: want agentd-<agent id>-<task id>-<container>-<digest>", n)
 	}
-	if Name("task/a", "x") == Name("other/a", "x") {
-		t.Fatal("tasks with the same short id collide")
+	if d := n[strings.LastIndex(n, "-")+1:]; len(d) < 16 {
+		t.Fatalf("name %q: digest %q has fewer than 64 bits", n, d)
+	}
+	for _, ids := range [][2]string{{"agent é/x\x00", "task/ü ß"}, {"", ""}, {strings.Repeat("a", 300), strings.Repeat("t/", 300)}} {
+		if n := Name(ids[0], ids[1], "c"); !dockerName.MatchString(n) || len(n) > 128 {
+			t.Errorf("Name(%q, %q) = %q: not a Docker name of bounded length", ids[0], ids[1], n)
+		}
+	}
+
+	a, b := fnvCollision(t, "cluster-%d/task1")
+	if oldName(a, "app") != oldName(b, "app") {
+		t.Fatalf("%q and %q: the names before were not the same (%s, %s)", a, b, oldName(a, "app"), oldName(b, "app"))
+	}
+	if Name("agent-1", a, "app") == Name("agent-1", b, "app") {
+		t.Fatalf("%q and %q, whose FNV-1a collide, get one name: %s", a, b, Name("agent-1", a, "app"))
+	}
+	if Name("agent-old", a, "app") == Name("agent-new", a, "app") {
+		t.Fatal("one ARN on two agents gets one name")
+	}
+	if Name("a", "b/c", "x") == Name("ab", "/c", "x") {
+		t.Fatal("agent id and ARN are not kept apart in the digest")
+	}
+}
+
+// oldName is the name agentd gave containers before names carried the agent id.
+func oldName(task, container string) string {
+	h := fnv.New32a()
+	h.Write([]byte(task))
+	return fmt.Sprintf("agentd-%s-%s-%08x", nameTail(task, "/:", 40), container, h.Sum32())
+}
+
+// fnvCollision finds two ARNs of the pattern (with %d) whose 32-bit FNV-1a agree.
+func fnvCollision(t *testing.T, pattern string) (string, string) {
+	seen := map[uint32]string{}
+	for i := 0; i < 1<<22; i++ {
+		arn := fmt.Sprintf(pattern, i)
+		h := fnv.New32a()
+		h.Write([]byte(arn))
+		if other, ok := seen[h.Sum32()]; ok {
+			return other, arn
+		}
+		seen[h.Sum32()] = arn
+	}
+	t.Fatal("no FNV-1a collision among 4M ARNs")
+	return "", ""
+}
+
+// TestSimNameTakenByAnother: as on Docker, a name held by a container that is not this one —
+// another agent's — fails the create with ErrNameTaken naming the holder; the agent's own
+// container under the name is the create's answer (idempotent); and a container made under
+// the name an older agent gave it is still found by its labels.
+func TestSimNameTakenByAnother(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewSim(dir, "agent-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	spec := CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "img"}}
+	s.state.Containers["foreign-1"] = &simContainer{ID: "foreign-1", Agent: "agent-b", Task: "task/x", Container: "y", Name: Name("agent-a", "task/1", "app")}
+	if _, err := s.Create(ctx, spec); !errors.Is(err, ErrNameTaken) || !strings.Contains(err.Error(), "foreign-1") {
+		t.Fatalf("create under a name another agent's container holds: %v; want ErrNameTaken naming foreign-1", err)
+	}
+	delete(s.state.Containers, "foreign-1")
+	id, err := s.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.Create(ctx, spec); err != nil || again != id {
+		t.Fatalf("create again: %q, %v; want the same container %s", again, err, id)
+	}
+	s.state.Containers["old-1"] = &simContainer{ID: "old-1", Agent: "agent-a", Task: "task/old", Container: "app", Name: oldName("task/old", "app")}
+	if st, err := s.Find(ctx, "task/old", "app"); err != nil || st.ID != "old-1" {
+		t.Fatalf("find a container made under the old name: %+v, %v", st, err)
 	}
 }
 

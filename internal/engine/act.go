@@ -83,7 +83,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		if ip, ok := rt.(docker.ImagePuller); ok {
 			var out docker.PullOutcome
 			out, err = ip.PullImage(ctx, a.Spec.Image, a.Spec.PullPolicy)
-			res.ImageID, res.ImageDigest, res.ImagePulled, res.Note = out.ImageID, out.Digest, out.Pulled, out.Note
+			res.ImageID, res.ImageDigest, res.ImagePulled, res.ImageRefExisted, res.Note = out.ImageID, out.Digest, out.Pulled, out.RefExisted, out.Note
 		} else if pp, ok := rt.(docker.PolicyPuller); ok {
 			err = pp.PullWith(ctx, a.Spec.Image, a.Spec.PullPolicy)
 		} else {
@@ -91,7 +91,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		}
 	case fsm.ActRemoveImage:
 		if ic, ok := rt.(docker.ImageCollector); ok {
-			err = ic.RemoveImage(ctx, a.RuntimeID)
+			err = ic.RemoveImage(ctx, a.RuntimeID, a.Refs)
 		}
 	case fsm.ActCreate:
 		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec, ImageID: a.ImageID})
@@ -147,6 +147,8 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		res.Kind, res.Err = fsm.Unknown, err.Error()
 	case errors.Is(err, docker.ErrNotFound):
 		res.Kind, res.Err = fsm.Vanished, err.Error()
+	case errors.Is(err, docker.ErrImageInUse):
+		res.Kind, res.Err = fsm.Refused, err.Error() // the image stays another's: the claim ends
 	default:
 		res.Kind, res.Err = fsm.Failed, err.Error()
 	}

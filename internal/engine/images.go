@@ -104,9 +104,9 @@ func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
 	}
 }
 
-// imageRefusedWait is how long an image the runtime refused to remove sits out the cycles:
-// whatever held it (a container not the agent's, another tag) rarely goes within minutes, and
-// meanwhile the next oldest are collected instead of the same refusals asked for again.
+// imageRefusedWait is how long an image whose removal failed sits out the cycles, so the next
+// oldest are collected instead of the same failure asked for again. (An image another name or
+// container holds is not retried at all: its claim ends, image_released.)
 const imageRefusedWait = time.Hour
 
 // imageCycleRetry is how soon a cycle that found a pull out tries again; imageDeferLimit how
@@ -134,7 +134,11 @@ func (e *Engine) callsOut(kind fsm.ActionKind) bool {
 // imageRemovalEnded records a removal's outcome and lets held pulls go.
 func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
 	v := e.st.Step(now, fsm.ActionFinished{Action: a, Result: r})
-	if len(v.Records) > 0 {
+	if len(v.Records) > 0 && r.Kind == fsm.Refused {
+		// Not a failure: the image is another's too, and the agent let go of it for good.
+		e.metrics.imagesReleased.Inc()
+		e.log.Info().Str("image", a.RuntimeID).Str("held_by", r.Err).Msg("image released: the runtime keeps it for another name or container; no longer the agent's to remove")
+	} else if len(v.Records) > 0 {
 		e.metrics.imagesRemoved.Inc()
 		e.log.Info().Str("image", a.RuntimeID).Msg("image removed")
 	} else if r.Kind != fsm.Succeeded {

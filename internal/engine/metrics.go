@@ -27,6 +27,7 @@ type Metrics struct {
 
 	imagesRemoved        prometheus.Counter
 	imageRemovalFailures prometheus.Counter
+	imagesReleased       prometheus.Counter
 	imagesPulled         prometheus.Gauge
 }
 
@@ -44,11 +45,12 @@ func newMetrics() *Metrics {
 		outbox:               prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_outbox_changes", Help: "State changes not yet settled by the control plane."}),
 		oldestUnsent:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_oldest_unsent_change_age_seconds", Help: "Age of the oldest unsettled state change."}),
 		imagesRemoved:        prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_images_removed_total", Help: "Images the agent pulled and removed as unused (image_removed records)."}),
-		imageRemovalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_image_removal_failures_total", Help: "Image removals the runtime refused (in use elsewhere, tagged again) or failed."}),
+		imageRemovalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_image_removal_failures_total", Help: "Image removals that failed (not those kept for another name or container: agentd_images_released_total)."}),
+		imagesReleased:       prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_images_released_total", Help: "Images the agent pulled and let go of, the runtime keeping them for another name or container (image_released records)."}),
 		imagesPulled:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_images_pulled", Help: "Images the agent pulled and has not removed."}),
 	}
 	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.cleanups, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
-		m.imagesRemoved, m.imageRemovalFailures, m.imagesPulled)
+		m.imagesRemoved, m.imageRemovalFailures, m.imagesReleased, m.imagesPulled)
 	return m
 }
 

@@ -303,7 +303,7 @@ func (s *script) outcome(t testing.TB, d *datadriven.TestData) string {
 	for _, arg := range d.CmdArgs[2:] {
 		switch arg.Key {
 		case "ok":
-		case "failed", "unavailable", "vanished", "unknown":
+		case "failed", "unavailable", "vanished", "unknown", "refused":
 			res.Kind = fsm.ResultKind(arg.Key)
 		case "running":
 			res.Running = true
@@ -410,11 +410,11 @@ func (r *scriptRuntime) Pull(context.Context, string) error { return errScripted
 func (r *scriptRuntime) Create(context.Context, docker.CreateSpec) (string, error) {
 	return "", errScripted
 }
-func (r *scriptRuntime) Start(context.Context, string) error               { return errScripted }
-func (r *scriptRuntime) Stop(context.Context, string, time.Duration) error { return errScripted }
-func (r *scriptRuntime) Remove(context.Context, string) error              { return errScripted }
-func (r *scriptRuntime) Close() error                                      { return nil }
-func (r *scriptRuntime) RemoveImage(context.Context, string) error         { return errScripted }
+func (r *scriptRuntime) Start(context.Context, string) error                 { return errScripted }
+func (r *scriptRuntime) Stop(context.Context, string, time.Duration) error   { return errScripted }
+func (r *scriptRuntime) Remove(context.Context, string) error                { return errScripted }
+func (r *scriptRuntime) Close() error                                        { return nil }
+func (r *scriptRuntime) RemoveImage(context.Context, string, []string) error { return errScripted }
 func (r *scriptRuntime) ImageDiskFree(context.Context) (uint64, uint64, error) {
 	return 0, 0, errScripted
 }

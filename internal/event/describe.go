@@ -104,6 +104,11 @@ func Describe(e Event) string {
 		kv("digest", e.Digest)
 		kv("refs", e.Refs)
 		kv("reason", e.Reason)
+	case *ImageReleased:
+		kv("image", e.ImageID)
+		kv("digest", e.Digest)
+		kv("refs", e.Refs)
+		kv("reason", e.Reason)
 	case *SnapshotTaken:
 		kv("at", fmt.Sprint(e.AtSeq))
 		kv("bytes", e.Bytes)

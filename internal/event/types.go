@@ -237,10 +237,14 @@ type ContainerTransitioned struct {
 	StopsTask bool `json:"stops_task,omitempty"`
 	// On a PULLED: the image the runtime resolved the reference to (its id, and its content
 	// digest — the repository digest for a registry image), and ImagePulled when this agent
-	// fetched it from a registry. Image garbage collection removes only images so pulled.
-	ImageID     string `json:"image_id,omitempty"`
-	ImageDigest string `json:"image_digest,omitempty"`
-	ImagePulled bool   `json:"image_pulled,omitempty"`
+	// fetched it from a registry: its id was absent before the pull (records before issue 22
+	// said so when the reference was absent). Image garbage collection removes only images so
+	// pulled. ImageRefExisted: the reference named this very image before the pull, so it is
+	// not a name the agent made, and collection never takes it back.
+	ImageID         string `json:"image_id,omitempty"`
+	ImageDigest     string `json:"image_digest,omitempty"`
+	ImagePulled     bool   `json:"image_pulled,omitempty"`
+	ImageRefExisted bool   `json:"image_ref_existed,omitempty"`
 }
 
 // CallStarted records, before it is made, a runtime call that must never be made twice (a
@@ -324,6 +328,17 @@ type ImageRemoved struct {
 	Reason  string   `json:"reason,omitempty"`
 }
 
+// ImageReleased records that an image this agent pulled is no longer its own (subject: none):
+// collection took back the agent's names of it, and the runtime kept the image because another
+// name (an operator's tag) or a container not the agent's holds it. The image stays with
+// whoever holds it; the agent never tries to remove it again.
+type ImageReleased struct {
+	ImageID string   `json:"image_id"`
+	Digest  string   `json:"digest,omitempty"`
+	Refs    []string `json:"refs,omitempty"`   // the references the agent pulled it by
+	Reason  string   `json:"reason,omitempty"` // what holds it, in the runtime's words
+}
+
 // ReportAttempted records a report that did not settle its changes (throttled, failed), so a
 // post-mortem can see how long a STOPPED waited and why. Count folds repeated attempts.
 type ReportAttempted struct {
@@ -356,3 +371,4 @@ func (*SnapshotTaken) Type() Type         { return TypeSnapshotTaken }
 func (*CompactionDone) Type() Type        { return TypeCompactionDone }
 func (*ReportAttempted) Type() Type       { return TypeReportAttempted }
 func (*ImageRemoved) Type() Type          { return TypeImageRemoved }
+func (*ImageReleased) Type() Type         { return TypeImageReleased }

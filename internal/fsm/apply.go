@@ -171,7 +171,9 @@ func (s *State) apply(rec event.Record) error {
 	case *event.TaskCleaned:
 		return s.clean(rec)
 	case *event.ImageRemoved:
-		return s.imageRemoved(e)
+		return s.imageGone(e.ImageID)
+	case *event.ImageReleased:
+		return s.imageGone(e.ImageID)
 	case *event.CompactionDone:
 		for _, arn := range e.Tasks {
 			if _, live := s.Tasks[arn]; live {

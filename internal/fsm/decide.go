@@ -37,6 +37,7 @@ type Action struct {
 	RuntimeID string
 	From      event.Status // the container's status when decided, for the record of the outcome
 	ImageID   string       // create: the image its pull resolved to, to create from
+	Refs      []string     // image removal: the references the agent pulled the image by, to take back
 }
 
 // ActionKey identifies an action for de-duplication while it is in flight or backing off.

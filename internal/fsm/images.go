@@ -14,8 +14,13 @@ import (
 
 // Image garbage collection. The projection keeps the images this agent pulled (journaled with
 // the PULLED of the container that pulled them) and decides which to remove. It promises:
+//   - An image is the agent's only if its pull fetched it: its id was absent before (an image
+//     the host had under another name — an operator's digest-pinned pull — never is).
 //   - Only images this agent pulled are removed: Apply refuses an image_removed of any other,
-//     so `journal verify` names such a removal.
+//     so `journal verify` names such a removal. A removal takes back only the names the
+//     agent's pulls made (the runtime deletes the image with the last of them); when another
+//     name or a container not the agent's holds the image, the runtime keeps it and the
+//     agent's claim ends (image_released): it is never asked for again.
 //   - No image a task that is not cleaned uses, or is about to pull, is chosen: a task keeps
 //     its images until its cleanup is journaled, whatever its state.
 //   - An image is chosen only after it went unused for the configured age — counted from its
@@ -26,7 +31,7 @@ import (
 type Image struct {
 	ID       string    `json:"id"`
 	Digest   string    `json:"digest,omitempty"`
-	Refs     []string  `json:"refs"` // the references that resolved to it, until one resolves to another image (a re-pushed tag)
+	Refs     []string  `json:"refs"` // the references the agent's pulls made name it, until one resolves to another image (a re-pushed tag)
 	PulledAt time.Time `json:"pulled_at"`
 	LastUsed time.Time `json:"last_used"` // its last pull, or the cleanup of the last task that used it
 }
@@ -72,7 +77,7 @@ func (s *State) CollectImages(now time.Time, cfg ImageConfig, lowSpace bool) []A
 	})
 	var acts []Action
 	for _, img := range out[:min(len(out), cfg.PerCycle)] {
-		acts = append(acts, Action{Kind: ActRemoveImage, Container: img.ID, RuntimeID: img.ID})
+		acts = append(acts, Action{Kind: ActRemoveImage, Container: img.ID, RuntimeID: img.ID, Refs: slices.Clone(img.Refs)})
 	}
 	return acts
 }
@@ -107,19 +112,27 @@ func canonicalRef(ref string) string {
 	return reference.TagNameOnly(named).String()
 }
 
-// imageRemovalFinished maps a removal's outcome to its record: removed, or already gone. A
-// removal the runtime refused (the image is in use by a container not the agent's, or tagged
-// again) records nothing; the next cycle may try again.
+// imageRemovalFinished maps a removal's outcome to its record: removed, already gone, or
+// released — the runtime kept the image for another name or a container not the agent's, so
+// it is no longer the agent's to remove (asking again every cycle would change nothing). Any
+// other failure records nothing; a later cycle may try again.
 func (s *State) imageRemovalFinished(a Action, r Result) Verdict {
 	img := s.Images[a.RuntimeID]
-	if img == nil || (r.Kind != Succeeded && r.Kind != Vanished) {
+	if img == nil {
 		return Verdict{}
 	}
-	reason := "unused since " + img.LastUsed.UTC().Format(time.RFC3339)
-	if r.Kind == Vanished {
-		reason = "already gone from the runtime"
+	var e event.Event
+	switch r.Kind {
+	case Succeeded:
+		e = &event.ImageRemoved{ImageID: img.ID, Digest: img.Digest, Refs: slices.Clone(img.Refs), Reason: "unused since " + img.LastUsed.UTC().Format(time.RFC3339)}
+	case Vanished:
+		e = &event.ImageRemoved{ImageID: img.ID, Digest: img.Digest, Refs: slices.Clone(img.Refs), Reason: "already gone from the runtime"}
+	case Refused:
+		e = &event.ImageReleased{ImageID: img.ID, Digest: img.Digest, Refs: slices.Clone(img.Refs), Reason: r.Err}
+	default:
+		return Verdict{}
 	}
-	return Verdict{Records: []event.Record{{Event: &event.ImageRemoved{ImageID: img.ID, Digest: img.Digest, Refs: slices.Clone(img.Refs), Reason: reason}}}}
+	return Verdict{Records: []event.Record{{Event: e}}}
 }
 
 // imagePulled notes the image a container's reference resolved to, and an image the agent
@@ -145,7 +158,8 @@ func (s *State) imagePulled(rec event.Record, c *Container, e *event.ContainerTr
 	if img == nil {
 		return
 	}
-	if !slices.Contains(img.Refs, c.Image) {
+	// A name the pull did not make (it named the image before) is not the agent's to take back.
+	if !e.ImageRefExisted && !slices.Contains(img.Refs, c.Image) {
 		img.Refs = append(img.Refs, c.Image)
 		slices.Sort(img.Refs)
 	}
@@ -161,11 +175,11 @@ func (s *State) imagesReleased(rec event.Record, t *Task) {
 	}
 }
 
-// imageRemoved forgets a removed image; only one the agent pulled may be.
-func (s *State) imageRemoved(e *event.ImageRemoved) error {
-	if _, ok := s.Images[e.ImageID]; !ok {
-		return fmt.Errorf("%w: %s", ErrImageNotPulled, e.ImageID)
+// imageGone forgets a removed or released image; only one the agent pulled may be.
+func (s *State) imageGone(id string) error {
+	if _, ok := s.Images[id]; !ok {
+		return fmt.Errorf("%w: %s", ErrImageNotPulled, id)
 	}
-	delete(s.Images, e.ImageID)
+	delete(s.Images, id)
 	return nil
 }

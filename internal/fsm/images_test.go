@@ -1,6 +1,7 @@
 package fsm_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -38,5 +39,81 @@ func TestCollectImagesKeepsAnImageALiveTaskNamesByAnotherSpelling(t *testing.T) 
 	s.Tasks["t3"] = &fsm.Task{ARN: "t3", Containers: []*fsm.Container{{ContainerSpec: event.ContainerSpec{Name: "app", Image: "web:2"}}}}
 	if acts := s.CollectImages(t0.Add(48*time.Hour), fsm.ImageConfig{MinAge: time.Hour, PerCycle: 5}, false); len(acts) != 1 {
 		t.Fatalf("collection chose %v; want the unused web:1 image", acts)
+	}
+}
+
+// A removal the runtime refuses because another name or a container not the agent's holds
+// the image ends the agent's claim: one image_released record, after which the image is no
+// longer the agent's — never chosen again, whatever the age or the disk — and a replay agrees.
+// Any other failure records nothing: the image stays the agent's, for a later cycle.
+func TestARefusedRemovalEndsTheClaim(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	img := func() *fsm.State {
+		s := fsm.New()
+		s.Images["sha256:app"] = &fsm.Image{ID: "sha256:app", Digest: "sha256:d-app", Refs: []string{"reg/app:1"}, PulledAt: t0, LastUsed: t0}
+		return s
+	}
+	cfg := fsm.ImageConfig{MinAge: time.Hour, PerCycle: 5}
+
+	s := img()
+	acts := s.CollectImages(t0.Add(2*time.Hour), cfg, false)
+	if len(acts) != 1 || len(acts[0].Refs) != 1 || acts[0].Refs[0] != "reg/app:1" {
+		t.Fatalf("collection chose %+v; want the image, with the agent's reference to take back", acts)
+	}
+	if v := s.Step(t0.Add(2*time.Hour), fsm.ActionFinished{Action: acts[0], Result: fsm.Result{Kind: fsm.Failed, Err: "engine error"}}); len(v.Records) != 0 {
+		t.Fatalf("a failed removal recorded %v; the image stays the agent's", v.Records)
+	}
+	v := s.Step(t0.Add(2*time.Hour), fsm.ActionFinished{Action: acts[0], Result: fsm.Result{Kind: fsm.Refused, Err: "still named ops/keep:1"}})
+	if len(v.Records) != 1 {
+		t.Fatalf("a refused removal recorded %v; want one image_released", v.Records)
+	}
+	rel, ok := v.Records[0].Event.(*event.ImageReleased)
+	if !ok || rel.ImageID != "sha256:app" || rel.Reason != "still named ops/keep:1" || len(rel.Refs) != 1 {
+		t.Fatalf("record %+v; want image_released of sha256:app saying what holds it", v.Records[0].Event)
+	}
+	rec := event.Record{Seq: 1, Time: t0.Add(2 * time.Hour), Event: rel}
+	if err := s.Apply(rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Images) != 0 {
+		t.Fatalf("images after the release: %v; want none", s.Images)
+	}
+	if acts := s.CollectImages(t0.Add(100*time.Hour), cfg, true); len(acts) != 0 {
+		t.Fatalf("collection chose %v after the claim ended", acts)
+	}
+	// journal verify: a release of an image the agent holds is fine; of one it does not, named.
+	c := fsm.NewChecker(img())
+	c.Record(rec)
+	c.Record(event.Record{Seq: 2, Time: t0.Add(3 * time.Hour), Event: &event.ImageReleased{ImageID: "sha256:host"}})
+	if len(c.Violations) != 1 || c.Violations[0].Seq != 2 || c.Violations[0].Rule != fsm.RuleImageNotPulled {
+		t.Fatalf("violations %v; want only record 2, a release of an image the agent did not pull", c.Violations)
+	}
+}
+
+// A pull whose reference already named the image made no name: it is not added to the agent's
+// references of its image (collection would take back a name that is someone else's); a
+// reference the agent's pull made name the image is.
+func TestOnlyNamesTheAgentMadeAreTakenBack(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	s := fsm.New()
+	seq := uint64(0)
+	add := func(arn, image string, e *event.ContainerTransitioned) {
+		t.Helper()
+		seq++
+		if err := s.Apply(event.Record{Seq: seq, Time: t0, Task: arn, Event: &event.TaskAdded{Desired: event.StatusRunning,
+			Containers: []event.ContainerSpec{{Name: "app", Image: image, Essential: true}}}}); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+		e.From, e.To, e.ImageID = event.StatusNone, event.StatusPulled, "sha256:app"
+		if err := s.Apply(event.Record{Seq: seq, Time: t0, Task: arn, Container: "app", Event: e}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("t1", "reg/app:1", &event.ContainerTransitioned{ImagePulled: true})
+	add("t2", "ops/keep:1", &event.ContainerTransitioned{ImageRefExisted: true})
+	add("t3", "reg/app:2", &event.ContainerTransitioned{})
+	if img := s.Images["sha256:app"]; img == nil || strings.Join(img.Refs, ",") != "reg/app:1,reg/app:2" {
+		t.Fatalf("the agent's image: %+v; want refs reg/app:1 and reg/app:2, not the operator's ops/keep:1", img)
 	}
 }

@@ -75,7 +75,7 @@ func (c *Checker) Record(rec event.Record) {
 	if _, ok := rec.Event.(*event.CompactionDone); ok || rec.Seq > c.State.LastSeq+1 {
 		c.compacted = true // a compaction's record, or the hole one left
 	}
-	if e, ok := rec.Event.(*event.ImageRemoved); ok && c.compacted && c.State.Images[e.ImageID] == nil {
+	if id := imageGoneID(rec.Event); id != "" && c.compacted && c.State.Images[id] == nil {
 		c.State.Skip(rec) // pulled in history compaction dropped
 		return
 	}
@@ -85,6 +85,18 @@ func (c *Checker) Record(rec event.Record) {
 		return
 	}
 	c.checkState(rec)
+}
+
+// imageGoneID is the image a removal or release record ends the agent's claim on ("" for other
+// records).
+func imageGoneID(e event.Event) string {
+	switch e := e.(type) {
+	case *event.ImageRemoved:
+		return e.ImageID
+	case *event.ImageReleased:
+		return e.ImageID
+	}
+	return ""
 }
 
 func classify(err error) Rule {

@@ -59,7 +59,7 @@ func (w *world) step() {
 		}
 		cfg := fsm.ImageConfig{MinAge: time.Duration(rapid.IntRange(0, 300).Draw(w.t, "image age")) * time.Second, PerCycle: 2}
 		for _, a := range w.st.CollectImages(w.now, cfg, rapid.Bool().Draw(w.t, "low space")) {
-			res := fsm.Result{Kind: rapid.SampledFrom([]fsm.ResultKind{fsm.Succeeded, fsm.Vanished, fsm.Failed}).Draw(w.t, "removal")}
+			res := fsm.Result{Kind: rapid.SampledFrom([]fsm.ResultKind{fsm.Succeeded, fsm.Vanished, fsm.Failed, fsm.Refused}).Draw(w.t, "removal")}
 			for _, r := range w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res}).Records {
 				w.apply(r.Task, r.Container, r.Event)
 			}

@@ -83,7 +83,7 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: fmt.Sprintf("%s failed: %s", a.Kind, why)})
 	case a.Kind == ActPull:
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusPulled, Reason: r.Note,
-			ImageID: r.ImageID, ImageDigest: r.ImageDigest, ImagePulled: r.ImagePulled && r.ImageID != ""})
+			ImageID: r.ImageID, ImageDigest: r.ImageDigest, ImagePulled: r.ImagePulled && r.ImageID != "", ImageRefExisted: r.ImageRefExisted && r.ImageID != ""})
 	case a.Kind == ActCreate:
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.RuntimeID})
 	case a.Kind == ActStart:

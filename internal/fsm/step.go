@@ -40,6 +40,7 @@ const (
 	Unavailable ResultKind = "unavailable" // the runtime did not answer: nothing is known
 	Unknown     ResultKind = "unknown"     // the call timed out, or the runtime refused a second start: it may have taken effect
 	Vanished    ResultKind = "vanished"    // the container is gone from the runtime
+	Refused     ResultKind = "refused"     // image removal: another name or a container not the agent's holds the image, which stays
 )
 
 // Result is a runtime call's outcome.
@@ -51,11 +52,13 @@ type Result struct {
 	ExitCode  int
 	OOMKilled bool                   // it ended killed for going over its memory limit
 	Bindings  []event.NetworkBinding // start and inspect: the host ports bound for it
-	Err       string                 // Failed and Unavailable: the cause
+	Err       string                 // Failed, Unavailable and Refused: the cause
 	// Pull: the image the reference resolved to, whether this call fetched it from a
-	// registry, and a note worth reporting (a cached image used after a failed pull).
+	// registry (its id was absent before), whether the reference named it before the call,
+	// and a note worth reporting (a cached image used after a failed pull).
 	ImageID, ImageDigest string
 	ImagePulled          bool
+	ImageRefExisted      bool
 	Note                 string
 }
 

@@ -45,9 +45,9 @@ func (r OpeningRuntime) PullImage(ctx context.Context, image, policy string) (do
 }
 
 // RemoveImage passes image removal through; a runtime without it removes nothing.
-func (r OpeningRuntime) RemoveImage(ctx context.Context, imageID string) error {
+func (r OpeningRuntime) RemoveImage(ctx context.Context, imageID string, refs []string) error {
 	if ic, ok := r.Runtime.(docker.ImageCollector); ok {
-		return ic.RemoveImage(ctx, imageID)
+		return ic.RemoveImage(ctx, imageID, refs)
 	}
 	return fmt.Errorf("remove image %s: runtime %s does not remove images: %w", imageID, r.Runtime.Name(), errors.ErrUnsupported)
 }

@@ -122,8 +122,10 @@ type sim struct {
 	bugs   int
 	// pulls draws the registries' behaviour (slow pulls, transient and permanent failures)
 	// from the seed on a stream of its own, so the other draws stay as they were.
-	pulls       *rand.Rand
-	hostImageID string
+	pulls        *rand.Rand
+	hostImageID  string
+	hostPinnedID string
+	opsTaggedID  string // the agent's image the operator tagged too (opsTag), once tagged
 	// deps draws start_timeout_s (PROTOCOL.md 1.2 §4) on a stream of its own, for the same reason.
 	deps *rand.Rand
 
@@ -457,6 +459,9 @@ func (s *sim) assign() {
 		case 0:
 			ct.Image = hostImage // on the host already: never the agent's to remove
 			ct.PullPolicy = []string{event.PullNever, event.PullIfNotPresent, event.PullAlways}[s.pulls.IntN(3)]
+			if s.o.Seed%2 == 0 && ct.PullPolicy != event.PullNever {
+				ct.Image = hostTag // pulled, yet the host's image (pinned by digest): never the agent's either
+			}
 		case 1:
 			ct.Image = "img-b"
 		case 2:
