@@ -18,6 +18,9 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	if e.inflight[key] || e.reconcilePending {
 		return // the runtime is not reconciled yet: the task is decided again once it is
 	}
+	if a.Task != "" && e.quarantined[a.Task] != "" {
+		return // no further actions for a quarantined task (quarantine.go)
+	}
 	if other, ok := waitsFor[a.Kind]; ok && e.inflight[fsm.ActionKey{Kind: other, Task: a.Task, Container: a.Container}] {
 		return // its outcome makes the task dirty: decided again then
 	}
@@ -211,7 +214,7 @@ func (e *Engine) freeRemovalSlot(now time.Time) {
 // wantsRemovalSlot reports whether a task has a removal to make now: decided, and neither in
 // flight nor waiting out a backoff (those make the task dirty again when they end).
 func (e *Engine) wantsRemovalSlot(arn string, now time.Time) bool {
-	if _, live := e.st.Tasks[arn]; !live {
+	if _, live := e.st.Tasks[arn]; !live || e.quarantined[arn] != "" {
 		return false
 	}
 	for _, a := range e.st.Decide(now, e.fcfg, arn).Actions {

@@ -139,6 +139,8 @@ type Engine struct {
 	reconcileAt      time.Time
 	reconcileTries   int
 	snapSeq          uint64
+	quarantined      map[string]string    // tasks a refused record concerned: why (quarantine.go)
+	coreRefusal      string               // the last refused record without a task
 	imagesAt         time.Time            // the next image collection cycle (zero: not scheduled yet)
 	imagesAsking     bool                 // a cycle's disk question is out
 	imagesDeferred   int                  // cycles put off in a row because pulls were out
@@ -179,7 +181,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)),
 		fcfg:  fsm.Config{CleanupWait: cfg.CleanupWait},
 		dirty: map[string]bool{}, inflight: map[fsm.ActionKey]bool{}, retryAt: map[fsm.ActionKey]retry{},
-		waiting: map[string]bool{}, held: map[string]docker.Exit{}, pullsHeld: map[string]bool{}, imagesRefused: map[string]time.Time{},
+		waiting: map[string]bool{}, held: map[string]docker.Exit{}, pullsHeld: map[string]bool{}, imagesRefused: map[string]time.Time{}, quarantined: map[string]string{},
 		inputs: make(chan Input, 1024), queries: make(chan query),
 		metrics: newMetrics(),
 	}

@@ -12,8 +12,8 @@ import (
 // plane sent, what a runtime call did, what the runtime reported by itself, what the control
 // plane answered, what the runtime holds after a restart, a compaction that finished. Step
 // turns each into the records that say so. The engine journals and applies those records and
-// decides nothing itself, so every rule that maps the world into the journal lives here, where
-// the scripts and property tests exercise the very code the daemon runs.
+// makes none of its own from an input, so every rule that maps the world into the journal lives
+// here, where the scripts and property tests exercise the very code the daemon runs.
 type Input interface{ isInput() }
 
 // PayloadArrived is a payload from the control plane, tasks still raw, and the task rules it
