@@ -100,12 +100,15 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec, ImageID: a.ImageID})
 		failpoint.Hit("runtime-after-create-before-journal")
 	case fsm.ActStart:
-		if err = rt.Start(ctx, id); err == nil {
+		err = rt.Start(ctx, id)
+		if err == nil || plainFailure(err) {
 			// The ports bound for it go with its RUNNING; and a container may end before its
-			// start is journaled: say so now.
+			// start is journaled: say so now. A start that answered an error may yet have run
+			// the container (it ended before the answer): the runtime's start time says so.
 			if st, ierr := rt.Inspect(ctx, id); ierr == nil {
 				res.Bindings = st.Bindings
 				res.Exited, res.ExitCode, res.OOMKilled = st.Exited, st.ExitCode, st.OOMKilled
+				res.Ran, res.StartedAt = err != nil && !st.StartedAt.IsZero(), st.StartedAt
 			}
 		}
 	case fsm.ActStop:
@@ -154,6 +157,17 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		res.Kind, res.Err = fsm.Failed, err.Error()
 	}
 	return res
+}
+
+// plainFailure reports whether a call's error is one call sorts as Failed: the runtime
+// answered, and said no.
+func plainFailure(err error) bool {
+	for _, known := range []error{docker.ErrUnavailable, context.DeadlineExceeded, docker.ErrAlreadyStarted, docker.ErrNotFound} {
+		if errors.Is(err, known) {
+			return false
+		}
+	}
+	return err != nil
 }
 
 // handleAction records what a runtime call did (the core decides what), keeps the runtime's

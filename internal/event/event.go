@@ -40,6 +40,7 @@ const (
 	TypeCallEnded             Type = 19
 	TypeHealthChanged         Type = 20
 	TypeImageRemoved          Type = 21
+	TypeContainerRolledBack   Type = 22
 )
 
 // typeInfo is the catalogue: wire name and a constructor for the body.
@@ -68,6 +69,7 @@ var typeInfo = map[Type]struct {
 	TypeCallEnded:             {"call_ended", func() Event { return &CallEnded{} }},
 	TypeHealthChanged:         {"health_changed", func() Event { return &HealthChanged{} }},
 	TypeImageRemoved:          {"image_removed", func() Event { return &ImageRemoved{} }},
+	TypeContainerRolledBack:   {"container_rolled_back", func() Event { return &ContainerRolledBack{} }},
 }
 
 // Known reports whether t is a record type this build understands.

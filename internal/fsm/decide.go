@@ -180,8 +180,8 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 				act(ActInspect, c)
 			case c.Known == event.StatusNone:
 				act(ActPull, c)
-			case c.Known == event.StatusPulled:
-				act(ActCreate, c)
+			case c.Known == event.StatusPulled, c.Known == event.StatusCreated && c.RuntimeID == "" && c.RolledBack:
+				act(ActCreate, c) // a rolled-back container is made again
 			case c.Known == event.StatusCreated:
 				switch waiting, unmet := dependencies(t, c); {
 				case unmet != "":

@@ -49,7 +49,11 @@ type Result struct {
 	Running   bool   // inspect: the container runs
 	Exited    bool   // start, stop and inspect: the container has run and ended, with ExitCode
 	ExitCode  int
-	OOMKilled bool                   // it ended killed for going over its memory limit
+	OOMKilled bool // it ended killed for going over its memory limit
+	// Ran: a start that answered with an error, yet the runtime shows the container has run
+	// (it ended before the answer), started at StartedAt.
+	Ran       bool
+	StartedAt time.Time
 	Bindings  []event.NetworkBinding // start and inspect: the host ports bound for it
 	Err       string                 // Failed and Unavailable: the cause
 	// Pull: the image the reference resolved to, whether this call fetched it from a
