@@ -60,7 +60,7 @@ test-sim:
 	$(GO) test -count=1 -tags startbug -run TestSimFindsTheStartBug -v ./internal/simulation
 	$(GO) test -count=1 -tags 'startbug runtimebug' -run TestSimFindsTheRerunBug -v ./internal/simulation
 	$(GO) test -count=1 -tags imagebug -run TestSimFindsTheImageBug -v ./internal/simulation
-	$(GO) test -count=1 -tags corebug -run TestRefusedRecordIsNeverJournaled -v ./internal/engine
+	$(GO) test -count=1 -tags corebug -run 'TestRefusedRecordIsNeverJournaled|TestAQuarantinedTaskIsShownAndNamed' -v ./internal/engine ./internal/introspect
 
 ## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.
 test-crash:
