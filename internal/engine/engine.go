@@ -181,7 +181,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)),
 		fcfg:  fsm.Config{CleanupWait: cfg.CleanupWait},
 		dirty: map[string]bool{}, inflight: map[fsm.ActionKey]bool{}, retryAt: map[fsm.ActionKey]retry{},
-		waiting: map[string]bool{}, held: map[string]docker.Exit{}, pullsHeld: map[string]bool{}, imagesRefused: map[string]time.Time{}, quarantined: map[string]string{},
+		waiting: map[string]bool{}, held: map[string]docker.Exit{}, pullsHeld: map[string]bool{}, imagesRefused: map[string]time.Time{},
 		inputs: make(chan Input, 1024), queries: make(chan query),
 		metrics: newMetrics(),
 	}

@@ -40,6 +40,9 @@ func (e *Engine) refuse(rec event.Record, err error) {
 	}
 	e.log.Error().Err(err).Str("type", typ).Str("task", rec.Task).Str("container", rec.Container).
 		Msg("BUG: the projection refused a record the core made; dropped before the commit, its task quarantined")
+	if e.quarantined == nil {
+		e.quarantined = map[string]string{} // made at the first refusal: reads of a nil map are ""
+	}
 	if rec.Task == "" {
 		e.coreRefusal = fmt.Sprintf("a %s record refused: %v", typ, err)
 	} else if _, ok := e.quarantined[rec.Task]; !ok {
