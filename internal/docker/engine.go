@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -353,53 +352,6 @@ func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
 		return State{}, fmt.Errorf("find %s: %w", Name(e.agent, task, name), ErrNotFound)
 	}
 	return list[0], nil
-}
-
-// Exits streams the engine's "die" events of this agent's containers after cursor (the
-// event's time in nanoseconds). The stream ends on any error; the caller resubscribes from
-// the last cursor it saw, so no exit is missed across a reconnect (the engine keeps its last
-// 256 events; reconciliation after a restart covers longer gaps).
-func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
-	f := client.Filters{}.Add("type", "container").Add("event", "die").Add("label", LabelAgent+"="+e.agent)
-	opts := client.EventsListOptions{Filters: f}
-	if cursor > 0 {
-		opts.Since = fmt.Sprintf("%d.%09d", cursor/1e9, cursor%1e9)
-	}
-	res := e.cli.Events(ctx, opts)
-	out := make(chan Exit, 64)
-	go func() {
-		defer close(out)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-res.Err:
-				return
-			case m, ok := <-res.Messages:
-				if !ok {
-					return
-				}
-				if m.TimeNano <= cursor {
-					continue
-				}
-				code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
-				x := Exit{ID: m.Actor.ID, Task: m.Actor.Attributes[LabelTask], Container: m.Actor.Attributes[LabelContainer],
-					ExitCode: code, At: time.Unix(0, m.TimeNano).UTC(), Cursor: m.TimeNano}
-				if code != 0 {
-					// The die event does not say why; the kernel's OOM kill shows in the state.
-					if st, err := e.own(ctx, x.ID); err == nil {
-						x.OOMKilled = st.OOMKilled
-					}
-				}
-				select {
-				case out <- x:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out, nil
 }
 
 // Close releases the client's connections and the descriptors of bind volumes.

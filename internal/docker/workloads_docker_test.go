@@ -12,11 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
@@ -53,46 +55,105 @@ func dockerInspect(t *testing.T, id, format string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// Docker can emit a container's die before its oom, and an inspect at the die then reads
+// OOMKilled false (seen one run in three): the exit stream must hold such an exit for its oom.
+// The container over its limit runs five times, without retries, and every exit Docker knows to
+// be an OOM kill — it emitted an oom for it, before or after the die — must reach the agent as
+// one (the reason the core words from it starts OutOfMemory).
+//
+// Docker itself sometimes never learns of the kill: the kernel logs it, yet no oom event comes
+// and inspect reads OOMKilled false for good (measured here: 1 in 12 runs, containerd's cgroup v1
+// OOM watcher dropping the notification of a container that died at once). No agent can see
+// that one; the test logs it and requires most runs to be seen as OOM kills.
 func TestDockerOOMKillUnderMemoryLimitIsReported(t *testing.T) {
-	e, _ := dockerEngine(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	e, agent := dockerEngine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	exits, err := e.Exits(ctx, time.Now().Add(-time.Second).UnixNano())
 	if err != nil {
 		t.Fatal(err)
 	}
+	ooms := dockerOOMs(ctx, e, agent) // Docker's own word, apart from the code under test
 	under := startSpec(t, e, "task/fits", event.ContainerSpec{Command: []string{"alloc", "8"}, MemoryMiB: 64})
-	// Once in three CI runs the container over its limit ended at once with exit 1 and no OOM
-	// kill, before allocating (cause not found; it did not recur in reruns): that start is
-	// logged and tried again, up to three times. An OOM kill must still be seen and reported.
-	var over string
-	for attempt := 1; ; attempt++ {
-		over = startSpec(t, e, fmt.Sprintf("task/oom-%d", attempt), event.ContainerSpec{Command: []string{"alloc", "256"}, MemoryMiB: 32})
-		st := waitExit(t, e, over)
-		if st.ExitCode == 137 && st.OOMKilled {
-			break
+	seen := 0
+	for run := 1; run <= 5; run++ {
+		over := startSpec(t, e, fmt.Sprintf("task/oom-%d", run), event.ContainerSpec{Command: []string{"alloc", "256"}, MemoryMiB: 32})
+		x := exitEvent(ctx, t, exits, over)
+		if x.ExitCode != 137 {
+			t.Fatalf("run %d: 256 MiB under a 32 MiB limit: exit event %+v; want 137", run, x)
 		}
-		if attempt == 3 {
-			t.Fatalf("256 MiB under a 32 MiB limit: %+v; want exit 137 and OOMKilled", st)
+		if x.OOMKilled {
+			seen++
+			continue
 		}
-		t.Logf("attempt %d: 256 MiB under a 32 MiB limit ended %+v without an OOM kill; trying again", attempt, st)
-	}
-	for {
 		select {
-		case x := <-exits:
-			if x.ID != over {
-				continue // an earlier attempt's exit
-			}
-			if !x.OOMKilled || x.ExitCode != 137 {
-				t.Fatalf("exit event %+v; want the OOM kill of %s", x, over)
-			}
-		case <-ctx.Done():
-			t.Fatal("no exit event for the OOM kill")
+		case <-ooms(over):
+			t.Fatalf("run %d: Docker emitted an oom for %s, but the exit stream reported a plain exit 137: %+v", run, over, x)
+		case <-time.After(5 * time.Second):
+			t.Logf("run %d: Docker never emitted an oom for %s (exit 137, OOMKilled false): an OOM kill Docker lost", run, over)
 		}
-		break
+	}
+	if seen < 3 {
+		t.Fatalf("only %d of 5 runs over the memory limit reported as OOM kills", seen)
 	}
 	if st, _ := e.Inspect(ctx, under); !st.Running || st.OOMKilled {
 		t.Fatalf("8 MiB under a 64 MiB limit: %+v; want running", st)
+	}
+}
+
+// dockerOOMs subscribes to Docker's oom events of the agent's containers; the function it
+// returns gives a channel closed once an oom of that container was seen.
+func dockerOOMs(ctx context.Context, e *Engine, agent string) func(id string) <-chan struct{} {
+	f := client.Filters{}.Add("type", "container").Add("event", "oom").Add("label", LabelAgent+"="+agent)
+	res := e.cli.Events(ctx, client.EventsListOptions{Filters: f})
+	var mu sync.Mutex
+	seen := map[string]chan struct{}{}
+	ch := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[id] == nil {
+			seen[id] = make(chan struct{})
+		}
+		return seen[id]
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-res.Err:
+				return
+			case m, ok := <-res.Messages:
+				if !ok {
+					return
+				}
+				c := ch(m.Actor.ID)
+				select {
+				case <-c:
+				default:
+					close(c)
+				}
+			}
+		}
+	}()
+	return func(id string) <-chan struct{} { return ch(id) }
+}
+
+// exitEvent waits for the exit event of one container (others are skipped), while ctx lasts.
+func exitEvent(ctx context.Context, t *testing.T, exits <-chan Exit, id string) Exit {
+	t.Helper()
+	for {
+		select {
+		case x, ok := <-exits:
+			if !ok {
+				t.Fatalf("the exit stream ended before %s exited", id)
+			}
+			if x.ID == id {
+				return x
+			}
+		case <-ctx.Done():
+			t.Fatalf("no exit event for %s", id)
+		}
 	}
 }
 

@@ -18,6 +18,9 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	if e.inflight[key] || e.reconcilePending {
 		return // the runtime is not reconciled yet: the task is decided again once it is
 	}
+	if a.Task != "" && e.quarantined[a.Task] != "" {
+		return // no further actions for a quarantined task (quarantine.go)
+	}
 	if other, ok := waitsFor[a.Kind]; ok && e.inflight[fsm.ActionKey{Kind: other, Task: a.Task, Container: a.Container}] {
 		return // its outcome makes the task dirty: decided again then
 	}
@@ -97,12 +100,15 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec, ImageID: a.ImageID})
 		failpoint.Hit("runtime-after-create-before-journal")
 	case fsm.ActStart:
-		if err = rt.Start(ctx, id); err == nil {
+		err = rt.Start(ctx, id)
+		if err == nil || plainFailure(err) {
 			// The ports bound for it go with its RUNNING; and a container may end before its
-			// start is journaled: say so now.
+			// start is journaled: say so now. A start that answered an error may yet have run
+			// the container (it ended before the answer): the runtime's start time says so.
 			if st, ierr := rt.Inspect(ctx, id); ierr == nil {
 				res.Bindings = st.Bindings
 				res.Exited, res.ExitCode, res.OOMKilled = st.Exited, st.ExitCode, st.OOMKilled
+				res.Ran, res.StartedAt = err != nil && !st.StartedAt.IsZero(), st.StartedAt
 			}
 		}
 	case fsm.ActStop:
@@ -153,6 +159,17 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		res.Kind, res.Err = fsm.Failed, err.Error()
 	}
 	return res
+}
+
+// plainFailure reports whether a call's error is one call sorts as Failed: the runtime
+// answered, and said no.
+func plainFailure(err error) bool {
+	for _, known := range []error{docker.ErrUnavailable, context.DeadlineExceeded, docker.ErrAlreadyStarted, docker.ErrNotFound} {
+		if errors.Is(err, known) {
+			return false
+		}
+	}
+	return err != nil
 }
 
 // handleAction records what a runtime call did (the core decides what), keeps the runtime's
@@ -213,7 +230,7 @@ func (e *Engine) freeRemovalSlot(now time.Time) {
 // wantsRemovalSlot reports whether a task has a removal to make now: decided, and neither in
 // flight nor waiting out a backoff (those make the task dirty again when they end).
 func (e *Engine) wantsRemovalSlot(arn string, now time.Time) bool {
-	if _, live := e.st.Tasks[arn]; !live {
+	if _, live := e.st.Tasks[arn]; !live || e.quarantined[arn] != "" {
 		return false
 	}
 	for _, a := range e.st.Decide(now, e.fcfg, arn).Actions {

@@ -2,8 +2,11 @@
 // exit, a report's answer, a timer — to the projection's pure core (fsm.State.Step and
 // Decide), journals the records the core returns, and only then carries out the effects they
 // allow, in the order etcd-io/raft taught: journal first, then report, then act. The results
-// of acting come back as new inputs. The engine decides nothing itself: what an input means is
-// the core's business; the engine owns time, I/O and bookkeeping of what is in flight.
+// of acting come back as new inputs. What an input means, and which record follows, is the
+// core's business; the engine owns time, I/O and the bookkeeping of what is in flight — and,
+// still, a few rules of when a decided call may go (which call waits for which, pulls held
+// while image removals are out, the removal slots, the image cycle's deferrals, compaction
+// planning: act.go, images.go, compact.go), which issue 23 asks to move into the core.
 //
 // # The burst protocol
 //
@@ -12,15 +15,18 @@
 //
 //  1. Each input goes to the core, which returns records. Each record is numbered (the loop
 //     is the journal's only appender, and Append checks the numbers), applied to the
-//     projection at once — so the next input and decision see it — and kept in the burst.
+//     projection at once — so the next input and decision see it — and kept in the burst. A
+//     record the projection refuses is a bug in the core: it is dropped, never journaled, and
+//     its task quarantined (quarantine.go), so a bug never makes an agent that cannot restart.
 //  2. Decide runs over the tasks the records touched and over those whose timers are due: it
 //     returns more records (applied the same way) and runtime actions. Effects — runtime
 //     actions, the next state-change report, payload acknowledgements, a compaction — are
 //     kept in the burst's Ready as plain data, never started.
-//  3. The burst's records are appended in one commit (one fsync pair for all of them).
+//  3. The burst's records are appended in one commit (one fsync pair for all of them); when a
+//     snapshot is due, it and its snapshot_taken record go in that same commit.
 //  4. Only once that commit has returned are the effects released, in a fixed order: the
 //     report first (the request slot is what throttling makes scarce), then the payload
-//     acknowledgements, then the runtime actions (pulls on slots of their own, so a slow
+//     answers (the poller acknowledges what the commit holds), then the runtime actions (pulls on slots of their own, so a slow
 //     registry never holds up a stop), then the compaction and the image collection's question
 //     of the runtime's free disk space (images.go).
 //  5. If the commit fails, the effects are dropped — they were decided on state that never
@@ -28,7 +34,7 @@
 //     is rebuilt from the journal by the one load path (Load), and exits journaled in the
 //     burst are kept to be handed in again, since nothing else re-derives them.
 //
-// Recovery, reconciliation and shutdown are bursts too, so there is one commit path.
+// Recovery, reconciliation, snapshots and shutdown are bursts too, so there is one commit path.
 //
 // What waits for what: a payload is acknowledged only after the commit holding its records;
 // a runtime call starts only after the commit holding the decision that asked for it; a task

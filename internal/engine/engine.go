@@ -140,6 +140,8 @@ type Engine struct {
 	reconcileAt      time.Time
 	reconcileTries   int
 	snapSeq          uint64
+	quarantined      map[string]string    // tasks a refused record concerned: why (quarantine.go)
+	coreRefusal      string               // the last refused record without a task
 	imagesAt         time.Time            // the next image collection cycle (zero: not scheduled yet)
 	imagesAsking     bool                 // a cycle's disk question is out
 	imagesDeferred   int                  // cycles put off in a row because pulls were out

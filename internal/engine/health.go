@@ -18,10 +18,11 @@ const (
 	HealthExitStream   HealthSource = "exit_stream"   // the runtime's stream of container exits
 	HealthControlPlane HealthSource = "control_plane" // reports answered, not refused as malformed
 	HealthCredentials  HealthSource = "credentials"   // the control plane accepts the agent's token
+	HealthCore         HealthSource = "core"          // the projection accepts every record the core makes (quarantine.go)
 )
 
 // HealthSources are every source, in the order /healthz and the status page list them.
-var HealthSources = []HealthSource{HealthJournal, HealthRuntime, HealthExitStream, HealthControlPlane, HealthCredentials}
+var HealthSources = []HealthSource{HealthJournal, HealthRuntime, HealthExitStream, HealthControlPlane, HealthCredentials, HealthCore}
 
 // HealthSlot is one source's state: Problem is "" while it works; Since is when the current
 // problem began (zero while healthy).

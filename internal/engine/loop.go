@@ -356,11 +356,14 @@ func (e *Engine) scheduleWake(w fsm.Wake) {
 // Now is the engine clock's time.
 func (e *Engine) Now() time.Time { return e.clock.Now() }
 
-// sortedDirty drains the dirty set in ARN order (determinism).
+// sortedDirty drains the dirty set in ARN order (determinism), leaving out quarantined tasks:
+// nothing more is decided for them (quarantine.go).
 func (e *Engine) sortedDirty() []string {
 	out := make([]string, 0, len(e.dirty))
 	for a := range e.dirty {
-		out = append(out, a)
+		if e.quarantined[a] == "" {
+			out = append(out, a)
+		}
 	}
 	clear(e.dirty)
 	slices.Sort(out)

@@ -14,31 +14,32 @@ func SnapshotInterval(st *fsm.State, every uint64) uint64 {
 	return max(every, 4*uint64(len(st.Tasks)+len(st.Tombstones)))
 }
 
-// maybeSnapshot stores the projection once enough records have passed since the last
-// snapshot, so a restart replays only the tail. The snapshot and its snapshot_taken record go
-// in one commit of the journal's own. It reports whether it stored one.
-func (e *Engine) maybeSnapshot(ctx context.Context) bool {
+// pendingSnapshot is a snapshot the burst commits with its records.
+type pendingSnapshot struct {
+	at   uint64 // the projection's state after this record
+	data []byte
+}
+
+// snapshotIfDue, at the end of a burst, encodes the projection once enough records have
+// passed since the last snapshot, so a restart replays only the tail, and records its
+// snapshot_taken in the burst: the snapshot, that record and the burst's other records go in
+// the burst's one commit (doc.go), both or neither, numbered like every other record.
+func (e *Engine) snapshotIfDue() *pendingSnapshot {
 	if e.st.LastSeq-e.snapSeq < SnapshotInterval(e.st, e.cfg.SnapshotEvery) {
-		return false
+		return nil
 	}
 	at := e.st.LastSeq
 	data, err := e.st.Snapshot()
 	if err != nil {
 		e.log.Error().Err(err).Msg("cannot encode a snapshot")
-		return false
+		return nil
 	}
-	rec, err := e.j.SaveSnapshot(ctx, at, data, event.Record{Time: e.clock.Now(), Event: &event.SnapshotTaken{AtSeq: at, Bytes: len(data)}})
-	if err != nil {
-		e.log.Error().Err(err).Msg("cannot store a snapshot")
-		return false
+	n := len(e.burst.ready.Records)
+	e.record(event.Record{Event: &event.SnapshotTaken{AtSeq: at, Bytes: len(data)}})
+	if len(e.burst.ready.Records) == n {
+		return nil // refused (refuse.go): no record, no snapshot
 	}
-	if err := e.st.Apply(rec); err != nil {
-		e.log.Error().Err(err).Msg("BUG: snapshot_taken refused")
-		e.st.Skip(rec)
-	}
-	e.snapSeq = at
-	e.log.Debug().Uint64("at", at).Int("bytes", len(data)).Msg("snapshot stored")
-	return true
+	return &pendingSnapshot{at: at, data: data}
 }
 
 // planCompaction is, after a snapshot, the compaction the projection calls for (nil: none).

@@ -17,6 +17,7 @@ type Metrics struct {
 	appends       prometheus.Counter
 	commitLatency prometheus.Histogram
 	journalErrors prometheus.Counter
+	coreRefused   prometheus.Counter
 	cleanups      prometheus.Counter
 	blockedOnAck  prometheus.Histogram
 	reports       *prometheus.CounterVec
@@ -37,6 +38,7 @@ func newMetrics() *Metrics {
 		appends:              prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_appends_total", Help: "Records appended to the journal."}),
 		commitLatency:        prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_journal_append_seconds", Help: "Time for an append to become durable.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		journalErrors:        prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_errors_total", Help: "Appends that failed (disk full, read-only, ...)."}),
+		coreRefused:          prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_core_refused_records_total", Help: "Records the core made that the projection refused: dropped before the commit, their task quarantined (a bug)."}),
 		cleanups:             prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_cleanups_total", Help: "Tasks cleaned up."}),
 		blockedOnAck:         prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_stopped_to_acked_seconds", Help: "Time from a task's journaled stop to its stopped-acked.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 12)}),
 		reports:              prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_reports_total", Help: "State-change reports by outcome."}, []string{"outcome"}),
@@ -49,7 +51,7 @@ func newMetrics() *Metrics {
 		imagesReleased:       prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_images_released_total", Help: "Images the agent pulled and let go of, the runtime keeping them for another name or container (image_released records)."}),
 		imagesPulled:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_images_pulled", Help: "Images the agent pulled and has not removed."}),
 	}
-	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.cleanups, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
+	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.coreRefused, m.cleanups, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
 		m.imagesRemoved, m.imageRemovalFailures, m.imagesReleased, m.imagesPulled)
 	return m
 }

@@ -82,37 +82,54 @@ func (e *Engine) beginBurst(ctx context.Context) {
 func (e *Engine) onDrop(f func()) { e.burst.undo = append(e.burst.undo, f) }
 
 // record stamps (now, where unset), numbers and applies records and keeps them for the
-// burst's commit. A record the projection refuses is a bug in the core or the engine: it is
-// logged loudly and skipped, and the journal keeps it for the forensics tools.
+// burst's commit. A record the projection refuses is dropped before the commit — never
+// journaled, so every restart's Load accepts the journal — and its task quarantined
+// (quarantine.go); the records of the same call for that task go with it.
 func (e *Engine) record(recs ...event.Record) {
 	b := e.burst
 	now := e.clock.Now()
-	for i := range recs {
-		if recs[i].Time.IsZero() {
-			recs[i].Time = now
+	var refused map[string]bool // tasks a record of this call was refused for
+	for _, rec := range recs {
+		if rec.Time.IsZero() {
+			rec.Time = now
 		}
-		recs[i].Seq = b.next
+		rec.Seq = b.next
+		err := errDecidedWithRefused
+		if rec.Task == "" || !refused[rec.Task] {
+			err = e.st.Apply(rec)
+		}
+		if err != nil {
+			e.refuse(rec, err)
+			if rec.Task != "" {
+				if refused == nil {
+					refused = map[string]bool{}
+				}
+				refused[rec.Task] = true
+			}
+			continue
+		}
 		b.next++
-		if err := e.st.Apply(recs[i]); err != nil {
-			e.log.Error().Err(err).Uint64("seq", recs[i].Seq).Msg("BUG: the projection refused a record the core made")
-			e.st.Skip(recs[i])
-		} else {
-			e.afterApply(recs[i])
-		}
+		b.ready.Records = append(b.ready.Records, rec)
+		e.afterApply(rec)
 	}
-	b.ready.Records = append(b.ready.Records, recs...)
 }
 
-// endBurst commits the burst's records in one append, then releases its effects in the fixed
-// order; if the commit fails it drops them, rebuilds the projection from the journal and
-// returns the error.
+// endBurst commits the burst's records in one append — with the snapshot, when one is due —
+// then releases its effects in the fixed order; if the commit fails it drops them, rebuilds the
+// projection from the journal and returns the error.
 func (e *Engine) endBurst() (Ready, error) {
 	b := e.burst
+	snap := e.snapshotIfDue()
 	e.burst = nil
 	ready := b.ready
 	if len(ready.Records) > 0 {
 		start := time.Now()
-		_, err := e.j.Append(b.ctx, ready.Records...)
+		var err error
+		if snap != nil {
+			_, err = e.j.AppendSnapshot(b.ctx, snap.at, snap.data, ready.Records...)
+		} else {
+			_, err = e.j.Append(b.ctx, ready.Records...)
+		}
 		e.metrics.commitLatency.Observe(time.Since(start).Seconds())
 		if err != nil {
 			e.dropBurst(b, err)
@@ -122,13 +139,12 @@ func (e *Engine) endBurst() (Ready, error) {
 		e.metrics.appends.Add(float64(len(ready.Records)))
 		failpoint.Hit("engine-after-commit-before-apply") // durable; nothing acted on yet
 	}
-	if e.maybeSnapshot(b.ctx) {
+	if snap != nil {
+		e.snapSeq = snap.at
+		e.log.Debug().Uint64("at", snap.at).Int("bytes", len(snap.data)).Msg("snapshot stored")
 		ready.Compact = e.planCompaction()
 	}
-	e.release(ready)
-	for _, d := range b.done {
-		d <- nil
-	}
+	e.release(ready, b.done)
 	return ready, nil
 }
 
@@ -152,11 +168,15 @@ func (e *Engine) dropBurst(b *burst, err error) {
 	}
 }
 
-// release starts a durable burst's effects: report, then acknowledgements (answered by the
-// caller), then runtime actions, then compaction.
-func (e *Engine) release(r Ready) {
+// release starts a durable burst's effects in the order doc.go states: the report, then the
+// payload answers (the poller acknowledges those the commit holds), then runtime actions, then
+// compaction and the questions of the runtime.
+func (e *Engine) release(r Ready, done []chan<- error) {
 	if len(r.Report) > 0 {
 		e.exec.Go(e.sendReport(r.Report))
+	}
+	for _, d := range done {
+		d <- nil
 	}
 	for _, a := range r.Actions {
 		if se, ok := e.exec.(slowExecutor); ok && a.Kind == fsm.ActPull {

@@ -99,7 +99,8 @@ func (e *Engine) probes() []probe {
 		}
 		for _, c := range t.Containers {
 			switch {
-			case c.Known == event.StatusPulled && c.RuntimeID == "":
+			case (c.Known == event.StatusPulled || c.Known == event.StatusCreated) && c.RuntimeID == "":
+				// created but never journaled; CREATED without an id: made again after a rollback
 				out = append(out, probe{task: t.ARN, container: c.Name})
 			case c.RuntimeID != "" && (c.Known == event.StatusCreated || c.Known == event.StatusRunning):
 				out = append(out, probe{task: t.ARN, container: c.Name, id: c.RuntimeID})

@@ -36,6 +36,7 @@ import (
 //	      [per=N]                         (at most N image removals a cycle)
 //	payload id=M                          a payload; one raw task (JSON) per input line
 //	outcome KIND TASK/CTR [ok|failed|unavailable|unknown|vanished] [id=X] [exit=N] [running] [err=TEXT]
+//	        [ran=OFFSET]                  a failed start whose container the runtime shows started at t0+OFFSET
 //	        [image=ID digest=D pulled]    a pull's image, and that the agent fetched it
 //	outcome remove-image ID [ok|failed|vanished]
 //	space free=N total=M                  the runtime's disk, as a collection cycle asked
@@ -314,6 +315,8 @@ func (s *script) outcome(t testing.TB, d *datadriven.TestData) string {
 			fmt.Sscan(arg.Vals[0], &res.ExitCode)
 		case "err":
 			res.Err = strings.Join(arg.Vals, ",")
+		case "ran": // a failed start after which the runtime shows the container ran, started at this offset from t0
+			res.Ran, res.StartedAt = true, t0.Add(mustDuration(t, arg.Vals[0]))
 		case "image":
 			res.ImageID = arg.Vals[0]
 		case "digest":

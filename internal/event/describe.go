@@ -3,6 +3,7 @@ package event
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Describe renders a record's body on one line for people, e.g.
@@ -74,6 +75,9 @@ func Describe(e Event) string {
 			kv("exit", fmt.Sprint(*e.ExitCode))
 		}
 		kv("id", e.RuntimeID)
+		if !e.StartedAt.IsZero() {
+			kv("started", e.StartedAt.UTC().Format(time.RFC3339Nano))
+		}
 		kv("image", e.ImageDigest)
 		if e.ImagePulled {
 			kv("pulled", "yes")
@@ -92,6 +96,9 @@ func Describe(e Event) string {
 		kv("rejected", e.Rejected)
 	case *ContainerRemoved:
 		kv("id", e.RuntimeID)
+	case *ContainerRolledBack:
+		kv("gone", e.RuntimeID)
+		kv("reason", e.Reason)
 	case *CallStarted:
 		kv("call", e.Call)
 	case *CallEnded:

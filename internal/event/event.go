@@ -41,6 +41,7 @@ const (
 	TypeHealthChanged         Type = 20
 	TypeImageRemoved          Type = 21
 	TypeImageReleased         Type = 22
+	TypeContainerRolledBack   Type = 23
 )
 
 // typeInfo is the catalogue: wire name and a constructor for the body.
@@ -70,6 +71,7 @@ var typeInfo = map[Type]struct {
 	TypeHealthChanged:         {"health_changed", func() Event { return &HealthChanged{} }},
 	TypeImageRemoved:          {"image_removed", func() Event { return &ImageRemoved{} }},
 	TypeImageReleased:         {"image_released", func() Event { return &ImageReleased{} }},
+	TypeContainerRolledBack:   {"container_rolled_back", func() Event { return &ContainerRolledBack{} }},
 }
 
 // Known reports whether t is a record type this build understands.

@@ -232,6 +232,9 @@ type ContainerTransitioned struct {
 	// NetworkBindings are the host ports the runtime bound for a container that went RUNNING
 	// (PROTOCOL.md §4), reported with its RUNNING change.
 	NetworkBindings []NetworkBinding `json:"network_bindings,omitempty"`
+	// StartedAt is when the runtime started the container, on a RUNNING journaled only after
+	// the container had run (its start answered with an error while it ran and exited).
+	StartedAt time.Time `json:"started_at,omitzero"`
 	// StopsTask: this container's STOPPED stops its task even if it is not essential (a
 	// dependency of it can no longer be met, PROTOCOL.md §4).
 	StopsTask bool `json:"stops_task,omitempty"`
@@ -245,6 +248,16 @@ type ContainerTransitioned struct {
 	ImageDigest     string `json:"image_digest,omitempty"`
 	ImagePulled     bool   `json:"image_pulled,omitempty"`
 	ImageRefExisted bool   `json:"image_ref_existed,omitempty"`
+}
+
+// ContainerRolledBack records that the runtime no longer has a CREATED container that never
+// started — Docker rolls back a create the agent was killed in, after the next agent adopted
+// the container by name — so it is created again (a CREATED → CREATED container_transitioned
+// with the new id follows). Once per container: a second loss stops it, as any vanished
+// container. RuntimeID is the container that is gone.
+type ContainerRolledBack struct {
+	RuntimeID string `json:"runtime_id"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // CallStarted records, before it is made, a runtime call that must never be made twice (a
@@ -372,3 +385,4 @@ func (*CompactionDone) Type() Type        { return TypeCompactionDone }
 func (*ReportAttempted) Type() Type       { return TypeReportAttempted }
 func (*ImageRemoved) Type() Type          { return TypeImageRemoved }
 func (*ImageReleased) Type() Type         { return TypeImageReleased }
+func (*ContainerRolledBack) Type() Type   { return TypeContainerRolledBack }

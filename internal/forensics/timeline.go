@@ -245,6 +245,8 @@ func stepOf(r event.Record, tl *Timeline) Step {
 		s.Kind, s.Text = "stopped-acked", "STOPPED settled by the control plane ("+e.ChangeID+"): cleanup allowed from now"
 	case *event.CleanupStarted:
 		s.Kind, s.Text = "cleanup", "cleanup started"
+	case *event.ContainerRolledBack:
+		s.Kind, s.Text = "rolled-back", r.Container+" gone before it ever started (the runtime rolled its create back): created again; "+event.Describe(e)
 	case *event.ContainerRemoved:
 		s.Kind, s.Text = "removed", r.Container+" removed"
 	case *event.TaskCleaned:

@@ -130,6 +130,8 @@ func (s *State) apply(rec event.Record) error {
 			return fmt.Errorf("%s ended, but the call in flight is %q", e.Call, c.InFlight)
 		}
 		c.InFlight = ""
+	case *event.ContainerRolledBack:
+		return s.rolledBack(rec, e)
 	case *event.ChangesSettled:
 		return s.settle(rec, e)
 	case *event.StoppedAcked:
@@ -268,6 +270,10 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 	if err := s.containerM.check(c.Known, e.To); err != nil {
 		return err
 	}
+	if e.From == event.StatusCreated && e.To == event.StatusCreated && (!c.RolledBack || c.RuntimeID != "" || e.RuntimeID == "") {
+		// CREATED → CREATED is a container made again, and only one the runtime rolled back.
+		return fmt.Errorf("%w: container CREATED → CREATED without a rolled-back create to make again", ErrIllegalTransition)
+	}
 	if inFlightGuard && c.InFlight != "" && e.To != event.StatusRunning && e.From != event.StatusRunning {
 		// Only a start's outcome (RUNNING) or an exit after it settles a start in flight:
 		// anything else would declare a container stopped that may be running.
@@ -293,10 +299,34 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 	if e.To == event.StatusPulled {
 		s.imagePulled(rec, c, e)
 	}
+	if e.From == e.To {
+		return nil // made again: the control plane knows it CREATED already
+	}
 	s.addChange(rec, t, c, e.To, e.ExitCode, e.Reason)
 	if e.To == event.StatusRunning && len(e.NetworkBindings) > 0 {
 		s.Outbox[rec.Seq].NetworkBindings = e.NetworkBindings
 	}
+	return nil
+}
+
+// rolledBack forgets a CREATED container the runtime lost before it ever started, so that it
+// is created again: once, and never one that may have run (a start in flight) or that stopped.
+func (s *State) rolledBack(rec event.Record, e *event.ContainerRolledBack) error {
+	t, c, err := s.container(rec)
+	if err != nil {
+		return err
+	}
+	switch {
+	case t.Known.Rank() >= event.StatusStopped.Rank() || c.Known != event.StatusCreated:
+		return fmt.Errorf("%w: rolled back a container that is %s in a task that is %s (needs a CREATED container)", ErrIllegalTransition, c.Known, t.Known)
+	case c.InFlight != "":
+		return fmt.Errorf("%w: rolled back a container while a %s is in flight: it may have run", ErrIllegalTransition, c.InFlight)
+	case c.RolledBack:
+		return fmt.Errorf("%w: container rolled back twice: it is made again once", ErrIllegalTransition)
+	case e.RuntimeID == "" || e.RuntimeID != c.RuntimeID:
+		return fmt.Errorf("%w: rolled back container %q, but the container is %q", ErrIllegalTransition, e.RuntimeID, c.RuntimeID)
+	}
+	c.RuntimeID, c.RolledBack = "", true
 	return nil
 }
 

@@ -152,7 +152,7 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 		}
 	case event.StatusStopped:
 		// The only door to cleanup: the task's STOPPED change settled by the control plane.
-		if t.Sent == event.StatusStopped {
+		if t.Sent == event.StatusStopped || !settleRule { // !settleRule: -tags corebug only
 			rec("", &event.StoppedAcked{ChangeID: s.ChangeID(t.StopSeq)})
 		} else if t.CleanupAllowed() && !now.Before(t.CleanupDue(cfg)) {
 			rec("", &event.CleanupStarted{}) // the seed's bug: reachable in -tags simbug builds only
@@ -191,8 +191,8 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 				act(ActInspect, c)
 			case c.Known == event.StatusNone:
 				act(ActPull, c)
-			case c.Known == event.StatusPulled:
-				act(ActCreate, c)
+			case c.Known == event.StatusPulled, c.Known == event.StatusCreated && c.RuntimeID == "" && c.RolledBack:
+				act(ActCreate, c) // a rolled-back container is made again
 			case c.Known == event.StatusCreated:
 				switch v := dependencies(t, c, now); {
 				case v.unmet != "":

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +193,46 @@ func TestCheckerNamesImageRemovalDefects(t *testing.T) {
 			}
 			if v := c.Violations[0]; v.Rule != tc.rule || v.Seq != tc.atSeq {
 				t.Fatalf("got %s; want rule %s at record %d", v, tc.rule, tc.atSeq)
+			}
+		})
+	}
+}
+
+// A container the runtime rolled back before it started is made again once, and only such a
+// one: each rule of container_rolled_back and of CREATED → CREATED, broken on purpose.
+func TestRollbackRules(t *testing.T) {
+	created := upToRunning()[:6]
+	created[4].Event = &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "r1"}
+	back := func(id string) event.Record { return rec("t1", "app", &event.ContainerRolledBack{RuntimeID: id}) }
+	again := func(id string) event.Record {
+		return rec("t1", "app", &event.ContainerTransitioned{From: "CREATED", To: "CREATED", RuntimeID: id})
+	}
+	start := rec("t1", "app", &event.CallStarted{Call: "start"})
+	cases := []struct {
+		name  string
+		tail  []event.Record
+		atSeq uint64 // 0: no violation
+	}{
+		{"rolled back, made again, run", []event.Record{back("r1"), again("r2"), rec("t1", "app", ctr("CREATED", "RUNNING"))}, 0},
+		{"made again without a rollback", []event.Record{again("r2")}, 7},
+		{"made again without an id", []event.Record{back("r1"), again("")}, 8},
+		{"made again twice", []event.Record{back("r1"), again("r2"), again("r3")}, 9},
+		{"rolled back twice", []event.Record{back("r1"), again("r2"), back("r2")}, 9},
+		{"rolled back while its start is in flight", []event.Record{start, back("r1")}, 8},
+		{"rolled back another container", []event.Record{back("r9")}, 7},
+		{"rolled back after it ran", []event.Record{rec("t1", "app", ctr("CREATED", "RUNNING")), back("r1")}, 8},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fsm.NewChecker(nil)
+			for _, r := range stream(append(slices.Clone(created), tc.tail...)...) {
+				c.Record(r)
+			}
+			switch {
+			case tc.atSeq == 0 && len(c.Violations) > 0:
+				t.Fatalf("a valid rollback refused: %v", c.Violations)
+			case tc.atSeq != 0 && (len(c.Violations) == 0 || c.Violations[0].Seq != tc.atSeq || c.Violations[0].Rule != fsm.RuleStatusOrder):
+				t.Fatalf("got %v; want an illegal transition at record %d", c.Violations, tc.atSeq)
 			}
 		})
 	}

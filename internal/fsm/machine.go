@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	lfsm "github.com/looplab/fsm"
@@ -17,7 +18,8 @@ import (
 //
 //	and STOPPED from any status before it (a failed pull, create or start).
 //
-// Container: NONE → PULLED → CREATED → RUNNING → STOPPED, and STOPPED from any status before it.
+// Container: NONE → PULLED → CREATED → RUNNING → STOPPED, and STOPPED from any status before it;
+// CREATED → CREATED once, for a container the runtime rolled back before it started.
 //
 // STOPPED_ACKED has STOPPED as its only source and CLEANING has STOPPED_ACKED as its only
 // source: that is the cleanup guard, structurally.
@@ -33,7 +35,9 @@ var (
 	}
 	containerEvents = lfsm.Events{
 		{Name: string(event.StatusPulled), Src: []string{"NONE"}, Dst: "PULLED"},
-		{Name: string(event.StatusCreated), Src: []string{"PULLED"}, Dst: "CREATED"},
+		// CREATED → CREATED: made again after the runtime rolled its create back (apply.go
+		// allows it only after a container_rolled_back).
+		{Name: string(event.StatusCreated), Src: []string{"PULLED", "CREATED"}, Dst: "CREATED"},
 		{Name: string(event.StatusRunning), Src: []string{"CREATED"}, Dst: "RUNNING"},
 		{Name: string(event.StatusStopped), Src: []string{"NONE", "PULLED", "CREATED", "RUNNING"}, Dst: "STOPPED"},
 	}
@@ -68,7 +72,8 @@ func (mc *machine) check(from, to event.Status) error {
 		return fmt.Errorf("%w: %q is not a status", ErrIllegalTransition, to)
 	}
 	mc.m.SetState(string(from))
-	if err := mc.m.Event(context.Background(), string(to)); err != nil {
+	// A self-transition the table lists is legal; looplab answers it with NoTransitionError.
+	if err := mc.m.Event(context.Background(), string(to)); err != nil && !errors.As(err, &lfsm.NoTransitionError{}) {
 		return fmt.Errorf("%w: %s %s → %s", ErrIllegalTransition, mc.kind, from, to)
 	}
 	return nil

@@ -63,6 +63,19 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		v.Retry = true // nothing is known of the container: the call is safe to make again
 	case a.Kind == ActStop && r.Kind == Failed:
 		v.Retry = true
+	case a.Kind == ActStart && r.Kind == Vanished && !c.RolledBack:
+		// Gone before it ever started (no start was in flight before this one): Docker rolled
+		// back the create a killed agent was making. Nothing of it ran: it is made again, once.
+		rec(&event.CallEnded{Call: string(ActStart), Reason: "container vanished from the runtime before it started"})
+		rec(&event.ContainerRolledBack{RuntimeID: c.RuntimeID, Reason: "the runtime no longer has it and it never started (a create rolled back): created again"})
+	case a.Kind == ActStart && r.Kind == Failed && r.Ran:
+		// The start answered with an error, yet the runtime shows the container ran (it ended
+		// before the answer): journaled as having run, not as never started.
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, StartedAt: r.StartedAt, NetworkBindings: r.Bindings,
+			Reason: "ran, though its start answered: " + r.Err})
+		if r.Exited {
+			rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(r.ExitCode), Reason: oomReason(r.OOMKilled, "")})
+		}
 	case a.Kind == ActStop:
 		e := &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "stopped by agentd: " + t.StopCause}
 		if r.Kind == Vanished {
@@ -85,7 +98,11 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusPulled, Reason: r.Note,
 			ImageID: r.ImageID, ImageDigest: r.ImageDigest, ImagePulled: r.ImagePulled && r.ImageID != "", ImageRefExisted: r.ImageRefExisted && r.ImageID != ""})
 	case a.Kind == ActCreate:
-		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.RuntimeID})
+		e := &event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.RuntimeID}
+		if c.Known == event.StatusCreated {
+			e.Reason = "created again: the runtime rolled back its first create"
+		}
+		rec(e)
 	case a.Kind == ActStart:
 		r.Running = !r.Exited
 		s.startSettled(c, r, rec)
@@ -167,7 +184,9 @@ func (s *State) reconcile(in RuntimeObserved) Verdict {
 			rec := func(e event.Event) {
 				v.Records = append(v.Records, event.Record{Task: t.ARN, Container: c.Name, Event: e})
 			}
-			if c.Known == event.StatusPulled && c.RuntimeID == "" {
+			if (c.Known == event.StatusPulled || c.Known == event.StatusCreated) && c.RuntimeID == "" {
+				// Created but never journaled (a crash between the create and its record; a
+				// container made again after a rollback is CREATED without an id).
 				if o, ok := byName[[2]string{t.ARN, c.Name}]; ok {
 					rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: o.ID, Reason: "adopted after restart"})
 					known[o.ID] = true
@@ -182,6 +201,8 @@ func (s *State) reconcile(in RuntimeObserved) Verdict {
 			case !ok:
 				// Neither listed nor known to be gone (the runtime hiccuped): the event
 				// stream will tell.
+			case o.Gone && c.Known == event.StatusCreated && c.InFlight == "" && !c.RolledBack:
+				rec(&event.ContainerRolledBack{RuntimeID: c.RuntimeID, Reason: "the runtime no longer has it and it never started (a create rolled back): created again"})
 			case o.Gone:
 				if c.InFlight != "" {
 					rec(&event.CallEnded{Call: string(c.InFlight), Reason: "container vanished from the runtime"})

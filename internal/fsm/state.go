@@ -68,6 +68,7 @@ type Container struct {
 	Reason      string                 `json:"reason,omitempty"`
 	RuntimeID   string                 `json:"runtime_id,omitempty"`
 	Removed     bool                   `json:"removed,omitempty"`
+	RolledBack  bool                   `json:"rolled_back,omitempty"`      // the runtime lost it before it started once: created again, never twice
 	InFlight    ActionKind             `json:"in_flight,omitempty"`        // a call journaled as started whose outcome is not journaled yet
 	Bindings    []event.NetworkBinding `json:"network_bindings,omitempty"` // host ports bound while it runs
 	Health      event.Health           `json:"health,omitempty"`           // its health check's verdict while it runs

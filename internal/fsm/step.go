@@ -12,8 +12,8 @@ import (
 // plane sent, what a runtime call did, what the runtime reported by itself, what the control
 // plane answered, what the runtime holds after a restart, a compaction that finished. Step
 // turns each into the records that say so. The engine journals and applies those records and
-// decides nothing itself, so every rule that maps the world into the journal lives here, where
-// the scripts and property tests exercise the very code the daemon runs.
+// makes none of its own from an input, so every rule that maps the world into the journal lives
+// here, where the scripts and property tests exercise the very code the daemon runs.
 type Input interface{ isInput() }
 
 // PayloadArrived is a payload from the control plane, tasks still raw, and the task rules it
@@ -50,7 +50,11 @@ type Result struct {
 	Running   bool   // inspect: the container runs
 	Exited    bool   // start, stop and inspect: the container has run and ended, with ExitCode
 	ExitCode  int
-	OOMKilled bool                   // it ended killed for going over its memory limit
+	OOMKilled bool // it ended killed for going over its memory limit
+	// Ran: a start that answered with an error, yet the runtime shows the container has run
+	// (it ended before the answer), started at StartedAt.
+	Ran       bool
+	StartedAt time.Time
 	Bindings  []event.NetworkBinding // start and inspect: the host ports bound for it
 	Err       string                 // Failed, Unavailable and Refused: the cause
 	// Pull: the image the reference resolved to, whether this call fetched it from a

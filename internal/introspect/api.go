@@ -31,11 +31,14 @@ type Info struct {
 
 // TaskView is a task as the API shows it.
 type TaskView struct {
-	ARN             string          `json:"arn"`
-	KnownStatus     event.Status    `json:"known_status"`
-	DesiredStatus   event.Status    `json:"desired_status"`
-	SentStatus      event.Status    `json:"sent_status"`
-	Reason          string          `json:"reason,omitempty"`
+	ARN           string       `json:"arn"`
+	KnownStatus   event.Status `json:"known_status"`
+	DesiredStatus event.Status `json:"desired_status"`
+	SentStatus    event.Status `json:"sent_status"`
+	Reason        string       `json:"reason,omitempty"`
+	// Quarantined says why the agent makes no further runtime call for the task: the core made
+	// a record about it the projection refused (a bug; the core health slot names it too).
+	Quarantined     string          `json:"quarantined,omitempty"`
 	StoppedAt       *time.Time      `json:"stopped_at"`
 	CleanupDue      *time.Time      `json:"cleanup_due"`
 	BlockedOnAckFor string          `json:"blocked_on_ack_for"`
@@ -120,7 +123,9 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 		if query(w, r, func(st *fsm.State) {
 			out = make([]TaskView, 0, len(st.Tasks))
 			for _, t := range st.SortedTasks() {
-				out = append(out, view(st, t, now, cfg))
+				v := view(st, t, now, cfg)
+				v.Quarantined = e.Quarantined(t.ARN) // on the loop's goroutine, like st
+				out = append(out, v)
 			}
 		}) {
 			writeJSON(w, http.StatusOK, map[string]any{"tasks": out})
@@ -136,7 +141,9 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 		var out any
 		if !query(w, r, func(st *fsm.State) {
 			if t, ok := st.Tasks[arn]; ok {
-				out = view(st, t, now, cfg)
+				v := view(st, t, now, cfg)
+				v.Quarantined = e.Quarantined(t.ARN)
+				out = v
 			} else if ts, ok := st.Tombstones[arn]; ok {
 				s := ts.StoppedAt
 				out = TaskView{ARN: arn, KnownStatus: event.StatusCleaned, DesiredStatus: event.StatusStopped, SentStatus: event.StatusStopped, Reason: ts.Reason, StoppedAt: &s, Containers: []ContainerView{}}

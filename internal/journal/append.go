@@ -51,6 +51,12 @@ func (j *Journal) Append(ctx context.Context, recs ...event.Record) ([]event.Rec
 	if len(recs) == 0 {
 		return nil, nil
 	}
+	return j.appendWith(ctx, nil, recs)
+}
+
+// appendWith is Append with op run in the same commit before the records are put: both or
+// neither.
+func (j *Journal) appendWith(ctx context.Context, op func(tx *bolt.Tx) error, recs []event.Record) ([]event.Record, error) {
 	if j.ro {
 		return nil, fmt.Errorf("journal: append to %s: opened read-only", j.path)
 	}
@@ -65,7 +71,7 @@ func (j *Journal) Append(ctx context.Context, recs ...event.Record) ([]event.Rec
 		bodies[i] = b
 	}
 	out := append([]event.Record(nil), recs...)
-	req := &request{recs: out, bodies: bodies, done: make(chan error, 1)}
+	req := &request{recs: out, bodies: bodies, op: op, done: make(chan error, 1)}
 	if err := j.submit(ctx, req); err != nil {
 		return nil, err
 	}

@@ -23,6 +23,23 @@ type Snapshot struct {
 	Data  []byte
 }
 
+// AppendSnapshot is Append with a snapshot: data, the projection's state after record atSeq,
+// is stored in the same commit as recs (which carry its snapshot_taken record), so a burst's
+// records and the snapshot it ends with are durable together or not at all, in the one commit
+// path. atSeq is at most the number the last of recs gets.
+func (j *Journal) AppendSnapshot(ctx context.Context, atSeq uint64, data []byte, recs ...event.Record) ([]event.Record, error) {
+	if last := j.LastSeq() + uint64(len(recs)); atSeq > last {
+		return nil, fmt.Errorf("journal: snapshot at %d: beyond the last record %d", atSeq, last)
+	}
+	return j.appendWith(ctx, func(tx *bolt.Tx) error {
+		if err := putSnapshot(tx, atSeq, data); err != nil {
+			return err
+		}
+		failpoint.Hit("snapshot") // inside the snapshot's commit: all of it or none
+		return nil
+	}, recs)
+}
+
 // SaveSnapshot stores data as the projection's state after record atSeq, together with rec (a
 // snapshot_taken record, appended in the same commit), and drops all but the newest snapshots.
 func (j *Journal) SaveSnapshot(ctx context.Context, atSeq uint64, data []byte, rec event.Record) (event.Record, error) {
