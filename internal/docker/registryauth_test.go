@@ -113,22 +113,7 @@ func TestRegistryAuthIsReReadWhenTheFileChanges(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.json")
 	replaceFile(t, path, `{"auths": {"r.example": {"username": "u", "password": "old-pass"}}}`)
 	var logs bytes.Buffer
-	a, err := LoadRegistryAuth(path, zerolog.New(&logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass := func() string {
-		t.Helper()
-		enc, _, err := a.Encoded("r.example/app:1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ac, err := authconfig.Decode(enc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ac.Password
-	}
+	pass := passwordOf(t, path, &logs)
 	if p := pass(); p != "old-pass" {
 		t.Fatalf("password %q", p)
 	}
@@ -263,22 +248,7 @@ func TestRegistryAuthReReadAppliesTheChecks(t *testing.T) {
 	path := filepath.Join(dir, "config.json")
 	replaceFile(t, path, `{"auths": {"r.example": {"username": "u", "password": "good-pass"}}}`)
 	var logs bytes.Buffer
-	a, err := LoadRegistryAuth(path, zerolog.New(&logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass := func() string {
-		t.Helper()
-		enc, _, err := a.Encoded("r.example/app:1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ac, err := authconfig.Decode(enc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ac.Password
-	}
+	pass := passwordOf(t, path, &logs)
 	if p := pass(); p != "good-pass" {
 		t.Fatalf("password %q", p)
 	}
@@ -325,5 +295,27 @@ func TestRegistryAuthReReadAppliesTheChecks(t *testing.T) {
 	}
 	if pass(); !strings.Contains(logs.String(), "mode 0604") {
 		t.Fatalf("a chmod 604 went unnoticed:\n%s", logs.String())
+	}
+}
+
+// passwordOf loads the credentials file at path and returns what reads r.example's password
+// now (each call may re-read the file).
+func passwordOf(t *testing.T, path string, logs *bytes.Buffer) func() string {
+	t.Helper()
+	a, err := LoadRegistryAuth(path, zerolog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() string {
+		t.Helper()
+		enc, _, err := a.Encoded("r.example/app:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac, err := authconfig.Decode(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ac.Password
 	}
 }
