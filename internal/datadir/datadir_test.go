@@ -88,8 +88,8 @@ func TestReadPrivateRefusesWhatIsNotTheAgentsOwn(t *testing.T) {
 		"group writable":      {func(p string) error { return writeMode(p, 0o620) }, "mode 0620"},
 		"link to a good file": {func(p string) error { return os.Symlink(good, p) }, "symbolic link"},
 		"dangling link":       {func(p string) error { return os.Symlink(filepath.Join(dir, "nowhere"), p) }, "symbolic link"},
-		"directory":           {func(p string) error { return os.Mkdir(p, 0o700) }, "not a regular file"},
-		"fifo":                {func(p string) error { return syscall.Mkfifo(p, 0o600) }, "not a regular file"},
+		"directory":           {func(p string) error { return os.Mkdir(p, 0o700) }, "not a regular file but a directory"},
+		"fifo":                {func(p string) error { return syscall.Mkfifo(p, 0o600) }, "not a regular file but a named pipe"},
 		"too big":             {func(p string) error { return os.WriteFile(p, make([]byte, 65), 0o600) }, "65 bytes, more than the 64"},
 		"missing":             {func(string) error { return nil }, "no such file"},
 	}

@@ -33,7 +33,7 @@ func ReadPrivate(path string, limit int64) ([]byte, os.FileInfo, error) {
 		return nil, nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+		return nil, nil, fmt.Errorf("not a regular file but %s", kindOf(st.Mode()))
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
 		return nil, nil, fmt.Errorf("owned by uid %d, not by this agent's uid %d, who alone may write it: chown %d %s", sys.Uid, os.Geteuid(), os.Geteuid(), path)
@@ -52,4 +52,18 @@ func ReadPrivate(path string, limit int64) ([]byte, os.FileInfo, error) {
 		return nil, nil, fmt.Errorf("more than the %d bytes such a file may hold", limit)
 	}
 	return b, st, nil
+}
+
+func kindOf(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
 }
