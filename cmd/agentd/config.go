@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/agentd/agentd/internal/backend"
 )
 
 // The settings file of `agentd run`: a JSON object whose keys are the flags' names in
@@ -34,9 +37,22 @@ var configNotSettings = map[string]bool{"config": true, "print_config": true, "h
 // configKey is a flag's key in the file.
 func configKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
 
+// configFileLimit bounds the settings file: a few dozen settings fit in a few kilobytes.
+const configFileLimit = 1 << 20
+
 // loadConfigFile is kong's ConfigurationLoader for the settings file.
 func loadConfigFile(r io.Reader) (kong.Resolver, error) {
-	dec := json.NewDecoder(r)
+	b, err := io.ReadAll(io.LimitReader(r, configFileLimit+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > configFileLimit {
+		return nil, fmt.Errorf("more than %d bytes: not a settings file", configFileLimit)
+	}
+	if err := checkDuplicateKeys(b); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var values map[string]any
 	if err := dec.Decode(&values); err != nil {
@@ -49,6 +65,66 @@ func loadConfigFile(r io.Reader) (kong.Resolver, error) {
 		return nil, errors.New("more after the JSON object: one object of settings per file")
 	}
 	return &configFile{values: values}, nil
+}
+
+// checkDuplicateKeys refuses an object, at any depth, that names a key twice: encoding/json
+// keeps the last value silently, so an operator who adds a setting that is already further up
+// would see the other one win without a word. It reads tokens only; a syntax error is left
+// for the decoder to report.
+func checkDuplicateKeys(b []byte) error {
+	type frame struct {
+		name  string          // where it is: "" at the top, "a.b", "a[]"
+		keys  map[string]bool // nil: an array
+		atKey bool            // the next string token is a key
+		last  string          // the key whose value is being read
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // io.EOF, or a syntax error the decoder names
+		}
+		var top *frame
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		if k, ok := tok.(string); ok && top != nil && top.atKey {
+			if top.keys[k] {
+				where := ""
+				if top.name != "" {
+					where = fmt.Sprintf(" in %q", top.name)
+				}
+				return fmt.Errorf("key %q appears twice%s: JSON would keep the last one silently; keep one", k, where)
+			}
+			top.keys[k], top.atKey, top.last = true, false, k
+			continue
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			name := ""
+			switch {
+			case top != nil && top.keys == nil:
+				name = top.name + "[]"
+			case top != nil && top.name != "":
+				name = top.name + "." + top.last
+			case top != nil:
+				name = top.last
+			}
+			f := &frame{name: name}
+			if tok == json.Delim('{') {
+				f.keys, f.atKey = map[string]bool{}, true
+			}
+			stack = append(stack, f)
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
+			stack[n-1].atKey = true // a value of the object ended: a key comes next
+		}
+	}
 }
 
 // configFile resolves flags from one settings file.
@@ -266,6 +342,10 @@ func (r *runCmd) printConfig(w io.Writer, kctx *kong.Context) error {
 		}
 		if isSecretName(key) && fl.Target.Kind() == reflect.String {
 			s.Value = "(not shown)" // no such setting today; one added by mistake stays unprinted
+		} else if v, ok := s.Value.(string); ok {
+			// A password in a URL (--backend http://user:pass@host, which run refuses) is
+			// never printed: the operator sees REDACTED where it was.
+			s.Value = backend.RedactURL(v)
 		}
 		settings[key] = s
 	}

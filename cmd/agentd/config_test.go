@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -152,6 +153,9 @@ func TestConfigErrors(t *testing.T) {
 		{"not JSON", `backend = "http://x:1"`, []string{"not a JSON object of settings"}},
 		{"an array", `["backend"]`, []string{"not a JSON object of settings"}},
 		{"two objects", `{"backend": "http://x:1"} {"runtime": "sim"}`, []string{"more after the JSON object"}},
+		{"a key twice", `{"backend": "http://x:1", "cleanup_wait": "1h", "backend": "http://y:1"}`, []string{`key "backend" appears twice`, "keep one"}},
+		{"a key twice, escaped", `{"backend": "http://x:1", "back\u0065nd": "http://y:1"}`, []string{`key "backend" appears twice`}},
+		{"a nested key twice", `{"backend": {"url": 1, "url": 2}}`, []string{`key "url" appears twice in "backend"`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			file := writeFile(t, "agentd.json", c.text)
@@ -220,5 +224,69 @@ func TestConfigThroughTheBinary(t *testing.T) {
 	out, err = exec.Command(agentdBinary(t), "run", "--config", bad).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), bad) || !strings.Contains(string(out), `key "retention"`) || !strings.Contains(string(out), "a week") {
 		t.Errorf("a bad settings file: %v\n%s", err, out)
+	}
+}
+
+// TestConfigDuplicateKeys: a key named twice in one object, at any depth, is found and named
+// with where it is; the same key in different objects is no duplicate.
+func TestConfigDuplicateKeys(t *testing.T) {
+	for text, want := range map[string]string{
+		`{"a": 1, "b": 2}`:                           "",
+		`{"a": {"x": 1}, "b": {"x": 1}, "x": 0}`:     "",
+		`{"a": [{"x": 1}, {"x": 1}], "b": [1, 1]}`:   "",
+		`{"a": [], "b": {}, "c": [[{}]], "d": null}`: "",
+		`{"a": 1, "a": 1}`:                           `key "a" appears twice:`,
+		`{"a": {"b": {"c": 1, "c": 2}}}`:             `key "c" appears twice in "a.b"`,
+		`{"a": [{"x": 1, "y": [], "x": 2}]}`:         `key "x" appears twice in "a[]"`,
+		`{"a": {"x": [1, {"y": 1}], "x": 2}}`:        `key "x" appears twice in "a"`,
+		`{"a": [1, 2], "b": {"c": {}}, "a": true}`:   `key "a" appears twice:`,
+		`{"a": 1, "b": `:                             "", // a syntax error, named by the decoder
+	} {
+		err := checkDuplicateKeys([]byte(text))
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v; want %q", text, err, want)
+		}
+	}
+}
+
+// TestBackendCredentialsNeverUsedNorPrinted: userinfo in --backend, from a flag, the
+// environment or the file, stops `agentd run` before anything is opened, naming the flag and
+// --token-file; --print-config shows REDACTED where the password was.
+func TestBackendCredentialsNeverUsedNorPrinted(t *testing.T) {
+	const secret = "s3cret-Pw"
+	backendURL := "http://user:" + secret + "@127.0.0.1:1"
+	for _, source := range []string{"flag", "env", "file"} {
+		t.Run(source, func(t *testing.T) {
+			clearEnv(t)
+			data := filepath.Join(t.TempDir(), "data")
+			args := []string{"--runtime", "sim", "--data-dir", data, "--listen", "127.0.0.1:0"}
+			switch source {
+			case "flag":
+				args = append(args, "--backend", backendURL)
+			case "env":
+				t.Setenv("AGENTD_BACKEND", backendURL)
+			case "file":
+				args = append(args, "--config", writeFile(t, "agentd.json", `{"backend": "`+backendURL+`"}`))
+			}
+			r, kctx, err := parseRun(t, "/nonexistent", args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := printed(t, r, kctx)["backend"]; got.Value != "http://REDACTED@127.0.0.1:1" {
+				t.Errorf("--print-config backend = %+v; want the password REDACTED", got)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = r.Run(ctx, kctx)
+			if err == nil || !strings.Contains(err.Error(), "--backend") || !strings.Contains(err.Error(), "--token-file") {
+				t.Errorf("run: %v; want a refusal naming --backend and --token-file", err)
+			}
+			if err != nil && strings.Contains(err.Error(), secret) {
+				t.Errorf("run: the error shows the password: %v", err)
+			}
+			if _, err := os.Stat(data); err == nil {
+				t.Error("the data directory was created: the refusal must come before anything is opened")
+			}
+		})
 	}
 }

@@ -54,6 +54,9 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	if r.PrintConfig {
 		return r.printConfig(kctx.Stdout, kctx)
 	}
+	if _, err := backend.ParseURL(r.Backend); err != nil {
+		return err // before anything is opened: credentials in --backend are refused, not used
+	}
 	if r.CleanupWait < 0 {
 		return fmt.Errorf("--cleanup-wait %s: must be ≥ 0", r.CleanupWait)
 	}

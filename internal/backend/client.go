@@ -49,9 +49,9 @@ type Client struct {
 
 // New checks the configuration and builds a client. Errors name the flag at fault.
 func New(cfg Config) (*Client, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--backend %q: want an http:// or https:// URL", cfg.URL)
+	u, err := ParseURL(cfg.URL)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.AgentID == "" {
 		return nil, errors.New("backend: no agent id")

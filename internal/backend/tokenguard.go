@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // errRedirect is a 3xx answer: PROTOCOL.md 1.1 makes it an error of that request, so the
@@ -34,4 +35,37 @@ func isLoopbackHost(h string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ParseURL checks --backend: an http:// or https:// URL with a host and no userinfo. Credentials
+// in the URL (http://user:pass@host) are refused: they would be printed by --print-config and
+// logged at start, and Go would send them as Basic auth beside the bearer token; the token
+// belongs in --token-file. Errors name the flag and never show the credentials.
+func ParseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--backend %q: want an http:// or https:// URL", RedactURL(raw))
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("--backend %q: credentials in the URL (user:password@) are refused: they would be printed and logged; put the bearer token in a file (mode 0600) and name it with --token-file", RedactURL(raw))
+	}
+	return u, nil
+}
+
+// RedactURL is raw with the userinfo of a scheme://userinfo@host URL replaced by "REDACTED",
+// whether or not the rest parses; any other string comes back as it is.
+func RedactURL(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return raw
+	}
+	authority := raw[i+3:]
+	if end := strings.IndexAny(authority, "/?#"); end >= 0 {
+		authority = authority[:end]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return raw
+	}
+	return raw[:i+3] + "REDACTED" + raw[i+3+at:]
 }

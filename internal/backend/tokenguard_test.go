@@ -152,3 +152,45 @@ func TestOldTLSRefused(t *testing.T) {
 		t.Fatal("the token reached a TLS 1.1 backend")
 	}
 }
+
+// TestCredentialsInTheBackendURLAreRefused: userinfo in --backend is refused naming the flag
+// and --token-file, and no error shows the password, even when the URL does not parse.
+func TestCredentialsInTheBackendURLAreRefused(t *testing.T) {
+	const secret = "s3cret-Pw"
+	for _, raw := range []string{
+		"http://user:" + secret + "@127.0.0.1:8080",
+		"https://" + secret + "@cp.example/v1",
+		"http://user:" + secret + "@cp.example:notaport/",
+		"https://user:" + secret + "@",
+	} {
+		_, err := backend.New(backend.Config{URL: raw, AgentID: "a"})
+		if err == nil || !strings.Contains(err.Error(), "--backend") {
+			t.Errorf("%s: %v; want a refusal naming --backend", raw, err)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: the error shows the password: %v", raw, err)
+		}
+	}
+	if _, err := backend.ParseURL("http://user:" + secret + "@127.0.0.1:8080"); err == nil || !strings.Contains(err.Error(), "--token-file") {
+		t.Errorf("userinfo: %v; want it to say the token belongs in --token-file", err)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://u:p@h:1/x?y@z":     "http://REDACTED@h:1/x?y@z",
+		"https://tok@h":            "https://REDACTED@h",
+		"http://a@b@h/":            "http://REDACTED@h/",
+		"http://h:1/path@x":        "http://h:1/path@x",
+		"http://127.0.0.1:51678":   "http://127.0.0.1:51678",
+		"/var/lib/agentd":          "/var/lib/agentd",
+		"unix:///run/docker.sock":  "unix:///run/docker.sock",
+		"tcp://u:p@10.0.0.1:2376":  "tcp://REDACTED@10.0.0.1:2376",
+		"http://u:p@h:notaport/#@": "http://REDACTED@h:notaport/#@",
+	} {
+		if got := backend.RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%q) = %q; want %q", raw, got, want)
+		}
+	}
+}

@@ -5,7 +5,9 @@
 //
 // It promises: a missing directory is created 0700; an existing one that group or others may
 // write to, or that another user owns, is refused with an error naming it and the fix; a
-// symbolic link in place of one of the agent's own files is refused.
+// symbolic link in place of one of the agent's own files is refused. ReadPrivate holds the
+// checks of a file carrying a secret (the seal key, --registry-auth-file), so every such file
+// is checked the same way, on every read.
 package datadir
 
 import (

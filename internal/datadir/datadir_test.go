@@ -1,9 +1,11 @@
 package datadir_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/agentd/agentd/internal/datadir"
@@ -64,4 +66,65 @@ func TestSymlinkedFileRefused(t *testing.T) {
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatal("the victim was touched")
 	}
+}
+
+// TestReadPrivateRefusesWhatIsNotTheAgentsOwn: a secret file (the seal key, the registry
+// credentials) is read only when it is a regular file of the agent's uid, 0600 or stricter,
+// not a link, and small; each refusal says why and how to fix it.
+func TestReadPrivateRefusesWhatIsNotTheAgentsOwn(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		make func(path string) error
+		want string // "" : read
+	}{
+		"0600":                {func(p string) error { return os.WriteFile(p, []byte("secret"), 0o600) }, ""},
+		"0400":                {func(p string) error { return os.WriteFile(p, []byte("secret"), 0o400) }, ""},
+		"group readable":      {func(p string) error { return writeMode(p, 0o640) }, "mode 0640 lets group or others read or write it; want 0600 (chmod 600 "},
+		"world readable":      {func(p string) error { return writeMode(p, 0o644) }, "mode 0644"},
+		"group writable":      {func(p string) error { return writeMode(p, 0o620) }, "mode 0620"},
+		"link to a good file": {func(p string) error { return os.Symlink(good, p) }, "symbolic link"},
+		"dangling link":       {func(p string) error { return os.Symlink(filepath.Join(dir, "nowhere"), p) }, "symbolic link"},
+		"directory":           {func(p string) error { return os.Mkdir(p, 0o700) }, "not a regular file but a directory"},
+		"fifo":                {func(p string) error { return syscall.Mkfifo(p, 0o600) }, "not a regular file but a named pipe"},
+		"too big":             {func(p string) error { return os.WriteFile(p, make([]byte, 65), 0o600) }, "65 bytes, more than the 64"},
+		"missing":             {func(string) error { return nil }, "no such file"},
+	}
+	if os.Geteuid() == 0 {
+		cases["owned by nobody"] = struct {
+			make func(path string) error
+			want string
+		}{func(p string) error {
+			if err := os.WriteFile(p, []byte("secret"), 0o600); err != nil {
+				return err
+			}
+			return os.Chown(p, 65534, 65534)
+		}, "owned by uid 65534, not by this agent's uid 0"}
+	}
+	for name, c := range cases {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := c.make(path); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		b, fi, err := datadir.ReadPrivate(path, 64)
+		switch {
+		case c.want == "" && (err != nil || string(b) != "secret" || fi == nil):
+			t.Errorf("%s: %q, %v; want it read", name, b, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %q, %v; want a refusal saying %q", name, b, err, c.want)
+		}
+	}
+	if _, _, err := datadir.ReadPrivate(filepath.Join(dir, "missing"), 64); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing file: %v; want it to wrap os.ErrNotExist", err)
+	}
+}
+
+func writeMode(path string, mode os.FileMode) error {
+	if err := os.WriteFile(path, []byte("secret"), 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(path, mode)
 }

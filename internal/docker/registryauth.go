@@ -16,6 +16,8 @@ import (
 	"github.com/moby/moby/api/pkg/authconfig"
 	"github.com/moby/moby/api/types/registry"
 	"github.com/rs/zerolog"
+
+	"github.com/agentd/agentd/internal/datadir"
 )
 
 // RegistryAuth is the registry credentials of a Docker config.json (--registry-auth-file, the
@@ -37,27 +39,30 @@ type RegistryAuth struct {
 
 // fileStamp tells versions of a file apart without reading it.
 type fileStamp struct {
-	mod  time.Time
-	size int64
-	ino  uint64
+	mod   time.Time
+	size  int64
+	ino   uint64
+	ctime syscall.Timespec // a chmod or chown changes it, and nothing else here
 }
 
 func stampOf(fi os.FileInfo) fileStamp {
 	st := fileStamp{mod: fi.ModTime(), size: fi.Size()}
 	if s, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.ino = s.Ino
+		st.ino, st.ctime = s.Ino, s.Ctim
 	}
 	return st
 }
 
-// LoadRegistryAuth reads the credentials file at path; any fault is an error naming it.
+// registryAuthLimit bounds the credentials file: a config.json of many registries is a few
+// kilobytes; this leaves room for identity tokens.
+const registryAuthLimit = 1 << 20
+
+// LoadRegistryAuth reads the credentials file at path; any fault is an error naming it. The
+// file gets the seal key's checks (datadir.ReadPrivate: the agent's own, 0600, no symlink, at
+// most registryAuthLimit bytes), on this read and on every re-read.
 func LoadRegistryAuth(path string, log zerolog.Logger) (*RegistryAuth, error) {
 	a := &RegistryAuth{path: path, log: log}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("--registry-auth-file %s: %w", path, err)
-	}
-	creds, err := readDockerConfig(path)
+	creds, fi, err := readDockerConfig(path)
 	if err != nil {
 		return nil, fmt.Errorf("--registry-auth-file %s: %w", path, err)
 	}
@@ -68,9 +73,11 @@ func LoadRegistryAuth(path string, log zerolog.Logger) (*RegistryAuth, error) {
 // Path is the file's name.
 func (a *RegistryAuth) Path() string { return a.path }
 
-// refresh re-reads the file when it changed since the last read.
+// refresh re-reads the file when it changed since the last read. The stamp is the link's own
+// (lstat), not its target's, and counts the inode change time: a file swapped for a link to
+// the same file, or a chmod or chown, is a change, so the read's checks see it.
 func (a *RegistryAuth) refresh() {
-	fi, err := os.Stat(a.path)
+	fi, err := os.Lstat(a.path)
 	var st fileStamp
 	if err == nil {
 		st = stampOf(fi)
@@ -79,8 +86,9 @@ func (a *RegistryAuth) refresh() {
 		}
 	}
 	var creds map[string]registry.AuthConfig
+	var read os.FileInfo
 	if err == nil {
-		creds, err = readDockerConfig(a.path)
+		creds, read, err = readDockerConfig(a.path)
 	}
 	if err != nil {
 		// Once per bad version of the file (or per kind of fault), not once per pull.
@@ -90,7 +98,7 @@ func (a *RegistryAuth) refresh() {
 		}
 		return
 	}
-	a.stamp, a.creds, a.warned = st, creds, ""
+	a.stamp, a.creds, a.warned = stampOf(read), creds, "" // the stamp of what was read
 }
 
 // Encoded is the X-Registry-Auth value for pulling image ("" when the file holds nothing for
@@ -130,13 +138,19 @@ type dockerConfig struct {
 	} `json:"auths"`
 }
 
-// readDockerConfig reads the file's auths by registry domain. Its errors name the entry at
-// fault, never a value.
-func readDockerConfig(path string) (map[string]registry.AuthConfig, error) {
-	b, err := os.ReadFile(path)
+// readDockerConfig reads the file's auths by registry domain, and the stat of the file it
+// read. Its errors name the entry at fault, never a value.
+func readDockerConfig(path string) (map[string]registry.AuthConfig, os.FileInfo, error) {
+	b, fi, err := datadir.ReadPrivate(path, registryAuthLimit)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	creds, err := parseDockerConfig(b)
+	return creds, fi, err
+}
+
+// parseDockerConfig reads a config.json's auths by registry domain.
+func parseDockerConfig(b []byte) (map[string]registry.AuthConfig, error) {
 	var cfg dockerConfig
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		var se *json.SyntaxError

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/moby/moby/api/pkg/authconfig"
@@ -112,22 +113,7 @@ func TestRegistryAuthIsReReadWhenTheFileChanges(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.json")
 	replaceFile(t, path, `{"auths": {"r.example": {"username": "u", "password": "old-pass"}}}`)
 	var logs bytes.Buffer
-	a, err := LoadRegistryAuth(path, zerolog.New(&logs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pass := func() string {
-		t.Helper()
-		enc, _, err := a.Encoded("r.example/app:1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ac, err := authconfig.Decode(enc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ac.Password
-	}
+	pass := passwordOf(t, path, &logs)
 	if p := pass(); p != "old-pass" {
 		t.Fatalf("password %q", p)
 	}
@@ -203,5 +189,133 @@ func TestSecretsAreScrubbedFromMessages(t *testing.T) {
 	got := secretsOf(enc)("daemon said: bad password Pa55-w0rd in header " + enc)
 	if strings.Contains(got, "Pa55-w0rd") || strings.Contains(got, enc) {
 		t.Fatalf("not scrubbed: %s", got)
+	}
+}
+
+// TestRegistryAuthFileGetsTheSealKeysChecks: the credentials file is refused at start, naming
+// the flag, unless it is the agent's own 0600 regular file of bounded size; a re-read applies
+// the same checks, and a file that fails them keeps the last good credentials (said once).
+func TestRegistryAuthFileGetsTheSealKeysChecks(t *testing.T) {
+	dir := t.TempDir()
+	const body = `{"auths": {"r.example": {"username": "u", "password": "pw"}}}`
+	good := filepath.Join(dir, "good.json")
+	replaceFile(t, good, body)
+	cases := map[string]struct {
+		make func(path string) error
+		want string
+	}{
+		"world readable": {func(p string) error { return writeMode(p, body, 0o644) }, "mode 0644"},
+		"group readable": {func(p string) error { return writeMode(p, body, 0o640) }, "mode 0640"},
+		"a link":         {func(p string) error { return os.Symlink(good, p) }, "symbolic link"},
+		"too big": {func(p string) error {
+			return os.WriteFile(p, []byte(body+strings.Repeat(" ", registryAuthLimit)), 0o600)
+		}, "more than the"},
+		"a fifo": {func(p string) error { return syscall.Mkfifo(p, 0o600) }, "not a regular file"},
+	}
+	if os.Geteuid() == 0 {
+		cases["owned by nobody"] = struct {
+			make func(path string) error
+			want string
+		}{func(p string) error {
+			if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+				return err
+			}
+			return os.Chown(p, 65534, 65534)
+		}, "owned by uid 65534"}
+	}
+	for name, c := range cases {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
+		if err := c.make(path); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadRegistryAuth(path, zerolog.Nop())
+		if err == nil || !strings.Contains(err.Error(), "--registry-auth-file "+path) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want a refusal naming the flag, %s and %q", name, err, path, c.want)
+		}
+	}
+}
+
+// writeMode writes a file with exactly mode (whatever the umask).
+func writeMode(path, text string, mode os.FileMode) error {
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(path, mode)
+}
+
+func TestRegistryAuthReReadAppliesTheChecks(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.json")
+	replaceFile(t, path, `{"auths": {"r.example": {"username": "u", "password": "good-pass"}}}`)
+	var logs bytes.Buffer
+	pass := passwordOf(t, path, &logs)
+	if p := pass(); p != "good-pass" {
+		t.Fatalf("password %q", p)
+	}
+	// Rewritten world-readable: refused, the last good credentials stay, said once.
+	if err := writeMode(path+".tmp", `{"auths": {"r.example": {"username": "u", "password": "open-pass"}}}`, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if p := pass(); p != "good-pass" {
+			t.Fatalf("after a world-readable rewrite: password %q, want the last good one", p)
+		}
+	}
+	if n := strings.Count(logs.String(), "cannot re-read"); n != 1 || !strings.Contains(logs.String(), "mode 0644") {
+		t.Fatalf("%d log lines about the open file (want 1, saying mode 0644):\n%s", n, logs.String())
+	}
+	// Swapped for a link to a file of the right mode: refused too.
+	other := filepath.Join(dir, "other.json")
+	replaceFile(t, other, `{"auths": {"r.example": {"username": "u", "password": "linked-pass"}}}`)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, path); err != nil {
+		t.Fatal(err)
+	}
+	if p := pass(); p != "good-pass" {
+		t.Fatalf("after a swap for a link: password %q, want the last good one", p)
+	}
+	if !strings.Contains(logs.String(), "symbolic link") {
+		t.Fatalf("the link was not logged:\n%s", logs.String())
+	}
+	// A chmod alone (content, size and mtime unchanged) is a change the checks see.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	replaceFile(t, path, `{"auths": {"r.example": {"username": "u", "password": "third-pass"}}}`)
+	if p := pass(); p != "third-pass" {
+		t.Fatalf("after a good rewrite: password %q", p)
+	}
+	if err := os.Chmod(path, 0o604); err != nil {
+		t.Fatal(err)
+	}
+	if pass(); !strings.Contains(logs.String(), "mode 0604") {
+		t.Fatalf("a chmod 604 went unnoticed:\n%s", logs.String())
+	}
+}
+
+// passwordOf loads the credentials file at path and returns what reads r.example's password
+// now (each call may re-read the file).
+func passwordOf(t *testing.T, path string, logs *bytes.Buffer) func() string {
+	t.Helper()
+	a, err := LoadRegistryAuth(path, zerolog.New(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func() string {
+		t.Helper()
+		enc, _, err := a.Encoded("r.example/app:1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac, err := authconfig.Decode(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ac.Password
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/protocol"
 )
 
 // simWorkload is what the simulated runtime keeps of a container's PROTOCOL.md §4 fields:
@@ -82,14 +83,22 @@ func (s *Sim) workload(c *simContainer, spec event.ContainerSpec) error {
 		}
 	}
 	now := s.now()
-	taken := map[string]bool{}
+	// Bound host ports, as Docker sees them: one port and protocol on overlapping host IPs
+	// (protocol.HostIPsOverlap) is taken.
+	var bound []event.NetworkBinding
 	for _, o := range s.state.Containers {
 		if _, _, ended := exitOf(o, now); ended || o.Agent != s.agent {
 			continue
 		}
-		for _, b := range o.Bindings {
-			taken[fmt.Sprintf("%d/%s", b.HostPort, b.Protocol)] = true
+		bound = append(bound, o.Bindings...)
+	}
+	taken := func(port int, proto, ip string) bool {
+		for _, b := range bound {
+			if b.HostPort == port && b.Protocol == proto && protocol.HostIPsOverlap(b.HostIP, ip) {
+				return true
+			}
 		}
+		return false
 	}
 	for _, p := range spec.Ports {
 		proto := p.Protocol
@@ -98,17 +107,21 @@ func (s *Sim) workload(c *simContainer, spec event.ContainerSpec) error {
 		}
 		host := p.HostPort
 		if host == 0 {
-			for host = simFirstPort; taken[fmt.Sprintf("%d/%s", host, proto)]; host++ {
+			for host = simFirstPort; taken(host, proto, p.HostIP); host++ {
 			}
-		} else if taken[fmt.Sprintf("%d/%s", host, proto)] {
+		} else if taken(host, proto, p.HostIP) {
 			return fmt.Errorf("port %d/%s is already allocated", host, proto)
 		}
-		taken[fmt.Sprintf("%d/%s", host, proto)] = true
 		ip := p.HostIP
 		if ip == "" {
 			ip = "0.0.0.0"
 		}
-		c.Bindings = append(c.Bindings, event.NetworkBinding{ContainerPort: p.ContainerPort, HostPort: host, Protocol: proto, HostIP: ip})
+		b := event.NetworkBinding{ContainerPort: p.ContainerPort, HostPort: host, Protocol: proto, HostIP: ip}
+		c.Bindings = append(c.Bindings, b)
+		if p.HostIP == "" {
+			b.HostIP = "" // what it took: every address of both families
+		}
+		bound = append(bound, b)
 	}
 	sortBindings(c.Bindings)
 	return nil

@@ -60,6 +60,15 @@ func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "9090/tcp is already allocated") {
 		t.Fatalf("second bind of 9090: %v", err)
 	}
+	// As on Docker: the same port on another host IP is free, in one container or two; on
+	// 0.0.0.0 it overlaps 127.0.0.1.
+	d := runSpec(t, s, "task/d", event.ContainerSpec{Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9090, HostIP: "127.0.0.2"},
+		{ContainerPort: 2, HostPort: 9091, HostIP: "127.0.0.1"}, {ContainerPort: 3, HostPort: 9091, HostIP: "127.0.0.2"}}})
+	_, err = s.Create(ctx, CreateSpec{Task: "task/e", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9091, HostIP: "0.0.0.0"}}}})
+	if err == nil || !strings.Contains(err.Error(), "9091/tcp is already allocated") {
+		t.Fatalf("9091 on 0.0.0.0 while 127.0.0.1:9091 is bound: %v", err)
+	}
+	_ = s.Stop(ctx, d, time.Second)
 	_ = s.Stop(ctx, a, time.Second)
 	if st, _ := s.Inspect(ctx, a); len(st.Bindings) != 0 {
 		t.Fatalf("a stopped container reports bindings %+v", st.Bindings)

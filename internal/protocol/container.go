@@ -212,7 +212,6 @@ func validatePorts(ports []event.PortMapping) error {
 	if len(ports) > MaxPorts {
 		return fmt.Errorf("ports: %d, at most %d", len(ports), MaxPorts)
 	}
-	taken := map[string]int{}
 	for i, p := range ports {
 		if p.ContainerPort < 1 || p.ContainerPort > 65535 {
 			return fmt.Errorf("ports[%d].container_port: %d, want 1 to 65535", i, p.ContainerPort)
@@ -220,27 +219,69 @@ func validatePorts(ports []event.PortMapping) error {
 		if p.HostPort < 0 || p.HostPort > 65535 {
 			return fmt.Errorf("ports[%d].host_port: %d, want 0 (the runtime picks) to 65535", i, p.HostPort)
 		}
-		proto := p.Protocol
-		switch proto {
-		case "":
-			proto = "tcp"
-		case "tcp", "udp":
+		switch p.Protocol {
+		case "", "tcp", "udp":
 		default:
 			return fmt.Errorf("ports[%d].protocol: %q, want tcp or udp", i, p.Protocol)
 		}
 		if p.HostIP != "" && !isIPLiteral(p.HostIP) {
 			return fmt.Errorf("ports[%d].host_ip: %q is not an IP address", i, p.HostIP)
 		}
-		if p.HostPort != 0 {
-			// One host port can be bound once per protocol (an unspecified address takes all).
-			key := fmt.Sprintf("%d/%s", p.HostPort, proto)
-			if j, dup := taken[key]; dup {
-				return fmt.Errorf("ports[%d].host_port: %d/%s is also asked for by ports[%d]", i, p.HostPort, proto, j)
+		if p.HostPort == 0 {
+			continue
+		}
+		for j, q := range ports[:i] {
+			if q.HostPort == p.HostPort && protocolOf(q) == protocolOf(p) && HostIPsOverlap(q.HostIP, p.HostIP) {
+				return fmt.Errorf("ports[%d].host_port: %d/%s on %s is also asked for by ports[%d] on %s",
+					i, p.HostPort, protocolOf(p), hostIPName(p.HostIP), j, hostIPName(q.HostIP))
 			}
-			taken[key] = i
 		}
 	}
 	return nil
+}
+
+func protocolOf(p event.PortMapping) string {
+	if p.Protocol == "" {
+		return "tcp"
+	}
+	return p.Protocol
+}
+
+func hostIPName(ip string) string {
+	if ip == "" {
+		return "every address"
+	}
+	return ip
+}
+
+// HostIPsOverlap reports whether binds of one host port and protocol on host IPs a and b
+// (valid host_ip values; "" is the default) would take an address in common, so the second
+// bind fails (PROTOCOL.md §4 "ports"):
+//
+//   - "" binds every address of both families (Docker binds 0.0.0.0 and ::): it overlaps all.
+//   - "::" overlaps all too: on Linux a socket on :: also takes IPv4 unless the host sets
+//     net.ipv6.bindv6only, which the agent cannot know.
+//   - "0.0.0.0" overlaps every IPv4 address, and no specific IPv6 one.
+//   - Two specific addresses overlap only when they are the same address, however written
+//     (::1 and 0:0:0:0:0:0:0:1; an IPv4-mapped IPv6 address is its IPv4 address).
+//
+// TCP and UDP ports never overlap each other; the caller compares the protocol.
+func HostIPsOverlap(a, b string) bool {
+	if a == "" || b == "" {
+		return true
+	}
+	x, okx := parseIPLiteral(a)
+	y, oky := parseIPLiteral(b)
+	if !okx || !oky {
+		return a == b // not addresses: validation refuses them; never call them apart
+	}
+	if !x.v4 && x.unspecified() || !y.v4 && y.unspecified() {
+		return true
+	}
+	if x.v4 != y.v4 {
+		return false
+	}
+	return x.addr == y.addr || x.unspecified() || y.unspecified()
 }
 
 func (r Rules) validateMounts(mounts []event.Mount) error {

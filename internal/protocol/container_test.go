@@ -246,3 +246,60 @@ func TestNewRulesNamesABadRoot(t *testing.T) {
 		t.Fatalf("root / allows everything: %v", err)
 	}
 }
+
+// TestHostPortConflicts: two ports of a container conflict when they ask for the same host
+// port and protocol on host IPs that share an address (HostIPsOverlap's rules); the refusal
+// names both ports and both addresses.
+func TestHostPortConflicts(t *testing.T) {
+	cases := []struct {
+		ipA, protoA, ipB, protoB string
+		conflict                 bool
+	}{
+		{"127.0.0.1", "", "127.0.0.2", "", false},        // two specific addresses
+		{"127.0.0.1", "", "127.0.0.1", "tcp", true},      // the same one
+		{"127.0.0.1", "tcp", "127.0.0.1", "udp", false},  // tcp and udp are apart
+		{"", "", "127.0.0.1", "", true},                  // the default takes every address
+		{"::1", "", "", "", true},                        //   of both families
+		{"0.0.0.0", "", "10.0.0.1", "", true},            // 0.0.0.0 takes every IPv4 address
+		{"0.0.0.0", "", "::1", "", false},                //   and no IPv6 one
+		{"0.0.0.0", "udp", "10.0.0.1", "tcp", false},     //   per protocol
+		{"::", "", "::1", "", true},                      // :: takes every IPv6 address
+		{"::", "", "10.0.0.1", "", true},                 //   and IPv4 too (dual-stack, bindv6only unknown)
+		{"::1", "", "0:0:0:0:0:0:0:1", "", true},         // one address, two spellings
+		{"::ffff:10.0.0.1", "", "10.0.0.1", "", true},    // IPv4-mapped is IPv4
+		{"::ffff:0.0.0.0", "", "192.0.2.1", "", true},    //   the unspecified one too
+		{"2001:db8::1", "", "2001:db8::2", "", false},    // two IPv6 addresses
+		{"2001:db8::1", "", "2001:DB8:0::1", "", true},   //   one, in upper case
+		{"192.0.2.1", "", "::ffff:192.0.2.2", "", false}, // two IPv4 addresses, one mapped
+		{"10.0.0.1", "", "fe80::1", "", false},           // one of each family
+		{"0.0.0.0", "", "0.0.0.0", "", true},             // the same
+		{"", "udp", "", "udp", true},                     // the default twice
+		{"10.0.0.1", "udp", "0.0.0.0", "udp", true},      // either order
+		{"::ffff:127.0.0.1", "", "::ffff:127.0.0.2", "", false},
+	}
+	for _, c := range cases {
+		ports := []event.PortMapping{
+			{ContainerPort: 80, HostPort: 8080, Protocol: c.protoA, HostIP: c.ipA},
+			{ContainerPort: 81, HostPort: 8080, Protocol: c.protoB, HostIP: c.ipB},
+		}
+		err := validatePorts(ports)
+		if !c.conflict {
+			if err != nil {
+				t.Errorf("%q/%s and %q/%s: %v; want no conflict", c.ipA, c.protoA, c.ipB, c.protoB, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "ports[1].host_port: 8080/") || !strings.Contains(err.Error(), "ports[0]") ||
+			!strings.Contains(err.Error(), hostIPName(c.ipA)) || !strings.Contains(err.Error(), hostIPName(c.ipB)) {
+			t.Errorf("%q/%s and %q/%s: %v; want a conflict naming both ports and addresses", c.ipA, c.protoA, c.ipB, c.protoB, err)
+		}
+		// The rule is symmetric, and another host port is never a conflict.
+		if HostIPsOverlap(c.ipA, c.ipB) != HostIPsOverlap(c.ipB, c.ipA) {
+			t.Errorf("%q and %q: the rule is not symmetric", c.ipA, c.ipB)
+		}
+		ports[1].HostPort = 8081
+		if err := validatePorts(ports); err != nil {
+			t.Errorf("%q and %q on two host ports: %v", c.ipA, c.ipB, err)
+		}
+	}
+}

@@ -18,6 +18,9 @@ func agreesWithNetip(t *testing.T, s string) {
 	if got := isIPLiteral(s); got != want {
 		t.Fatalf("isIPLiteral(%q) = %v; netip says %v (%v)", s, got, want, err)
 	}
+	if ip, _ := parseIPLiteral(s); want && (ip.addr != a.As16() || ip.v4 != a.Unmap().Is4()) {
+		t.Fatalf("parseIPLiteral(%q) = %x v4=%v; netip says %x v4=%v", s, ip.addr, ip.v4, a.As16(), a.Unmap().Is4())
+	}
 }
 
 func TestIPLiteralsAsNetipReadsThem(t *testing.T) {
@@ -31,4 +34,18 @@ func FuzzIPLiteral(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(agreesWithNetip)
+}
+
+// parseIPLiteral reads the address netip reads: the same 16 bytes, IPv4-mapped read as IPv4.
+func TestIPLiteralBytesAsNetipReadsThem(t *testing.T) {
+	for _, s := range append(ipSeeds, "::ffff:0.0.0.0", "0:0:0:0:0:0:0:1", "::FFFF:7f00:1", "1:2::3:1.2.3.4", "ABCD::ef01") {
+		a, err := netip.ParseAddr(s)
+		ip, ok := parseIPLiteral(s)
+		if err != nil || a.Zone() != "" {
+			continue
+		}
+		if !ok || ip.addr != a.As16() || ip.v4 != a.Unmap().Is4() {
+			t.Errorf("parseIPLiteral(%q) = %x v4=%v, %v; netip says %x v4=%v", s, ip.addr, ip.v4, ok, a.As16(), a.Unmap().Is4())
+		}
+	}
 }

@@ -5,11 +5,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/agentd/agentd/internal/datadir"
 )
 
 // KeyFileName is the key's file inside a data directory. It is never part of an export.
@@ -20,31 +21,17 @@ const keyFileHeader = "agentd-seal-key v1"
 // ErrNoKey is wrapped when the key file does not exist.
 var ErrNoKey = errors.New("seal key file missing")
 
-// LoadKey reads the key file at path. The file must be a regular file (not a symlink) that
-// only its owner can read or write; anything else is refused with an error naming it.
+// keyFileLimit bounds the key file: the header and 44 characters of base64, with room to spare.
+const keyFileLimit = 4096
+
+// LoadKey reads the key file at path. The file must pass datadir.ReadPrivate's checks (a
+// regular file, not a symlink, owned by the agent's uid, 0600 or stricter, small); anything
+// else is refused with an error naming it.
 func LoadKey(path string) (*Key, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	b, _, err := datadir.ReadPrivate(path, keyFileLimit)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("seal key %s: %w", path, ErrNoKey)
 	}
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("seal key %s: is a symbolic link; refusing to follow it", path)
-		}
-		return nil, fmt.Errorf("seal key %s: %w", path, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("seal key %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("seal key %s: not a regular file", path)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("seal key %s: mode %04o lets others read it; want 0600 (chmod 600 %s)", path, st.Mode().Perm(), path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
 		return nil, fmt.Errorf("seal key %s: %w", path, err)
 	}

@@ -102,6 +102,16 @@ func TestKeyFile(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "victim")); err == nil {
 		t.Fatal("the symlink's target was created")
 	}
+	if os.Geteuid() == 0 { // a key another user owns (and so could have written) is not the agent's
+		other := filepath.Join(dir, "other.key")
+		if _, err := CreateKey(other); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(other, 65534, 65534)
+		if _, err := LoadKey(other); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") || !strings.Contains(err.Error(), other) {
+			t.Fatalf("a key of uid 65534: %v", err)
+		}
+	}
 	os.WriteFile(filepath.Join(dir, "bad.key"), []byte("garbage"), 0o600)
 	if _, err := LoadKey(filepath.Join(dir, "bad.key")); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("damaged key: %v", err)
