@@ -130,7 +130,7 @@ type agent struct {
 // error, never a hang, if another agentd holds it), the agent id, the runtime, recovery, and
 // only then the loop and the API.
 func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent, error) {
-	api, err := introspect.Guard(c.Listen, c.Trust.APITokenFile)
+	api, err := introspect.Guard(introspect.Options{Listen: c.Listen, TokenFile: c.Trust.APITokenFile, Hosts: c.Trust.APIHost, Group: c.Trust.APIGroup})
 	if err != nil {
 		return nil, err
 	}

@@ -14,9 +14,11 @@ import (
 
 // trustFlags are the flags of the trust boundary (README "Security").
 type trustFlags struct {
-	NewSealKey      bool   `env:"AGENTD_NEW_SEAL_KEY" help:"Accept a new seal key when the one that sealed the journal's env values is lost: tasks needing a lost value stop when created; nothing else is lost."`
-	AllowPlainToken bool   `env:"AGENTD_ALLOW_PLAIN_TOKEN" help:"Allow sending the bearer token over plain http:// to a backend that is not on loopback (it can be read on the wire)."`
-	APITokenFile    string `env:"AGENTD_API_TOKEN_FILE" help:"File holding the bearer token the introspection API requires (needed for a --listen that is not loopback or a unix socket)."`
+	NewSealKey      bool     `env:"AGENTD_NEW_SEAL_KEY" help:"Accept a new seal key when the one that sealed the journal's env values is lost: tasks needing a lost value stop when created; nothing else is lost."`
+	AllowPlainToken bool     `env:"AGENTD_ALLOW_PLAIN_TOKEN" help:"Allow sending the bearer token over plain http:// to a backend that is not on loopback (it can be read on the wire)."`
+	APITokenFile    string   `env:"AGENTD_API_TOKEN_FILE" help:"File holding the bearer token of the introspection API: needed for a --listen that is not loopback; on loopback it lets users other than root and the agent's read tasks, logs and the journal."`
+	APIHost         []string `name:"api-host" env:"AGENTD_API_HOST" placeholder:"NAME" help:"A host name the API answers to besides localhost and IP addresses (repeatable); a request naming any other Host gets 421 (DNS rebinding)."`
+	APIGroup        string   `name:"api-group" env:"AGENTD_API_GROUP" placeholder:"GROUP" help:"Group whose members may use the unix socket of --listen unix:PATH (mode 0660 instead of 0600)."`
 }
 
 // dataDirFiles are the agent's own files in its data directory: none may be a symlink.

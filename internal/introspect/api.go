@@ -27,7 +27,13 @@ type Info struct {
 	DataDir string
 	Runtime string
 	Logs    docker.LogReader // container logs (the runtime); nil: the logs endpoint answers 501
+	// TimelineMaxRecords bounds the journal records one status/timeline.svg request reads
+	// (0: DefaultTimelineMaxRecords); a task with more is answered 422 naming the bound.
+	TimelineMaxRecords int
 }
+
+// DefaultTimelineMaxRecords is the bound of one timeline drawing of the status page.
+const DefaultTimelineMaxRecords = 200_000
 
 // TaskView is a task as the API shows it.
 type TaskView struct {

@@ -21,7 +21,7 @@ func TestFollowedLogsCountAsLongPolls(t *testing.T) {
 			<-release
 		}
 	})
-	api, _ := introspect.Guard("127.0.0.1:0", "")
+	api, _ := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0"})
 	ln, _ := serve(t, api, h)
 	url := fmt.Sprintf("http://%s/v1/tasks/task/1/containers/app/logs", ln.Addr())
 	c := &http.Client{Timeout: 10 * time.Second}
