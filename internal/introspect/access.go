@@ -146,7 +146,7 @@ func (a *API) Wrap(h http.Handler) http.Handler {
 		case a.loopback && openPaths[r.URL.Path]:
 			r = r.WithContext(context.WithValue(r.Context(), limitedKey{}, true))
 		default:
-			a.unauthorized(w, r.URL.Path+" needs credentials: the API token (Authorization: Bearer <the content of --api-token-file>), the unix socket, or a loopback connection from root or the agent's user")
+			a.unauthorized(w, "this path needs credentials: the API token (Authorization: Bearer <the content of --api-token-file>), the unix socket, or a loopback connection from root or the agent's user")
 			return
 		}
 		b.serve(h, w, r, full)

@@ -1,0 +1,334 @@
+package introspect_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/introspect"
+	"github.com/agentd/agentd/internal/journal"
+)
+
+// rawGet sends one request with exactly the Host header given (none at all for HTTP/1.0 when
+// host is "-"), as a rebinding page's browser or any client could, and returns the status.
+func rawGet(t *testing.T, addr, host, path string) (int, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if host == "-" {
+		fmt.Fprintf(c, "GET %s HTTP/1.0\r\n\r\n", path)
+	} else {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("Host %q: %v", host, err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	return resp.StatusCode, b.String()
+}
+
+// TestForeignHostsAreMisdirected: a page whose name re-resolves to 127.0.0.1 (DNS rebinding)
+// sends its own name as Host; the API answers 421 naming it, and answers only IP literals,
+// localhost and the --api-host names, on any port.
+func TestForeignHostsAreMisdirected(t *testing.T) {
+	api, err := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0", Hosts: []string{"Agent.Internal"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := serve(t, api, ok)
+	addr := ln.Addr().String()
+	for _, c := range []struct {
+		host string
+		want int
+	}{
+		{"attacker.example", 421},
+		{"attacker.example:51678", 421},
+		{"127.0.0.1.nip.io", 421},
+		{"localhost.", 421},
+		{"", 421},
+		{"-", 421}, // HTTP/1.0, no Host at all
+		{"agent.internal.attacker.example", 421},
+		{"localhost", 200},
+		{"localhost:51678", 200},
+		{"127.0.0.1:51678", 200},
+		{"[::1]:1", 200},
+		{"[::1]", 200},
+		{"agent.internal", 200},
+		{"AGENT.internal:8080", 200},
+	} {
+		code, body := rawGet(t, addr, c.host, "/v1/tasks")
+		if code != c.want {
+			t.Errorf("Host %q: HTTP %d; want %d (%s)", c.host, code, c.want, body)
+		}
+		var answer struct{ Error string }
+		if code == 421 && (json.Unmarshal([]byte(body), &answer) != nil || c.host != "-" && !strings.Contains(answer.Error, strconv.Quote(c.host))) {
+			t.Errorf("Host %q: the 421 does not name the host: %s", c.host, body)
+		}
+	}
+	if _, err := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0", Hosts: []string{"http://agent.internal"}}); err == nil || !strings.Contains(err.Error(), "--api-host") {
+		t.Errorf("an --api-host with a scheme: %v; want a refusal naming --api-host", err)
+	}
+	// A unix socket takes any Host: no browser reaches it.
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	uapi, _ := introspect.Guard(introspect.Options{Listen: "unix:" + sock})
+	serve(t, uapi, ok)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	if code := status(t, c, "http://attacker.example/v1/tasks", ""); code != 200 {
+		t.Errorf("unix socket, Host attacker.example: HTTP %d; want 200", code)
+	}
+}
+
+// secretTask is the task whose history and output no local user may read.
+const secretTask = "task/secret-arn-7f3a"
+
+// liveAPI serves a real engine over a real journal on the simulated runtime through
+// api.Server on a real listener: secretTask's container ran and exited, its log says
+// "exited 3".
+func liveAPI(t *testing.T, o introspect.Options) (net.Listener, http.Handler) {
+	t.Helper()
+	dir := t.TempDir()
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	spec := []event.ContainerSpec{{Name: "app", Image: "web", Command: []string{"exit", "3"}, Essential: true}}
+	if _, err = j.Append(context.Background(), event.Record{Time: time.Now(), Task: secretTask, Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}}); err != nil {
+		t.Fatal(err)
+	}
+	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
+	e.RegisterStateCollector()
+	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim", Logs: rt}, fsm.Config{CleanupWait: time.Hour})
+	if err := e.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/tasks/"+secretTask+"/containers/app/logs", nil))
+		if w.Code == 200 && strings.Contains(w.Body.String(), "exited 3") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the container never ran: HTTP %d %s", w.Code, w.Body.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	api, err := introspect.Guard(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := serve(t, api, h)
+	return ln, h
+}
+
+// asUser runs curl as another user (setpriv: uid, gid, no supplementary groups) and returns
+// the HTTP status (0: no connection) and the body. Skips unless the test runs as root with
+// setpriv and curl at hand.
+func asUser(t *testing.T, uid, gid int, args ...string) (int, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs curl as uid 65534 with setpriv")
+	}
+	for _, tool := range []string{"setpriv", "curl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s on PATH", tool)
+		}
+	}
+	cmd := exec.Command("setpriv", append([]string{fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", gid), "--clear-groups",
+		"curl", "-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"}, args...)...)
+	out, _ := cmd.CombinedOutput() // curl fails (exit 7) when it cannot connect: status 0
+	s := strings.TrimRight(string(out), "\n")
+	i := strings.LastIndexByte(s, '\n')
+	code, _ := strconv.Atoi(s[i+1:])
+	return code, s[:max(i, 0)]
+}
+
+// TestLocalUserReadsOnlyTheOpenPages: uid 65534 on the agent's host reaches the loopback API
+// but reads no task, reason, log, record or journal; the status page shows it counts only and
+// /metrics no task. Root (this test) reads everything, as do callers with the token.
+func TestLocalUserReadsOnlyTheOpenPages(t *testing.T) {
+	tok := filepath.Join(t.TempDir(), "api-token")
+	if err := os.WriteFile(tok, []byte("the-api-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := liveAPI(t, introspect.Options{Listen: "127.0.0.1:0", TokenFile: tok})
+	base := "http://" + ln.Addr().String()
+	logs := "/v1/tasks/" + secretTask + "/containers/app/logs"
+	for _, path := range []string{logs, logs + "?follow=1", "/v1/journal/export", "/v1/journal/records?from=1", "/v1/journal/records?from=1&wait=1",
+		"/v1/tasks", "/v1/tasks/" + secretTask, "/status/timeline.svg?task=" + secretTask, "/signin", "//v1/tasks", "/./v1/tasks"} {
+		code, body := asUser(t, 65534, 65534, base+path)
+		if code != 401 {
+			t.Errorf("uid 65534 GET %s: HTTP %d; want 401\n%.300s", path, code, body)
+		}
+		if strings.Contains(body, "exited 3") || strings.Contains(body, secretTask) {
+			t.Errorf("uid 65534 GET %s: the answer carries the task's output or name: %.300s", path, body)
+		}
+	}
+	for _, path := range []string{"/", "/?part=main", "/metrics", "/healthz", "/v1/metadata", "/status.js"} {
+		code, body := asUser(t, 65534, 65534, base+path)
+		if code != 200 {
+			t.Errorf("uid 65534 GET %s: HTTP %d; want 200 (an open page)\n%.300s", path, code, body)
+		}
+		for _, secret := range []string{secretTask, "exited 3", "the-api-token"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("uid 65534 GET %s carries %q", path, secret)
+			}
+		}
+	}
+	if code, page := asUser(t, 65534, 65534, base+"/"); !strings.Contains(page, `id="count-STOPPED" data-value="1"`) || !strings.Contains(page, `id="tasks-limited"`) {
+		t.Errorf("uid 65534: the status page (HTTP %d) shows no counts or does not say tasks need credentials:\n%s", code, page)
+	}
+	// The token opens everything to the same user: as a Bearer token, and as Basic's password
+	// (what a browser sends after /signin).
+	if code, body := asUser(t, 65534, 65534, "-H", "Authorization: Bearer the-api-token", base+logs); code != 200 || !strings.Contains(body, "exited 3") {
+		t.Errorf("uid 65534 with the token: logs HTTP %d %q", code, body)
+	}
+	if code, body := asUser(t, 65534, 65534, "-u", "me:the-api-token", base+"/"); code != 200 || !strings.Contains(body, secretTask) {
+		t.Errorf("uid 65534 with the token as Basic's password: the page (HTTP %d) lacks the task", code)
+	}
+	if code, _ := asUser(t, 65534, 65534, "-H", "Authorization: Bearer wrong", base+"/"); code != 401 {
+		t.Errorf("uid 65534 with a wrong token: HTTP %d on an open page; want 401", code)
+	}
+	// Root, on the same listener, without a token: everything (local root tools need none).
+	if body := fetchBody(t, base+logs); !strings.Contains(body, "exited 3") {
+		t.Errorf("root: logs %q", body)
+	}
+	if body := fetchBody(t, base+"/"); !strings.Contains(body, secretTask) {
+		t.Error("root: the status page lacks the task")
+	}
+}
+
+func fetchBody(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: HTTP %d %s", u, resp.StatusCode, b.String())
+	}
+	return b.String()
+}
+
+// TestUnixSocketModeDecidesWhoConnects: the socket is 0600 (only root connects); with
+// --api-group it is 0660 and the group's: its members connect and read everything, others
+// still cannot connect.
+func TestUnixSocketModeDecidesWhoConnects(t *testing.T) {
+	// A directory anyone may enter (t.TempDir's parent is 0700): the socket's mode decides.
+	dir, err := os.MkdirTemp("", "agentd-socket-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	ln, _ := liveAPI(t, introspect.Options{Listen: "unix:" + sock})
+	if code, body := asUser(t, 65534, 65534, "--unix-socket", sock, "http://agentd/v1/tasks"); code != 0 {
+		t.Errorf("uid 65534 on the 0600 socket: HTTP %d; want no connection\n%s", code, body)
+	}
+	ln.Close()
+
+	gsock := filepath.Join(dir, "group.sock")
+	liveAPI(t, introspect.Options{Listen: "unix:" + gsock, Group: "nogroup"})
+	st, err := os.Stat(gsock)
+	if err != nil || st.Mode().Perm() != 0o660 {
+		t.Fatalf("socket with --api-group: %v %v; want 0660", st.Mode(), err)
+	}
+	logs := "http://agentd/v1/tasks/" + secretTask + "/containers/app/logs"
+	if code, body := asUser(t, 65534, 65534, "--unix-socket", gsock, logs); code != 200 || !strings.Contains(body, "exited 3") {
+		t.Errorf("a member of --api-group on the 0660 socket: HTTP %d %q; want the logs", code, body)
+	}
+	if code, _ := asUser(t, 65534, 65533, "--unix-socket", gsock, logs); code != 0 {
+		t.Errorf("a user outside --api-group on the 0660 socket: HTTP %d; want no connection", code)
+	}
+	if _, err := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0", Group: "nogroup"}); err == nil || !strings.Contains(err.Error(), "--api-group") {
+		t.Errorf("--api-group on TCP: %v; want a refusal naming --api-group", err)
+	}
+	if _, err := introspect.Guard(introspect.Options{Listen: "unix:" + gsock, Group: "no-such-group-agentd"}); err == nil || !strings.Contains(err.Error(), "no-such-group-agentd") {
+		t.Errorf("an unknown --api-group: %v", err)
+	}
+}
+
+// TestLiveSocketIsRefusedNeverDeleted: a socket another process answers on stays, and the
+// agent refuses to start naming it; a stale one is replaced; a link to a socket is refused.
+func TestLiveSocketIsRefusedNeverDeleted(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.sock")
+	other, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	api, _ := introspect.Guard(introspect.Options{Listen: "unix:" + live})
+	if _, err := api.Listen(); err == nil || !strings.Contains(err.Error(), live) || !strings.Contains(err.Error(), "live process") {
+		t.Fatalf("a live socket: %v; want a refusal naming the path and the live process", err)
+	}
+	go func() {
+		if c, err := other.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := net.DialTimeout("unix", live, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the other process's socket no longer answers: %v", err)
+	}
+	c.Close()
+
+	stale := filepath.Join(dir, "stale.sock")
+	dead, _ := net.Listen("unix", stale)
+	dead.(*net.UnixListener).SetUnlinkOnClose(false)
+	dead.Close()
+	sapi, _ := introspect.Guard(introspect.Options{Listen: "unix:" + stale})
+	ln, err := sapi.Listen()
+	if err != nil {
+		t.Fatalf("a stale socket: %v; want it replaced", err)
+	}
+	ln.Close()
+
+	link := filepath.Join(dir, "link.sock")
+	os.Symlink(live, link)
+	lapi, _ := introspect.Guard(introspect.Options{Listen: "unix:" + link})
+	if _, err := lapi.Listen(); err == nil {
+		t.Fatal("a link to a socket was replaced")
+	}
+	if _, err := os.Lstat(link); err != nil {
+		t.Fatalf("the link is gone: %v", err)
+	}
+}
