@@ -54,7 +54,7 @@ func TestFollowsHaveTheirOwnPool(t *testing.T) {
 	for range follows {
 		hold(logs + "?follow=1")
 	}
-	followsIn.Wait() // every follow slot is held by a quiet follow
+	waitAll(t, &followsIn, "every follow slot held by a quiet follow")
 	if code := status(t, c, logs+"?follow=1", ""); code != http.StatusServiceUnavailable {
 		t.Fatalf("a follow past its pool: HTTP %d, want 503", code)
 	}
@@ -62,7 +62,7 @@ func TestFollowsHaveTheirOwnPool(t *testing.T) {
 	for range polls {
 		hold(records)
 	}
-	pollsIn.Wait() // record long polls got in while the follows hold theirs
+	waitAll(t, &pollsIn, "the record long polls in while the follows hold their slots")
 	if code := status(t, c, records, ""); code != http.StatusServiceUnavailable {
 		t.Fatalf("a long poll past its pool: HTTP %d, want 503", code)
 	}
@@ -74,6 +74,18 @@ func TestFollowsHaveTheirOwnPool(t *testing.T) {
 		if code := <-done; code != http.StatusOK {
 			t.Fatalf("a request within its pool: HTTP %d", code)
 		}
+	}
+}
+
+// waitAll waits for wg, at most 20 s.
+func waitAll(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("not within 20 s: %s", what)
 	}
 }
 
