@@ -79,5 +79,10 @@ func printLogs(ctx context.Context, api, token, task, container string, tail int
 	if _, err := stdcopy.StdCopy(stdout, stderr, resp.Body); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("logs of %s in %s: %w", container, task, err)
 	}
+	// The agent ends a follow at its idle or lifetime limit (README "Security"): say so, or
+	// it would look like the container's end.
+	if why := resp.Trailer.Get(introspect.FollowEndTrailer); why != "" {
+		return fmt.Errorf("logs of %s in %s: the agent ended the follow at its %s; run it again to go on", container, task, why)
+	}
 	return nil
 }
