@@ -121,6 +121,11 @@ func socketOwner(c net.Conn) (int64, error) {
 		}
 		for _, s := range entries {
 			if s.LocalPort == uint64(remote.Port) && s.RemPort == uint64(local.Port) && s.LocalAddr.Equal(remote.IP) && s.RemAddr.Equal(local.IP) {
+				if s.Inode == 0 {
+					// A socket its process has closed: the kernel lists it as uid 0. Whoever
+					// sent the request is gone, so there is nobody to trust.
+					return -1, fmt.Errorf("the client's socket %s is closed", remote)
+				}
 				return int64(s.UID), nil
 			}
 		}
