@@ -114,20 +114,24 @@ func socketOwner(c net.Conn) (int64, error) {
 	if err != nil {
 		return -1, err
 	}
-	for _, table := range []func() (procfs.NetTCP, error){fs.NetTCP, fs.NetTCP6} {
-		entries, err := table()
-		if err != nil {
-			continue // no IPv6, say
-		}
-		for _, s := range entries {
-			if s.LocalPort == uint64(remote.Port) && s.RemPort == uint64(local.Port) && s.LocalAddr.Equal(remote.IP) && s.RemAddr.Equal(local.IP) {
-				if s.Inode == 0 {
-					// A socket its process has closed: the kernel lists it as uid 0. Whoever
-					// sent the request is gone, so there is nobody to trust.
-					return -1, fmt.Errorf("the client's socket %s is closed", remote)
-				}
-				return int64(s.UID), nil
+	// One table: a loopback listener is never dual-stack, so an IPv4 client is in tcp, an IPv6
+	// one in tcp6 (each lookup reads the whole table: once per connection, not per request).
+	table := fs.NetTCP
+	if remote.IP.To4() == nil {
+		table = fs.NetTCP6
+	}
+	entries, err := table()
+	if err != nil {
+		return -1, err
+	}
+	for _, s := range entries {
+		if s.LocalPort == uint64(remote.Port) && s.RemPort == uint64(local.Port) && s.LocalAddr.Equal(remote.IP) && s.RemAddr.Equal(local.IP) {
+			if s.Inode == 0 {
+				// A socket its process has closed: the kernel lists it as uid 0. Whoever
+				// sent the request is gone, so there is nobody to trust.
+				return -1, fmt.Errorf("the client's socket %s is closed", remote)
 			}
+			return int64(s.UID), nil
 		}
 	}
 	return -1, fmt.Errorf("the client's socket %s is not in the kernel's socket table", remote)

@@ -358,3 +358,23 @@ func TestClosedClientSocketIsNotTrusted(t *testing.T) {
 		t.Fatalf("%d requests of uid 65534 on closed sockets reached a path that needs credentials", n-1)
 	}
 }
+
+// TestCallerOverIPv6Loopback: the owner of an IPv6 client socket is found as well (tcp6):
+// root reads, uid 65534 does not.
+func TestCallerOverIPv6Loopback(t *testing.T) {
+	api, _ := introspect.Guard(introspect.Options{Listen: "[::1]:0"})
+	ln, err := api.Listen()
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	srv := api.Server(ok)
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	url := "http://" + ln.Addr().String() + "/v1/tasks"
+	if code := status(t, &http.Client{Timeout: 10 * time.Second}, url, ""); code != 200 {
+		t.Errorf("root over [::1]: HTTP %d; want 200", code)
+	}
+	if code, body := asUser(t, 65534, 65534, "-g", url); code != 401 {
+		t.Errorf("uid 65534 over [::1]: HTTP %d; want 401\n%s", code, body)
+	}
+}
