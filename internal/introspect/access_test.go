@@ -24,7 +24,6 @@ import (
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
-	"github.com/agentd/agentd/internal/journal"
 )
 
 // rawGet sends one request with exactly the Host header given (none at all for HTTP/1.0 when
@@ -111,29 +110,15 @@ const secretTask = "task/secret-arn-7f3a"
 // liveAPI serves a real engine over a real journal on the simulated runtime through
 // api.Server on a real listener: secretTask's container ran and exited, its log says
 // "exited 3".
-func liveAPI(t *testing.T, o introspect.Options) (net.Listener, http.Handler) {
+func liveAPI(t *testing.T, o introspect.Options) net.Listener {
 	t.Helper()
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
 	spec := []event.ContainerSpec{{Name: "app", Image: "web", Command: []string{"exit", "3"}, Essential: true}}
-	if _, err = j.Append(context.Background(), event.Record{Time: time.Now(), Task: secretTask, Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}}); err != nil {
-		t.Fatal(err)
-	}
+	j, dir := journalWith(t, event.Record{Time: time.Now(), Task: secretTask, Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}})
 	rt, _ := docker.NewSim(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
 	e.RegisterStateCollector()
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim", Logs: rt}, fsm.Config{CleanupWait: time.Hour})
-	if err := e.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	running(t, e)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		w := httptest.NewRecorder()
@@ -151,7 +136,7 @@ func liveAPI(t *testing.T, o introspect.Options) (net.Listener, http.Handler) {
 		t.Fatal(err)
 	}
 	ln, _ := serve(t, api, h)
-	return ln, h
+	return ln
 }
 
 // asUser runs curl as another user (setpriv: uid, gid, no supplementary groups) and returns
@@ -184,7 +169,7 @@ func TestLocalUserReadsOnlyTheOpenPages(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("the-api-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := liveAPI(t, introspect.Options{Listen: "127.0.0.1:0", TokenFile: tok})
+	ln := liveAPI(t, introspect.Options{Listen: "127.0.0.1:0", TokenFile: tok})
 	base := "http://" + ln.Addr().String()
 	logs := "/v1/tasks/" + secretTask + "/containers/app/logs"
 	for _, path := range []string{logs, logs + "?follow=1", "/v1/journal/export", "/v1/journal/records?from=1", "/v1/journal/records?from=1&wait=1",
@@ -260,7 +245,7 @@ func TestUnixSocketModeDecidesWhoConnects(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "api.sock")
-	ln, _ := liveAPI(t, introspect.Options{Listen: "unix:" + sock})
+	ln := liveAPI(t, introspect.Options{Listen: "unix:" + sock})
 	if code, body := asUser(t, 65534, 65534, "--unix-socket", sock, "http://agentd/v1/tasks"); code != 0 {
 		t.Errorf("uid 65534 on the 0600 socket: HTTP %d; want no connection\n%s", code, body)
 	}

@@ -114,12 +114,6 @@ func (holdExec) Go(func() engine.Input) {}
 // never the records before it, and at most the bound: past it the answer is 422 naming the
 // bound instead of a scan of the whole journal.
 func TestTimelineReadsABoundedSpan(t *testing.T) {
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
 	spec := []event.ContainerSpec{{Name: "app", Image: "web", Essential: true}}
 	add := func(arn string) event.Record {
 		return event.Record{Time: time.Now(), Task: arn, Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}}
@@ -132,18 +126,10 @@ func TestTimelineReadsABoundedSpan(t *testing.T) {
 	for i := range 20 { // after it: read, up to the bound
 		recs = append(recs, add(fmt.Sprintf("task/after-%d", i)))
 	}
-	if _, err := j.Append(context.Background(), recs...); err != nil {
-		t.Fatal(err)
-	}
+	j, dir := journalWith(t, recs...)
 	rt, _ := docker.NewSim(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
-	if err := e.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	running(t, e)
 	draw := func(bound int) *httptest.ResponseRecorder {
 		h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim", TimelineMaxRecords: bound}, fsm.Config{CleanupWait: time.Hour})
 		w := httptest.NewRecorder()
