@@ -57,3 +57,28 @@ func TestAPIFlagsReachTheListener(t *testing.T) {
 		t.Errorf("--api-group on TCP: %v\n%s; want a refusal naming --api-group", err, out)
 	}
 }
+
+// TestClientsReachAUnixSocket: `agentd journal --live` and `agentd logs --api` take
+// unix:PATH, the address a --listen unix:PATH agent (and --api-group's members) use.
+func TestClientsReachAUnixSocket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns the agent")
+	}
+	srv := httptest.NewServer(controlplane.New("", controlplane.Faults{}).Handler())
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "api.sock")
+	a := startProc(t, "run", "--runtime", "sim", "--data-dir", filepath.Join(dir, "data"), "--backend", srv.URL, "--listen", "unix:"+sock, "--log-format", "json")
+	a.await(t, "agent running", 30*time.Second)
+	copyPath := filepath.Join(dir, "copy.db")
+	if out, err := exec.Command(agentdBinary(t), "journal", "export", "--live", "unix:"+sock, "--out", copyPath).CombinedOutput(); err != nil {
+		t.Fatalf("journal export --live unix:: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(agentdBinary(t), "journal", "dump", "--file", copyPath).CombinedOutput(); err != nil || !strings.Contains(string(out), "agent_started") {
+		t.Fatalf("the exported copy: %v\n%s", err, out)
+	}
+	out, err := exec.Command(agentdBinary(t), "logs", "--api", "unix:"+sock, "task/none", "app").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "HTTP 404") || !strings.Contains(string(out), "no task task/none") {
+		t.Fatalf("logs --api unix:: %v\n%s; want the agent's 404 for task/none", err, out)
+	}
+}
