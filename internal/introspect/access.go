@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
-	"sync"
-
-	"github.com/prometheus/procfs"
 )
 
 // Who may read what (README "Security"):
@@ -36,17 +32,6 @@ import (
 // no secret and no output of any task. Exact paths: ServeMux would redirect any other
 // spelling (//v1/tasks, /./v1/tasks), and those answer 401 here first.
 var openPaths = map[string]bool{"/": true, "/status.css": true, "/status.js": true, "/healthz": true, "/metrics": true, "/v1/metadata": true}
-
-// connKey carries a connection's *peer in its context (Server's ConnContext).
-type connKey struct{}
-
-// peer is the other end of a connection; its owner is looked up once, on first need.
-type peer struct {
-	conn net.Conn
-	once sync.Once
-	uid  int64 // -1: unknown
-	err  error
-}
 
 // limitedKey marks a request served without credentials: the status page shows counts only.
 type limitedKey struct{}
@@ -91,50 +76,10 @@ func (a *API) credentials(r *http.Request) (present, ok bool) {
 }
 
 // trustedPeer reports whether r came over a loopback connection whose socket is owned by root
-// or by the agent's user. Unknown owners are not trusted.
+// or by the agent's user (owners.go). Unknown owners are not trusted.
 func trustedPeer(r *http.Request) bool {
-	p, _ := r.Context().Value(connKey{}).(*peer)
-	if p == nil {
-		return false
-	}
-	p.once.Do(func() { p.uid, p.err = socketOwner(p.conn) })
-	return p.err == nil && (p.uid == 0 || p.uid == int64(os.Geteuid()))
-}
-
-// socketOwner finds the user owning the client's end of a loopback TCP connection in the
-// kernel's socket table (/proc/net/tcp and tcp6, via procfs): the entry whose local address is
-// the connection's remote one and whose remote address is the connection's local one.
-func socketOwner(c net.Conn) (int64, error) {
-	local, ok1 := c.LocalAddr().(*net.TCPAddr)
-	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
-	if !ok1 || !ok2 {
-		return -1, fmt.Errorf("not a TCP connection: %s", c.RemoteAddr())
-	}
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return -1, err
-	}
-	// One table: a loopback listener is never dual-stack, so an IPv4 client is in tcp, an IPv6
-	// one in tcp6 (each lookup reads the whole table: once per connection, not per request).
-	table := fs.NetTCP
-	if remote.IP.To4() == nil {
-		table = fs.NetTCP6
-	}
-	entries, err := table()
-	if err != nil {
-		return -1, err
-	}
-	for _, s := range entries {
-		if s.LocalPort == uint64(remote.Port) && s.RemPort == uint64(local.Port) && s.LocalAddr.Equal(remote.IP) && s.RemAddr.Equal(local.IP) {
-			if s.Inode == 0 {
-				// A socket its process has closed: the kernel lists it as uid 0. Whoever
-				// sent the request is gone, so there is nobody to trust.
-				return -1, fmt.Errorf("the client's socket %s is closed", remote)
-			}
-			return int64(s.UID), nil
-		}
-	}
-	return -1, fmt.Errorf("the client's socket %s is not in the kernel's socket table", remote)
+	c, _ := r.Context().Value(connKey{}).(*ownedConn)
+	return c != nil && c.trusted()
 }
 
 // Wrap adds the access rules (above) and the bounds (bounds.go) to h.

@@ -363,3 +363,50 @@ func TestCallerOverIPv6Loopback(t *testing.T) {
 		t.Errorf("uid 65534 over [::1]: HTTP %d; want 401\n%s", code, body)
 	}
 }
+
+// TestUsersConnectionsAreBounded: uid 65534 opening 40 connections and holding them gets 32:
+// the other 8 are answered 503 at once, unasked, and closed, while one of the 32 is served;
+// once the user's connections close, it connects again.
+func TestUsersConnectionsAreBounded(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs bash as uid 65534 with setpriv")
+	}
+	api, _ := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0"})
+	ln, _ := serve(t, api, ok)
+	addr := ln.Addr().(*net.TCPAddr)
+	// Waits (at most 20 s) until 8 connections have said something unasked, then asks on one
+	// that did not.
+	script := fmt.Sprintf(`fds=(); for i in $(seq 40); do exec {fd}<>/dev/tcp/127.0.0.1/%d; fds+=($fd); done
+declare -A said; end=$((SECONDS+20))
+while [ ${#said[@]} -lt 8 ] && [ $SECONDS -lt $end ]; do
+  for fd in "${fds[@]}"; do
+    [ -n "${said[$fd]}" ] && continue
+    if read -t 0.05 -r line <&$fd; then said[$fd]=1; echo "said: $line"; fi
+  done
+done
+for fd in "${fds[@]}"; do [ -n "${said[$fd]}" ] && continue
+  printf 'GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' >&$fd; read -t 10 -r line <&$fd; echo "asked: $line"; break
+done`, addr.Port)
+	out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the client: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "said: HTTP/1.1 503 Service Unavailable"); n != 8 || !strings.Contains(string(out), "asked: HTTP/1.1 200 OK") {
+		t.Fatalf("uid 65534 holding 40 connections: %d answered 503 unasked (want 8), and one of the rest must be served:\n%s", n, out)
+	}
+	// The user's connections are closed now (bash ended): it connects again, within a bound.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _ := asUser(t, 65534, 65534, "http://"+addr.String()+"/healthz")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("uid 65534 still refused 20 s after closing its connections: HTTP %d", code)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := status(t, &http.Client{Timeout: 10 * time.Second}, "http://"+addr.String()+"/v1/tasks", ""); code != 200 {
+		t.Fatalf("root: HTTP %d", code)
+	}
+}

@@ -19,6 +19,7 @@ const (
 	maxInFlight       = 64 // requests of callers with credentials served at once; more get 503
 	maxPublicInFlight = 16 // requests of callers without (the open pages on loopback) at once
 	maxExports        = 2  // /v1/journal/export copies at once
+	maxConnsPerUser   = 32 // connections open at once of one local user other than root and the agent's
 	readTimeout       = 30 * time.Second
 	writeTimeout      = 90 * time.Second // longer than the longest long poll (60 s)
 	idleTimeout       = 60 * time.Second
@@ -134,6 +135,8 @@ func loopback(hostport string) bool {
 }
 
 // Listen opens the listener. A unix socket is made 0600 (0660 and the --api-group's with one).
+// A loopback listener knows who owns each connection and bounds the connections of each user
+// without credentials (owners.go).
 // Only a stale socket — nothing answers a connection to it — is replaced: a socket another
 // live process serves is refused, never deleted, and so is anything that is not a socket (a
 // file, a link).
@@ -146,6 +149,9 @@ func (a *API) Listen() (net.Listener, error) {
 	ln, err := net.Listen(a.network, a.addr)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", a.addr, err)
+	}
+	if a.loopback {
+		return newOwnedListener(ln), nil
 	}
 	if a.network == "unix" {
 		mode := os.FileMode(0o600)
@@ -202,7 +208,7 @@ func (a *API) Server(h http.Handler) *http.Server {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, &peer{conn: c})
+			return context.WithValue(ctx, connKey{}, c)
 		},
 	}
 }
