@@ -86,6 +86,8 @@ func trustedPeer(r *http.Request) bool {
 func (a *API) Wrap(h http.Handler) http.Handler {
 	b := newBounds(a.limits)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// No answer of the API is ever to be guessed into HTML by a browser.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if a.network == "tcp" && !a.hostAllowed(r.Host) {
 			writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": fmt.Sprintf("Host %q is not a name of this agent's API: ask for localhost, an IP address, or a name given with --api-host", r.Host)})
 			return

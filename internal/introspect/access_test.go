@@ -46,6 +46,9 @@ func rawGet(t *testing.T, addr, host, path string) (int, string) {
 		t.Fatalf("Host %q: %v", host, err)
 	}
 	defer resp.Body.Close()
+	if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("Host %q: HTTP %d without X-Content-Type-Options: nosniff", host, resp.StatusCode)
+	}
 	var b strings.Builder
 	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
 	return resp.StatusCode, b.String()
