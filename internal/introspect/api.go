@@ -5,6 +5,10 @@
 // It promises never to answer from a half-recovered state: until the engine has recovered,
 // /healthz and /v1/tasks answer 503. Reads go through the engine's loop, so they see a
 // projection between records, never inside one.
+//
+// It promises too that only its own names are answered and only callers with credentials
+// read tasks, output or the journal (access.go, owners.go), and that no client holds it:
+// every kind of long request has its own bounded pool (bounds.go).
 package introspect
 
 import (
