@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -411,5 +412,46 @@ done`, addr.Port)
 	}
 	if code := status(t, &http.Client{Timeout: 10 * time.Second}, "http://"+addr.String()+"/v1/tasks", ""); code != 200 {
 		t.Fatalf("root: HTTP %d", code)
+	}
+}
+
+// TestOpenPagesAreShared: however often and with whatever query strings users without
+// credentials ask, each open page is computed once per period (an hour here) — the engine's
+// loop, which the pages query, does not work for them — while root's requests are each served.
+func TestOpenPagesAreShared(t *testing.T) {
+	var mu sync.Mutex
+	computed := map[string]int{}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		computed[r.URL.RequestURI()]++
+		mu.Unlock()
+		w.Write([]byte("page"))
+	})
+	api, _ := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0", Limits: introspect.Limits{OpenPagesEvery: time.Hour}})
+	ln, _ := serve(t, api, h)
+	base := "http://" + ln.Addr().String()
+	var urls []string
+	for i := range 5 {
+		urls = append(urls, fmt.Sprintf("%s/metrics?n=%d", base, i), fmt.Sprintf("%s/?part=main&n=%d", base, i), base+"/", base+"/healthz")
+	}
+	if code, body := asUser(t, 65534, 65534, urls...); code != 200 {
+		t.Fatalf("uid 65534: HTTP %d\n%s", code, body)
+	}
+	want := map[string]int{"/metrics": 1, "/?part=main": 1, "/": 1, "/healthz": 1}
+	mu.Lock()
+	for uri, n := range want {
+		if computed[uri] != n {
+			t.Errorf("%s computed %d times for 20 requests of uid 65534; want %d (all: %v)", uri, computed[uri], n, computed)
+		}
+	}
+	mu.Unlock()
+	c := &http.Client{Timeout: 10 * time.Second}
+	for range 3 {
+		status(t, c, base+"/metrics", "")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if computed["/metrics"] != 4 {
+		t.Errorf("/metrics computed %d times after 3 requests of root; want 4 (root is never served a shared answer)", computed["/metrics"])
 	}
 }

@@ -18,11 +18,13 @@ const FollowEndTrailer = "Agentd-Follow-End"
 type bounds struct {
 	limits                                    Limits
 	inFlight, public, exports, polls, follows chan struct{}
+	open                                      *openCache // the open pages' shared answers
 }
 
 func newBounds(l Limits) *bounds {
 	return &bounds{limits: l, inFlight: make(chan struct{}, maxInFlight), public: make(chan struct{}, maxPublicInFlight),
-		exports: make(chan struct{}, maxExports), polls: make(chan struct{}, l.LongPolls), follows: make(chan struct{}, l.Follows)}
+		exports: make(chan struct{}, maxExports), polls: make(chan struct{}, l.LongPolls), follows: make(chan struct{}, l.Follows),
+		open: newOpenCache(l.OpenPagesEvery)}
 }
 
 func take(pool chan struct{}) (release func(), ok bool) {
@@ -61,6 +63,10 @@ func (b *bounds) serve(h http.Handler, w http.ResponseWriter, r *http.Request, f
 		return
 	}
 	defer release()
+	if !full {
+		b.open.serve(h, w, r) // the open pages, shared (opencache.go)
+		return
+	}
 	var extra chan struct{}
 	switch {
 	case r.URL.Path == "/v1/journal/export":

@@ -35,6 +35,7 @@ type Limits struct {
 	Follows        int           // …/logs?follow=1 at once (default 8)
 	FollowIdle     time.Duration // a follow that wrote nothing for this long is ended (default 5m)
 	FollowLifetime time.Duration // a follow is ended after this long whatever it writes (default 1h)
+	OpenPagesEvery time.Duration // callers without credentials share each open page this long (default 1s)
 }
 
 func (l Limits) withDefaults() Limits {
@@ -49,6 +50,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.FollowLifetime <= 0 {
 		l.FollowLifetime = time.Hour
+	}
+	if l.OpenPagesEvery <= 0 {
+		l.OpenPagesEvery = time.Second
 	}
 	return l
 }
