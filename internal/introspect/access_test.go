@@ -143,18 +143,25 @@ func liveAPI(t *testing.T, o introspect.Options) net.Listener {
 	return ln
 }
 
+// needSetpriv skips unless this test runs as root and setpriv can switch to uid 65534 here.
+func needSetpriv(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs clients as uid 65534 with setpriv")
+	}
+	if out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/true").CombinedOutput(); err != nil {
+		t.Skipf("setpriv cannot switch to uid 65534 here: %v %s", err, out)
+	}
+}
+
 // asUser runs curl as another user (setpriv: uid, gid, no supplementary groups) and returns
 // the HTTP status (0: no connection) and the body. Skips unless the test runs as root with
 // setpriv and curl at hand.
 func asUser(t *testing.T, uid, gid int, args ...string) (int, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs curl as uid 65534 with setpriv")
-	}
-	for _, tool := range []string{"setpriv", "curl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s on PATH", tool)
-		}
+	needSetpriv(t)
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("needs curl on PATH")
 	}
 	cmd := exec.Command("setpriv", append([]string{fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", gid), "--clear-groups",
 		"curl", "-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"}, args...)...)
@@ -333,9 +340,7 @@ func TestClosedClientSocketIsNotTrusted(t *testing.T) {
 	ln, _ := serve(t, api, h)
 	port := ln.Addr().(*net.TCPAddr).Port
 	script := fmt.Sprintf(`for i in $(seq 100); do exec 3<>/dev/tcp/127.0.0.1/%d; printf 'GET /v1/tasks HTTP/1.1\r\nHost: localhost\r\n\r\n' >&3; exec 3>&-; done`, port)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs bash as uid 65534 with setpriv")
-	}
+	needSetpriv(t)
 	if out, err := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash", "-c", script).CombinedOutput(); err != nil {
 		t.Fatalf("the client: %v\n%s", err, out)
 	}
@@ -372,9 +377,7 @@ func TestCallerOverIPv6Loopback(t *testing.T) {
 // the other 8 are answered 503 at once, unasked, and closed, while one of the 32 is served;
 // once the user's connections close, it connects again.
 func TestUsersConnectionsAreBounded(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: runs bash as uid 65534 with setpriv")
-	}
+	needSetpriv(t)
 	api, _ := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0"})
 	ln, _ := serve(t, api, ok)
 	addr := ln.Addr().(*net.TCPAddr)
