@@ -45,13 +45,67 @@ type Phase struct {
 // concern it (settlements and failed attempts name change ids, not tasks: they are matched by
 // the sequence numbers of the task's changes).
 func BuildTimeline(j *journal.Journal, task string) (*Timeline, error) {
-	b := newTimelineBuilder(task)
+	return buildTimeline(j, task)
+}
+
+// ErrTimelineBound is a timeline that would read more records than its caller allows.
+var ErrTimelineBound = errors.New("too many journal records to draw")
+
+// BuildTimelineWithin is BuildTimeline for a caller that must bound its work (the status page
+// of a running agent): it reads only the records from `from` on (the task's first record,
+// which the projection knows), at most limit of them in each of its two passes, and fails with
+// ErrTimelineBound, naming the bound, rather than read further.
+func BuildTimelineWithin(j *journal.Journal, task string, from uint64, limit int) (*Timeline, error) {
+	tl, err := buildTimeline(boundedReader{j: j, from: from, limit: limit}, task)
+	if err != nil {
+		return nil, fmt.Errorf("timeline of task %q: %w", task, err)
+	}
+	return tl, nil
+}
+
+// timelineReader is what a timeline reads: the task's own records, and all records from one on.
+type timelineReader interface {
+	TaskRecords(task string, fn func(event.Record) error) error
+	Iterate(from uint64, fn func(event.Record) error) error
+}
+
+// boundedReader reads a journal from one sequence number on, at most limit records a pass.
+type boundedReader struct {
+	j     *journal.Journal
+	from  uint64
+	limit int
+}
+
+func (b boundedReader) TaskRecords(task string, fn func(event.Record) error) error {
+	return b.Iterate(b.from, func(r event.Record) error {
+		if r.Task != task {
+			return nil
+		}
+		return fn(r)
+	})
+}
+
+func (b boundedReader) Iterate(from uint64, fn func(event.Record) error) error {
+	from = max(from, b.from)
+	read := 0
+	return b.j.Iterate(from, func(r event.Record) error {
+		if read++; read > b.limit {
+			return fmt.Errorf("%w: more than %d records from sequence %d on (draw it with `agentd journal timeline --svg`, which has no bound)", ErrTimelineBound, b.limit, from)
+		}
+		return fn(r)
+	})
+}
+
+func buildTimeline(j timelineReader, task string) (*Timeline, error) {
+	tl := &Timeline{Task: task}
+	changes := map[uint64]string{} // seq of a reportable transition → what it reported
 	var first uint64
+	var recs []event.Record
 	err := j.TaskRecords(task, func(r event.Record) error {
 		if first == 0 {
 			first = r.Seq
 		}
-		b.own(r)
+		recs = append(recs, r)
 		return nil
 	})
 	if err != nil {
@@ -60,140 +114,90 @@ func BuildTimeline(j *journal.Journal, task string) (*Timeline, error) {
 	if first == 0 {
 		return nil, fmt.Errorf("task %q: no record in the journal (a typo, or compacted away)", task)
 	}
-	// Everything from the task's first record on — its reports, and restarts.
-	if err := j.Iterate(first, func(r event.Record) error { b.scan(r); return nil }); err != nil {
-		return nil, err
+	var stepsFromScan []Step
+	idSeq := func(id string) uint64 { seq, _ := fsm.ChangeSeq(id); return seq }
+	// Pass 1: the task's own records tell which change ids are its own.
+	for _, r := range recs {
+		switch e := r.Event.(type) {
+		case *event.ContainerTransitioned:
+			if e.To.Reportable() {
+				changes[r.Seq] = r.Container + " " + string(e.To)
+			}
+		case *event.TaskTransitioned:
+			if e.To.Reportable() {
+				changes[r.Seq] = "task " + string(e.To)
+			}
+		case *event.TaskRejected:
+			changes[r.Seq] = "task STOPPED"
+		}
 	}
-	return b.done(), nil
-}
-
-// ErrTimelineBound is a timeline that would read more records than its caller allows.
-var ErrTimelineBound = errors.New("too many journal records to draw")
-
-// BuildTimelineWithin is BuildTimeline for a caller that must bound its work (the status page
-// of a running agent): it reads the records from `from` on (the task's first record, which the
-// projection knows), never more than limit of them, and fails with ErrTimelineBound, naming
-// the bound, rather than read further. It reads each record once: a report always follows the
-// changes it names, so the task's own records are known before any report that needs them.
-func BuildTimelineWithin(j *journal.Journal, task string, from uint64, limit int) (*Timeline, error) {
-	b := newTimelineBuilder(task)
-	read := 0
-	err := j.Iterate(from, func(r event.Record) error {
-		if read++; read > limit {
-			return fmt.Errorf("task %q: %w: more than %d records from sequence %d on (draw it with `agentd journal timeline --svg`, which has no bound)", task, ErrTimelineBound, limit, from)
+	// Pass 2: everything from the task's first record on — its reports, and restarts.
+	var fold *Step
+	flush := func() {
+		if fold != nil {
+			stepsFromScan = append(stepsFromScan, *fold)
+			fold = nil
 		}
-		if r.Task == task {
-			b.own(r)
+	}
+	err = j.Iterate(first, func(r event.Record) error {
+		switch e := r.Event.(type) {
+		case *event.ReportAttempted:
+			mine := 0
+			for _, id := range e.IDs {
+				if _, ok := changes[idSeq(id)]; ok {
+					mine++
+				}
+			}
+			if mine == 0 {
+				return nil
+			}
+			n := max(e.Count, 1)
+			if fold != nil && fold.Text == e.Outcome {
+				fold.Count += n
+				fold.Until = r.Time
+				return nil
+			}
+			flush()
+			fold = &Step{Seq: r.Seq, Time: r.Time, Kind: "reports-failed", Text: e.Outcome, Count: n, Until: r.Time}
+		case *event.ChangesSettled:
+			var acc, rej []string
+			for _, id := range e.Accepted {
+				if what, ok := changes[idSeq(id)]; ok {
+					acc = append(acc, what)
+				}
+			}
+			for _, x := range e.Rejected {
+				if what, ok := changes[idSeq(x.ID)]; ok {
+					rej = append(rej, what+" ("+x.Error+")")
+				}
+			}
+			if len(acc)+len(rej) == 0 {
+				return nil
+			}
+			flush()
+			text := "accepted: " + strings.Join(acc, ", ")
+			if len(rej) > 0 {
+				text += "; rejected: " + strings.Join(rej, ", ")
+			}
+			stepsFromScan = append(stepsFromScan, Step{Seq: r.Seq, Time: r.Time, Kind: "settled", Text: text})
+		case *event.AgentStarted:
+			flush()
+			stepsFromScan = append(stepsFromScan, Step{Seq: r.Seq, Time: r.Time, Kind: "agent-started", Text: fmt.Sprintf("agent (re)started, pid %d", e.PID)})
 		}
-		b.scan(r)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(b.recs) == 0 {
-		return nil, fmt.Errorf("task %q: no record in the journal from sequence %d on", task, from)
-	}
-	return b.done(), nil
-}
-
-// timelineBuilder folds records into a timeline: the task's own records (own) and the
-// records that concern it without naming it (scan), in sequence order.
-type timelineBuilder struct {
-	tl      *Timeline
-	changes map[uint64]string // seq of a reportable transition → what it reported
-	recs    []event.Record
-	fold    *Step
-	scanned []Step
-}
-
-func newTimelineBuilder(task string) *timelineBuilder {
-	return &timelineBuilder{tl: &Timeline{Task: task}, changes: map[uint64]string{}}
-}
-
-// own takes one of the task's own records: which change ids are its own.
-func (b *timelineBuilder) own(r event.Record) {
-	b.recs = append(b.recs, r)
-	switch e := r.Event.(type) {
-	case *event.ContainerTransitioned:
-		if e.To.Reportable() {
-			b.changes[r.Seq] = r.Container + " " + string(e.To)
-		}
-	case *event.TaskTransitioned:
-		if e.To.Reportable() {
-			b.changes[r.Seq] = "task " + string(e.To)
-		}
-	case *event.TaskRejected:
-		b.changes[r.Seq] = "task STOPPED"
-	}
-}
-
-func (b *timelineBuilder) flush() {
-	if b.fold != nil {
-		b.scanned = append(b.scanned, *b.fold)
-		b.fold = nil
-	}
-}
-
-// scan takes any record: the reports that name the task's changes, and restarts.
-func (b *timelineBuilder) scan(r event.Record) {
-	idSeq := func(id string) uint64 { seq, _ := fsm.ChangeSeq(id); return seq }
-	switch e := r.Event.(type) {
-	case *event.ReportAttempted:
-		mine := 0
-		for _, id := range e.IDs {
-			if _, ok := b.changes[idSeq(id)]; ok {
-				mine++
-			}
-		}
-		if mine == 0 {
-			return
-		}
-		n := max(e.Count, 1)
-		if b.fold != nil && b.fold.Text == e.Outcome {
-			b.fold.Count += n
-			b.fold.Until = r.Time
-			return
-		}
-		b.flush()
-		b.fold = &Step{Seq: r.Seq, Time: r.Time, Kind: "reports-failed", Text: e.Outcome, Count: n, Until: r.Time}
-	case *event.ChangesSettled:
-		var acc, rej []string
-		for _, id := range e.Accepted {
-			if what, ok := b.changes[idSeq(id)]; ok {
-				acc = append(acc, what)
-			}
-		}
-		for _, x := range e.Rejected {
-			if what, ok := b.changes[idSeq(x.ID)]; ok {
-				rej = append(rej, what+" ("+x.Error+")")
-			}
-		}
-		if len(acc)+len(rej) == 0 {
-			return
-		}
-		b.flush()
-		text := "accepted: " + strings.Join(acc, ", ")
-		if len(rej) > 0 {
-			text += "; rejected: " + strings.Join(rej, ", ")
-		}
-		b.scanned = append(b.scanned, Step{Seq: r.Seq, Time: r.Time, Kind: "settled", Text: text})
-	case *event.AgentStarted:
-		b.flush()
-		b.scanned = append(b.scanned, Step{Seq: r.Seq, Time: r.Time, Kind: "agent-started", Text: fmt.Sprintf("agent (re)started, pid %d", e.PID)})
-	}
-}
-
-// done merges the task's own steps with the scanned ones, in sequence order.
-func (b *timelineBuilder) done() *Timeline {
-	b.flush()
+	flush()
+	// Merge the task's own steps with the scanned ones, in sequence order.
 	var own []Step
-	for _, r := range b.recs {
-		own = append(own, stepOf(r, b.tl))
+	for _, r := range recs {
+		own = append(own, stepOf(r, tl))
 	}
-	b.tl.Steps = mergeSteps(own, b.scanned)
-	b.tl.phases()
-	return b.tl
+	tl.Steps = mergeSteps(own, stepsFromScan)
+	tl.phases()
+	return tl, nil
 }
 
 func stepOf(r event.Record, tl *Timeline) Step {
