@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
@@ -29,7 +28,7 @@ type journalCmd struct {
 type journalSource struct {
 	DataDir  string `default:"/var/lib/agentd" env:"AGENTD_DATA_DIR" help:"Data directory of the agent (its journal.db)."`
 	File     string `help:"A bare journal file (overrides --data-dir)."`
-	Live     string `help:"Read a running agent's journal through its introspection API (e.g. http://127.0.0.1:51678)."`
+	Live     string `help:"Read a running agent's journal through its introspection API (e.g. http://127.0.0.1:51678, or unix:/run/agentd/api.sock)."`
 	APIToken string `name:"api-token-file" env:"AGENTD_API_TOKEN_FILE" help:"Bearer token file of an agent whose API requires one (with --live)."`
 	JSON     bool   `name:"json" help:"JSON output: one object per line for streams, one object for summaries."`
 }
@@ -102,13 +101,14 @@ func (d *journalDumpCmd) Run(ctx context.Context) error {
 // follow long-polls the agent's /v1/journal/records and prints what passes the filter.
 func (d *journalDumpCmd) follow(ctx context.Context, f forensics.Filter) error {
 	next := max(f.FromSeq, 1)
+	client, base := forensics.APIClient(d.Live)
 	for ctx.Err() == nil {
-		u := fmt.Sprintf("%s/v1/journal/records?from=%d&wait=25", strings.TrimRight(d.Live, "/"), next)
+		u := fmt.Sprintf("%s/v1/journal/records?from=%d&wait=25", base, next)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 		if err := d.source().Authorize(req); err != nil {
 			return err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

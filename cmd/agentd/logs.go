@@ -13,6 +13,7 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/introspect"
 )
 
@@ -23,7 +24,7 @@ type logsCmd struct {
 	Container string `arg:"" help:"Container name."`
 	Tail      int    `default:"-1" help:"Only the last N lines (default: all)."`
 	Follow    bool   `short:"f" help:"Keep printing what the container writes until it stops (or Ctrl-C)."`
-	API       string `default:"http://127.0.0.1:51678" env:"AGENTD_API" help:"The running agent's introspection API (its --listen address)."`
+	API       string `default:"http://127.0.0.1:51678" env:"AGENTD_API" help:"The running agent's introspection API (its --listen address: a URL, or unix:PATH)."`
 	APIToken  string `name:"api-token-file" env:"AGENTD_API_TOKEN_FILE" help:"Bearer token file of an agent whose API requires one."`
 }
 
@@ -52,7 +53,8 @@ func printLogs(ctx context.Context, api, token, task, container string, tail int
 	for i, s := range segs {
 		segs[i] = url.PathEscape(s)
 	}
-	u := fmt.Sprintf("%s/v1/tasks/%s/containers/%s/logs?%s", strings.TrimRight(api, "/"), strings.Join(segs, "/"), url.PathEscape(container), q.Encode())
+	client, base := forensics.APIClient(api)
+	u := fmt.Sprintf("%s/v1/tasks/%s/containers/%s/logs?%s", base, strings.Join(segs, "/"), url.PathEscape(container), q.Encode())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return fmt.Errorf("--api %s: %w", api, err)
@@ -61,7 +63,7 @@ func printLogs(ctx context.Context, api, token, task, container string, tail int
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("--api %s: %w", api, err)
 	}
@@ -78,6 +80,11 @@ func printLogs(ctx context.Context, api, token, task, container string, tail int
 	}
 	if _, err := stdcopy.StdCopy(stdout, stderr, resp.Body); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("logs of %s in %s: %w", container, task, err)
+	}
+	// The agent ends a follow at its idle or lifetime limit (README "Security"): say so, or
+	// it would look like the container's end.
+	if why := resp.Trailer.Get(introspect.FollowEndTrailer); why != "" {
+		return fmt.Errorf("logs of %s in %s: the agent ended the follow at its %s; run it again to go on", container, task, why)
 	}
 	return nil
 }

@@ -146,7 +146,11 @@ type agent struct {
 // error, never a hang, if another agentd holds it), the agent id, the runtime, recovery, and
 // only then the loop and the API.
 func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent, error) {
-	api, err := introspect.Guard(c.Listen, c.Trust.APITokenFile)
+	if c.Trust.APIFollowIdle < 0 || c.Trust.APIFollowLifetime < 0 {
+		return nil, fmt.Errorf("--api-follow-idle %s, --api-follow-lifetime %s: must not be negative", c.Trust.APIFollowIdle, c.Trust.APIFollowLifetime)
+	}
+	api, err := introspect.Guard(introspect.Options{Listen: c.Listen, TokenFile: c.Trust.APITokenFile, Hosts: c.Trust.APIHost, Group: c.Trust.APIGroup,
+		Limits: introspect.Limits{FollowIdle: c.Trust.APIFollowIdle, FollowLifetime: c.Trust.APIFollowLifetime}})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/agentd/agentd/internal/datadir"
 	"github.com/agentd/agentd/internal/docker"
@@ -14,9 +15,13 @@ import (
 
 // trustFlags are the flags of the trust boundary (README "Security").
 type trustFlags struct {
-	NewSealKey      bool   `env:"AGENTD_NEW_SEAL_KEY" help:"Accept a new seal key when the one that sealed the journal's env values is lost: tasks needing a lost value stop when created; nothing else is lost."`
-	AllowPlainToken bool   `env:"AGENTD_ALLOW_PLAIN_TOKEN" help:"Allow sending the bearer token over plain http:// to a backend that is not on loopback (it can be read on the wire)."`
-	APITokenFile    string `env:"AGENTD_API_TOKEN_FILE" help:"File holding the bearer token the introspection API requires (needed for a --listen that is not loopback or a unix socket)."`
+	NewSealKey        bool          `env:"AGENTD_NEW_SEAL_KEY" help:"Accept a new seal key when the one that sealed the journal's env values is lost: tasks needing a lost value stop when created; nothing else is lost."`
+	AllowPlainToken   bool          `env:"AGENTD_ALLOW_PLAIN_TOKEN" help:"Allow sending the bearer token over plain http:// to a backend that is not on loopback (it can be read on the wire)."`
+	APITokenFile      string        `env:"AGENTD_API_TOKEN_FILE" help:"File holding the bearer token of the introspection API: needed for a --listen that is not loopback; on loopback it lets users other than root and the agent's read tasks, logs and the journal."`
+	APIHost           []string      `name:"api-host" env:"AGENTD_API_HOST" placeholder:"NAME" help:"A host name the API answers to besides localhost and IP addresses (repeatable); a request naming any other Host gets 421 (DNS rebinding)."`
+	APIGroup          string        `name:"api-group" env:"AGENTD_API_GROUP" placeholder:"GROUP" help:"Group whose members may use the unix socket of --listen unix:PATH (mode 0660 instead of 0600)."`
+	APIFollowIdle     time.Duration `name:"api-follow-idle" default:"5m" env:"AGENTD_API_FOLLOW_IDLE" help:"A followed container log that writes nothing for this long is ended (its slot freed; agentd logs says so)."`
+	APIFollowLifetime time.Duration `name:"api-follow-lifetime" default:"1h" env:"AGENTD_API_FOLLOW_LIFETIME" help:"A followed container log is ended after this long, however much it writes."`
 }
 
 // dataDirFiles are the agent's own files in its data directory: none may be a symlink.

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/journal"
@@ -26,7 +25,7 @@ import (
 type Source struct {
 	DataDir string
 	File    string
-	Live    string // base URL of a running agent, e.g. http://127.0.0.1:51678
+	Live    string // a running agent's API: base URL (http://127.0.0.1:51678) or unix:/path
 	// TokenFile holds the bearer token of an agent whose API requires one (--api-token-file).
 	TokenFile string
 }
@@ -90,15 +89,15 @@ func Export(ctx context.Context, s Source, out string) error {
 		defer closeJ()
 		return writeAtomically(out, func(w io.Writer) error { _, err := j.CopyTo(w); return err })
 	}
-	url := strings.TrimRight(s.Live, "/") + "/v1/journal/export"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	client, base := APIClient(s.Live)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/journal/export", nil)
 	if err != nil {
 		return fmt.Errorf("--live %q: %w", s.Live, err)
 	}
 	if err := s.Authorize(req); err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("--live %s: %w", s.Live, err)
 	}

@@ -1,6 +1,7 @@
 package forensics
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -44,6 +45,58 @@ type Phase struct {
 // concern it (settlements and failed attempts name change ids, not tasks: they are matched by
 // the sequence numbers of the task's changes).
 func BuildTimeline(j *journal.Journal, task string) (*Timeline, error) {
+	return buildTimeline(j, task)
+}
+
+// ErrTimelineBound is a timeline that would read more records than its caller allows.
+var ErrTimelineBound = errors.New("too many journal records to draw")
+
+// BuildTimelineWithin is BuildTimeline for a caller that must bound its work (the status page
+// of a running agent): it reads only the records from `from` on (the task's first record,
+// which the projection knows), at most limit of them in each of its two passes, and fails with
+// ErrTimelineBound, naming the bound, rather than read further.
+func BuildTimelineWithin(j *journal.Journal, task string, from uint64, limit int) (*Timeline, error) {
+	tl, err := buildTimeline(boundedReader{j: j, from: from, limit: limit}, task)
+	if err != nil {
+		return nil, fmt.Errorf("timeline of task %q: %w", task, err)
+	}
+	return tl, nil
+}
+
+// timelineReader is what a timeline reads: the task's own records, and all records from one on.
+type timelineReader interface {
+	TaskRecords(task string, fn func(event.Record) error) error
+	Iterate(from uint64, fn func(event.Record) error) error
+}
+
+// boundedReader reads a journal from one sequence number on, at most limit records a pass.
+type boundedReader struct {
+	j     *journal.Journal
+	from  uint64
+	limit int
+}
+
+func (b boundedReader) TaskRecords(task string, fn func(event.Record) error) error {
+	return b.Iterate(b.from, func(r event.Record) error {
+		if r.Task != task {
+			return nil
+		}
+		return fn(r)
+	})
+}
+
+func (b boundedReader) Iterate(from uint64, fn func(event.Record) error) error {
+	from = max(from, b.from)
+	read := 0
+	return b.j.Iterate(from, func(r event.Record) error {
+		if read++; read > b.limit {
+			return fmt.Errorf("%w: more than %d records from sequence %d on (draw it with `agentd journal timeline --svg`, which has no bound)", ErrTimelineBound, b.limit, from)
+		}
+		return fn(r)
+	})
+}
+
+func buildTimeline(j timelineReader, task string) (*Timeline, error) {
 	tl := &Timeline{Task: task}
 	changes := map[uint64]string{} // seq of a reportable transition → what it reported
 	var first uint64

@@ -5,6 +5,10 @@
 // It promises never to answer from a half-recovered state: until the engine has recovered,
 // /healthz and /v1/tasks answer 503. Reads go through the engine's loop, so they see a
 // projection between records, never inside one.
+//
+// It promises too that only its own names are answered and only callers with credentials
+// read tasks, output or the journal (access.go, owners.go), and that no client holds it:
+// every kind of long request has its own bounded pool (bounds.go).
 package introspect
 
 import (
@@ -27,7 +31,13 @@ type Info struct {
 	DataDir string
 	Runtime string
 	Logs    docker.LogReader // container logs (the runtime); nil: the logs endpoint answers 501
+	// TimelineMaxRecords bounds the journal records one status/timeline.svg request reads
+	// (0: DefaultTimelineMaxRecords); a task with more is answered 422 naming the bound.
+	TimelineMaxRecords int
 }
+
+// DefaultTimelineMaxRecords is the bound of one timeline drawing of the status page.
+const DefaultTimelineMaxRecords = 200_000
 
 // TaskView is a task as the API shows it.
 type TaskView struct {

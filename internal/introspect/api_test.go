@@ -29,6 +29,33 @@ func get(t *testing.T, h http.Handler, path string) (int, map[string]any) {
 	return w.Code, m
 }
 
+// journalWith opens a journal in a fresh data directory holding recs.
+func journalWith(t *testing.T, recs ...event.Record) (*journal.Journal, string) {
+	t.Helper()
+	dir := t.TempDir()
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	if _, err := j.Append(context.Background(), recs...); err != nil {
+		t.Fatal(err)
+	}
+	return j, dir
+}
+
+// running recovers e and runs its loop until the test ends.
+func running(t *testing.T, e *engine.Engine) {
+	t.Helper()
+	if err := e.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 func TestNothingAnswersFromAHalfRecoveredState(t *testing.T) {
 	dir := t.TempDir()
 	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})

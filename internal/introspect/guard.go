@@ -1,56 +1,126 @@
 package introspect
 
 import (
-	"crypto/subtle"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"os/user"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
 // Bounds of the API: a client may be slow or hostile, the agent must not care.
 const (
-	maxInFlight   = 64 // requests served at once; more get 503
-	maxLongPolls  = 8  // /v1/journal/records?wait=… waiting at once
-	maxExports    = 2  // /v1/journal/export copies at once
-	readTimeout   = 30 * time.Second
-	writeTimeout  = 90 * time.Second // longer than the longest long poll (60 s)
-	idleTimeout   = 60 * time.Second
-	headerTimeout = 10 * time.Second
+	maxInFlight       = 64 // requests of callers with credentials served at once; more get 503
+	maxPublicInFlight = 16 // requests of callers without (the open pages on loopback) at once
+	maxExports        = 2  // /v1/journal/export copies at once
+	maxConnsPerUser   = 32 // connections open at once of one local user other than root and the agent's
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 90 * time.Second // longer than the longest long poll (60 s)
+	idleTimeout       = 60 * time.Second
+	headerTimeout     = 10 * time.Second
 )
 
-// API is where and how the introspection API may be reached: loopback TCP or a unix socket as
-// they are; any other address only with a bearer token.
-type API struct {
-	network, addr string
-	token         []byte // nil: no token required
+// Limits bound the requests that hold a connection for long: record long polls and followed
+// container logs each have their own pool, so no number of follows keeps a record poll out;
+// a follow that writes nothing for FollowIdle, or has run for FollowLifetime, is ended.
+// Zero fields take the defaults.
+type Limits struct {
+	LongPolls      int           // /v1/journal/records?wait=… at once (default 8)
+	Follows        int           // …/logs?follow=1 at once (default 8)
+	FollowIdle     time.Duration // a follow that wrote nothing for this long is ended (default 5m)
+	FollowLifetime time.Duration // a follow is ended after this long whatever it writes (default 1h)
+	OpenPagesEvery time.Duration // callers without credentials share each open page this long (default 1s)
 }
 
-// Guard checks --listen against the token file. An address that is not loopback (0.0.0.0, a
-// host's own address, a name) needs a token file, or a unix socket instead; otherwise the
-// agent refuses to start with an error naming both ways.
-func Guard(listen, tokenFile string) (*API, error) {
-	a := &API{network: "tcp", addr: listen}
-	if path, ok := strings.CutPrefix(listen, "unix:"); ok {
+func (l Limits) withDefaults() Limits {
+	if l.LongPolls <= 0 {
+		l.LongPolls = 8
+	}
+	if l.Follows <= 0 {
+		l.Follows = 8
+	}
+	if l.FollowIdle <= 0 {
+		l.FollowIdle = 5 * time.Minute
+	}
+	if l.FollowLifetime <= 0 {
+		l.FollowLifetime = time.Hour
+	}
+	if l.OpenPagesEvery <= 0 {
+		l.OpenPagesEvery = time.Second
+	}
+	return l
+}
+
+// Options are the API's settings: --listen, --api-token-file, --api-host, --api-group.
+type Options struct {
+	Listen    string
+	TokenFile string   // "" : no token (then only a loopback address or a unix socket is allowed)
+	Hosts     []string // names the API answers to besides localhost and IP literals (--api-host)
+	Group     string   // group that may use the unix socket (mode 0660 instead of 0600)
+	Limits    Limits
+}
+
+// API is where and how the introspection API may be reached, and who may read what there
+// (access.go): loopback TCP, any other address only with a bearer token, or a unix socket.
+type API struct {
+	network, addr string
+	loopback      bool     // a TCP listener on loopback: callers without credentials see the open pages
+	token         []byte   // nil: no token configured
+	hosts         []string // lower-case, without port
+	gid           int      // -1: no --api-group
+	limits        Limits
+}
+
+// Guard checks the options. An address that is not loopback (0.0.0.0, a host's own address,
+// a name) needs a token file, or a unix socket instead; otherwise the agent refuses to start
+// with an error naming both ways.
+func Guard(o Options) (*API, error) {
+	a := &API{network: "tcp", addr: o.Listen, gid: -1, limits: o.Limits.withDefaults()}
+	if path, ok := strings.CutPrefix(o.Listen, "unix:"); ok {
 		if path == "" {
-			return nil, fmt.Errorf("--listen %q: want unix:/path/to/socket", listen)
+			return nil, fmt.Errorf("--listen %q: want unix:/path/to/socket", o.Listen)
 		}
 		a.network, a.addr = "unix", path
 	}
-	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
+	if o.TokenFile != "" {
+		b, err := os.ReadFile(o.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("--api-token-file: %w", err)
 		}
 		if a.token = []byte(strings.TrimSpace(string(b))); len(a.token) == 0 {
-			return nil, fmt.Errorf("--api-token-file %s is empty", tokenFile)
+			return nil, fmt.Errorf("--api-token-file %s is empty", o.TokenFile)
 		}
 	}
-	if a.network == "tcp" && a.token == nil && !loopback(listen) {
-		return nil, fmt.Errorf("--listen %s is not a loopback address: anyone who reaches it could read every task and the journal. Give --api-token-file FILE (clients then send Authorization: Bearer <its content>), or listen on a unix socket (--listen unix:/run/agentd/api.sock), or on 127.0.0.1", listen)
+	a.loopback = a.network == "tcp" && loopback(o.Listen)
+	if a.network == "tcp" && a.token == nil && !a.loopback {
+		return nil, fmt.Errorf("--listen %s is not a loopback address: anyone who reaches it could read every task and the journal. Give --api-token-file FILE (clients then send Authorization: Bearer <its content>), or listen on a unix socket (--listen unix:/run/agentd/api.sock), or on 127.0.0.1", o.Listen)
+	}
+	for _, h := range o.Hosts {
+		name := strings.ToLower(strings.TrimSpace(h))
+		if name == "" || strings.ContainsAny(name, "/:[]@ ") {
+			return nil, fmt.Errorf("--api-host %q: want a host name without port or scheme (e.g. agent.internal)", h)
+		}
+		a.hosts = append(a.hosts, name)
+	}
+	if o.Group != "" {
+		if a.network != "unix" {
+			return nil, fmt.Errorf("--api-group %s: applies to a unix socket only (--listen unix:PATH); a TCP listener has no file mode", o.Group)
+		}
+		g, err := user.LookupGroup(o.Group)
+		if err != nil {
+			if g, err = user.LookupGroupId(o.Group); err != nil {
+				return nil, fmt.Errorf("--api-group %s: no such group", o.Group)
+			}
+		}
+		if a.gid, err = strconv.Atoi(g.Gid); err != nil {
+			return nil, fmt.Errorf("--api-group %s: group id %q: %w", o.Group, g.Gid, err)
+		}
 	}
 	return a, nil
 }
@@ -68,23 +138,35 @@ func loopback(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Listen opens the listener. A unix socket is made 0600; a stale socket left by a dead agent is
-// replaced, anything else at that path is refused.
+// Listen opens the listener. A unix socket is made 0600 (0660 and the --api-group's with one).
+// A loopback listener knows who owns each connection and bounds the connections of each user
+// without credentials (owners.go).
+// Only a stale socket — nothing answers a connection to it — is replaced: a socket another
+// live process serves is refused, never deleted, and so is anything that is not a socket (a
+// file, a link).
 func (a *API) Listen() (net.Listener, error) {
 	if a.network == "unix" {
-		if st, err := os.Lstat(a.addr); err == nil {
-			if st.Mode()&os.ModeSocket == 0 {
-				return nil, fmt.Errorf("--listen unix:%s: a file that is not a socket is in the way", a.addr)
-			}
-			_ = os.Remove(a.addr)
+		if err := clearStaleSocket(a.addr); err != nil {
+			return nil, err
 		}
 	}
 	ln, err := net.Listen(a.network, a.addr)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", a.addr, err)
 	}
+	if a.loopback {
+		return newOwnedListener(ln), nil
+	}
 	if a.network == "unix" {
-		if err := os.Chmod(a.addr, 0o600); err != nil {
+		mode := os.FileMode(0o600)
+		if a.gid >= 0 {
+			mode = 0o660
+			if err := os.Chown(a.addr, -1, a.gid); err != nil {
+				ln.Close()
+				return nil, fmt.Errorf("--listen unix:%s: giving it to --api-group: %w", a.addr, err)
+			}
+		}
+		if err := os.Chmod(a.addr, mode); err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("--listen unix:%s: %w", a.addr, err)
 		}
@@ -92,8 +174,35 @@ func (a *API) Listen() (net.Listener, error) {
 	return ln, nil
 }
 
-// Server wraps h with the token check and the bounds, in a server with read, write and idle
-// timeouts.
+// clearStaleSocket removes what is at path only when it is a socket nobody answers on.
+func clearStaleSocket(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("--listen unix:%s: %w", path, err)
+	}
+	if st.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("--listen unix:%s: a file that is not a socket is in the way (%s); remove it or choose another path", path, st.Mode().Type())
+	}
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("--listen unix:%s: a live process answers on this socket (another agentd?); stop it or choose another path — it is not removed", path)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("--listen unix:%s: cannot tell whether a live process answers on this socket (%v); it is not removed", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("--listen unix:%s: removing the stale socket: %w", path, err)
+	}
+	return nil
+}
+
+// Server wraps h with the access rules and the bounds (Wrap), in a server with read, write
+// and idle timeouts. Each connection carries itself in its context, so the access rules can
+// ask who is at the other end of a loopback connection.
 func (a *API) Server(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           a.Wrap(h),
@@ -102,54 +211,10 @@ func (a *API) Server(h http.Handler) *http.Server {
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
 	}
-}
-
-// Wrap adds the token check (constant-time) and the bounds on requests, long polls and exports.
-func (a *API) Wrap(h http.Handler) http.Handler {
-	inFlight := make(chan struct{}, maxInFlight)
-	longPolls := make(chan struct{}, maxLongPolls)
-	exports := make(chan struct{}, maxExports)
-	busy := func(w http.ResponseWriter, what string) {
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "too many "+what+" at once; try again", http.StatusServiceUnavailable)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.token != nil {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), a.token) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
-				http.Error(w, "unauthorized: send Authorization: Bearer <the content of --api-token-file>", http.StatusUnauthorized)
-				return
-			}
-		}
-		select {
-		case inFlight <- struct{}{}:
-			defer func() { <-inFlight }()
-		default:
-			busy(w, "requests")
-			return
-		}
-		var extra chan struct{}
-		switch {
-		case r.URL.Path == "/v1/journal/export":
-			extra = exports
-		case r.URL.Path == "/v1/journal/records" && r.URL.Query().Get("wait") != "" && r.URL.Query().Get("wait") != "0":
-			extra = longPolls
-		case strings.HasSuffix(r.URL.Path, "/logs") && (r.URL.Query().Get("follow") == "1" || r.URL.Query().Get("follow") == "true"):
-			extra = longPolls // a followed container log (logs.go) holds its request as long as a long poll
-		}
-		if extra != nil {
-			select {
-			case extra <- struct{}{}:
-				defer func() { <-extra }()
-			default:
-				busy(w, strings.TrimPrefix(r.URL.Path, "/v1/journal/")+" requests")
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // errSlowClient is an export cut off because the client stopped reading.

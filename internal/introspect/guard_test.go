@@ -50,19 +50,19 @@ var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write
 // out; with one, a request without the token (or with a wrong one) gets 401.
 func TestNonLoopbackListenNeedsAToken(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", "[::]:0", ":0", "192.0.2.1:0", "agent.example:0"} {
-		_, err := introspect.Guard(addr, "")
+		_, err := introspect.Guard(introspect.Options{Listen: addr})
 		if err == nil || !strings.Contains(err.Error(), "--api-token-file") || !strings.Contains(err.Error(), "unix:") {
 			t.Errorf("Guard(%q) = %v; want a refusal naming --api-token-file and a unix socket", addr, err)
 		}
 	}
 	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0", "127.0.0.2:0"} {
-		if _, err := introspect.Guard(addr, ""); err != nil {
+		if _, err := introspect.Guard(introspect.Options{Listen: addr}); err != nil {
 			t.Errorf("Guard(%q): %v", addr, err)
 		}
 	}
 	tok := filepath.Join(t.TempDir(), "api-token")
 	os.WriteFile(tok, []byte("the-api-token\n"), 0o600)
-	api, err := introspect.Guard("0.0.0.0:0", tok)
+	api, err := introspect.Guard(introspect.Options{Listen: "0.0.0.0:0", TokenFile: tok})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,14 +79,14 @@ func TestNonLoopbackListenNeedsAToken(t *testing.T) {
 	}
 	empty := filepath.Join(t.TempDir(), "empty")
 	os.WriteFile(empty, nil, 0o600)
-	if _, err := introspect.Guard("0.0.0.0:0", empty); err == nil {
+	if _, err := introspect.Guard(introspect.Options{Listen: "0.0.0.0:0", TokenFile: empty}); err == nil {
 		t.Error("an empty token file was accepted")
 	}
 }
 
 func TestUnixSocketListen(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "api.sock")
-	api, err := introspect.Guard("unix:"+sock, "")
+	api, err := introspect.Guard(introspect.Options{Listen: "unix:" + sock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestUnixSocketListen(t *testing.T) {
 	// A regular file in the way is not replaced.
 	file := filepath.Join(t.TempDir(), "file")
 	os.WriteFile(file, []byte("precious"), 0o600)
-	api2, _ := introspect.Guard("unix:"+file, "")
+	api2, _ := introspect.Guard(introspect.Options{Listen: "unix:" + file})
 	if _, err := api2.Listen(); err == nil {
 		t.Fatal("a regular file at the socket path was replaced")
 	}
@@ -119,7 +119,7 @@ func TestLongPollsAreBounded(t *testing.T) {
 		entered.Done()
 		<-release
 	})
-	api, _ := introspect.Guard("127.0.0.1:0", "")
+	api, _ := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0"})
 	ln, _ := serve(t, api, h)
 	url := fmt.Sprintf("http://%s/v1/journal/records?from=1&wait=60", ln.Addr())
 	c := &http.Client{Timeout: 10 * time.Second}

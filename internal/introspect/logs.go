@@ -43,6 +43,8 @@ func logsPath(rest string) (arn, container string, ok bool) {
 // serveLogs answers GET /v1/tasks/{arn}/containers/{name}/logs?tail=N&follow=1: the
 // container's stdout and stderr while it exists on the runtime (until cleanup removes it).
 func serveLogs(e *engine.Engine, src docker.LogReader, w http.ResponseWriter, r *http.Request, arn, name string) {
+	// A container writes what it likes: no browser may take it for HTML and run it.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if src == nil {
 		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this agent serves no container logs"})
 		return

@@ -65,6 +65,10 @@ func TestContainerLogsByTaskAndName(t *testing.T) {
 	if w.Code != 200 || w.Body.String() != "testbox: [exit 3]\nexited 3\n" {
 		t.Fatalf("plain logs: %d %q", w.Code, w.Body.String())
 	}
+	// A container's output is never taken for HTML by a browser.
+	if got := w.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("logs answer: X-Content-Type-Options %q; want nosniff", got)
+	}
 	// agentd logs asks for the multiplexed stream and keeps stdout and stderr apart.
 	r := httptest.NewRequest("GET", "/v1/tasks/task/7f3a/containers/app/logs?tail=1", nil)
 	r.Header.Set("Accept", introspect.MultiplexedStream)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -52,6 +53,8 @@ var statusStates = []event.Status{event.StatusNone, event.StatusPulled, event.St
 
 type statusPage struct {
 	Info       Info
+	Limited    bool // a caller without credentials: counts only (access.go)
+	BlockedN   int
 	AgentID    string
 	Now        time.Time
 	Ready      bool
@@ -109,6 +112,9 @@ type taskRow struct {
 func registerStatus(mux *http.ServeMux, e *engine.Engine, info Info, cfg fsm.Config) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		page := buildStatus(r.Context(), e, info, cfg)
+		if limited(r.Context()) {
+			page.limit()
+		}
 		name := "page"
 		if r.URL.Query().Get("part") == "main" {
 			name = "main" // the script's refresh: only what changes
@@ -126,6 +132,11 @@ func registerStatus(mux *http.ServeMux, e *engine.Engine, info Info, cfg fsm.Con
 		}
 		_, _ = w.Write(b.Bytes())
 	})
+	// /signin needs credentials (access.go): a browser without them is asked for the token
+	// (Basic), for the whole origin; with them, back to the page, which now shows the tasks.
+	mux.HandleFunc("GET /signin", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+	})
 	for _, f := range []struct{ path, file, ctype string }{
 		{"/status.css", "status.css", "text/css; charset=utf-8"},
 		{"/status.js", "status.js", "text/javascript; charset=utf-8"},
@@ -142,7 +153,33 @@ func registerStatus(mux *http.ServeMux, e *engine.Engine, info Info, cfg fsm.Con
 			http.Error(w, "task: missing (…/timeline.svg?task=ARN)", http.StatusBadRequest)
 			return
 		}
-		tl, err := forensics.BuildTimeline(e.Journal(), task)
+		// Only a live task is drawn, from its first record (the projection knows it), reading
+		// at most a bounded number of records: a request never scans the whole journal.
+		var from uint64
+		qctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		qerr := e.Query(qctx, func(st *fsm.State) {
+			if t, ok := st.Tasks[task]; ok {
+				from = t.AddedSeq
+			}
+		})
+		cancel()
+		if qerr != nil {
+			http.Error(w, qerr.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if from == 0 {
+			http.Error(w, "task "+strconv.Quote(task)+": no live task by that name (a cleaned task's timeline: agentd journal timeline)", http.StatusNotFound)
+			return
+		}
+		limit := info.TimelineMaxRecords
+		if limit <= 0 {
+			limit = DefaultTimelineMaxRecords
+		}
+		tl, err := forensics.BuildTimelineWithin(e.Journal(), task, from, limit)
+		if errors.Is(err, forensics.ErrTimelineBound) {
+			http.Error(w, err.Error(), http.StatusUnprocessableEntity)
+			return
+		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
@@ -201,6 +238,7 @@ func buildStatus(ctx context.Context, e *engine.Engine, info Info, cfg fsm.Confi
 		for _, s := range statusStates {
 			p.States = append(p.States, stateCount{s, counts[s]})
 		}
+		p.BlockedN = len(p.Blocked)
 		slices.SortStableFunc(p.Blocked, func(a, b taskRow) int { return int(b.BlockedFor - a.BlockedFor) })
 		// Tasks that need attention first: blocked on an acknowledgement, longest first.
 		slices.SortStableFunc(rows, func(a, b taskRow) int { return int(b.BlockedFor - a.BlockedFor) })
@@ -228,6 +266,15 @@ func buildStatus(ctx context.Context, e *engine.Engine, info Info, cfg fsm.Confi
 	}
 	p.Healthy = e.Unhealthy() == ""
 	return p
+}
+
+// limit keeps what a caller without credentials may see: counts, health and reporting, but no
+// task, reason or change (they carry a task's history).
+func (p *statusPage) limit() {
+	p.Limited, p.Blocked, p.Tasks, p.MoreTasks = true, nil, nil, 0
+	if p.Oldest != nil {
+		p.Oldest.Change = ""
+	}
 }
 
 func taskView(st *fsm.State, t *fsm.Task, now time.Time, cfg fsm.Config) taskRow {

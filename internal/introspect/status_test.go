@@ -2,6 +2,7 @@ package introspect_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
@@ -108,3 +109,38 @@ func TestStatusPage(t *testing.T) {
 type holdExec struct{}
 
 func (holdExec) Go(func() engine.Input) {}
+
+// TestTimelineReadsABoundedSpan: a drawing reads the journal from the task's first record on,
+// never the records before it, and at most the bound: past it the answer is 422 naming the
+// bound instead of a scan of the whole journal.
+func TestTimelineReadsABoundedSpan(t *testing.T) {
+	spec := []event.ContainerSpec{{Name: "app", Image: "web", Essential: true}}
+	add := func(arn string) event.Record {
+		return event.Record{Time: time.Now(), Task: arn, Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}}
+	}
+	var recs []event.Record
+	for i := range 50 { // before task/drawn: never read
+		recs = append(recs, add(fmt.Sprintf("task/before-%d", i)))
+	}
+	recs = append(recs, add("task/drawn"))
+	for i := range 20 { // after it: read, up to the bound
+		recs = append(recs, add(fmt.Sprintf("task/after-%d", i)))
+	}
+	j, dir := journalWith(t, recs...)
+	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
+	running(t, e)
+	draw := func(bound int) *httptest.ResponseRecorder {
+		h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim", TimelineMaxRecords: bound}, fsm.Config{CleanupWait: time.Hour})
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/status/timeline.svg?task=task/drawn", nil))
+		return w
+	}
+	// 21 records from task/drawn's first on, 71 in the journal: a bound of 30 draws it.
+	if w := draw(30); w.Code != 200 || !strings.Contains(w.Body.String(), "task/drawn") {
+		t.Fatalf("bound 30: HTTP %d %.200s; want the drawing (21 records from the task's first)", w.Code, w.Body.String())
+	}
+	if w := draw(10); w.Code != 422 || !strings.Contains(w.Body.String(), "more than 10 records") {
+		t.Fatalf("bound 10: HTTP %d %s; want 422 naming the bound", w.Code, w.Body.String())
+	}
+}
