@@ -46,6 +46,7 @@ type wake struct {
 	at    time.Time
 	agent int
 	reply bool // the answer to the report in flight arrives
+	add   int  // this many new changes arrive
 }
 
 type wakes []wake
@@ -80,18 +81,26 @@ func newFleetModel(n int, rps float64, burst int, p Policy) *fleetModel {
 
 // storm gives every agent k new changes now and runs until all are settled; it returns how
 // long that took and each agent's own settle time.
-func (m *fleetModel) storm(k int) (time.Duration, []time.Duration) {
+func (m *fleetModel) storm(k int) (time.Duration, []time.Duration) { return m.waves(k, 1, 0) }
+
+// waves gives every agent k new changes n times, gap apart (tasks starting: pulled, created,
+// running), and runs until all are settled.
+func (m *fleetModel) waves(k, n int, gap time.Duration) (time.Duration, []time.Duration) {
 	start := m.now
-	for i, a := range m.agents {
-		for c := 0; c < k; c++ {
-			a.pending = append(a.pending, fsm.Change{ID: fmt.Sprintf("a%d-%d-%d", i, start.UnixNano(), c), Task: fmt.Sprintf("task/%d-%d", i, c), Status: event.StatusStopped, At: start})
+	for i := range m.agents {
+		for w := 0; w < n; w++ {
+			heap.Push(&m.q, wake{at: m.now.Add(time.Duration(w) * gap), agent: i, add: k})
 		}
-		heap.Push(&m.q, wake{at: m.now, agent: i})
 	}
+	seq := 0
 	for m.q.Len() > 0 {
 		w := heap.Pop(&m.q).(wake)
 		m.now = w.at
 		a := m.agents[w.agent]
+		for c := 0; c < w.add; c++ {
+			seq++
+			a.pending = append(a.pending, fsm.Change{ID: fmt.Sprintf("a%d-%d-%d", w.agent, start.UnixNano(), seq), Task: fmt.Sprintf("task/%d-%d", w.agent, c), Status: event.StatusStopped, At: m.now})
+		}
 		if w.reply {
 			m.answer(w.agent, a)
 			continue
@@ -243,10 +252,16 @@ func TestFleetModel(t *testing.T) {
 		rps, burst := 20.0, 20
 		m := newFleetModel(n, rps, burst, Policy{})
 		for w := 0; w < 3; w++ {
-			d, _ := m.storm(4)
+			d, _ := m.waves(20, 3, 100*time.Millisecond)
 			t.Logf("n=%d warm-up %d: %v, %d requests, %d throttled", n, w, d, m.requests, m.throttle)
 			m.quiet(30 * time.Second)
 		}
+		var paces []float64
+		for _, a := range m.agents {
+			paces = append(paces, a.sub.Pace().Seconds())
+		}
+		slices.Sort(paces)
+		t.Logf("paces: min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f", paces[0], paces[len(paces)/10], paces[len(paces)/2], paces[len(paces)*9/10], paces[len(paces)-1])
 		r0, th0 := m.requests, m.throttle
 		d, per := m.storm(20)
 		floor := (float64(n) - float64(burst)) / rps

@@ -7,20 +7,23 @@ import (
 )
 
 // The pace is how often the control plane's throttle is likely to serve this agent, learnt
-// from its answers as TCP learns its window: a 429 that follows a 429 grows it by paceGrow, a
-// settled report shrinks it by paceShrink (tuned on TestFleetModel's virtual fleets). It
-// protects three things:
+// from its answers as TCP learns its window: a 429 that follows a 429 grows it by paceGrow; a
+// report settled at its first try shrinks it by paceShrink; one settled after 429s raises it
+// to paceWaited of how long the throttle kept it out (tuned on TestFleetModel's virtual
+// fleets and `agentd bench fleet`). It protects three things:
 //   - a fleet throttled at one moment comes back spread over one pace, not in the slot
 //     Retry-After names (Retry-After stays a floor: the time to the throttle's next token,
 //     the same for every agent throttled at that moment);
 //   - the pace a fleet learnt outlives the streak, so the next storm (every task of every
 //     agent stopped by one operator action) starts spread instead of re-learning it through
 //     a wave of 429s;
-//   - while nothing answers, retries come no slower than the pace, so when the control plane
-//     is back every agent finds out within about one pace and its tokens are not left idle.
+//   - while nothing answers, retries come at the pace: no herd at the return (the fleet
+//     failed together), and every agent finds out within about one pace, its tokens not
+//     left idle.
 const (
-	paceGrow   = 1.5 // a repeated 429's effect on the pace
-	paceShrink = 0.9 // a settled report's effect on the pace
+	paceGrow   = 1.3  // a repeated 429's effect on the pace
+	paceShrink = 0.9  // a report settled at its first try
+	paceWaited = 0.75 // the pace is at least this share of how long a throttled report waited
 	paceFloor  = 5 * time.Millisecond
 )
 
@@ -36,14 +39,21 @@ func (s *Submitter) throttled(ra time.Duration, again bool) time.Duration {
 	return ra + s.spread(s.pace)
 }
 
-// paced is when the next report may go after one settled: the pace shrinks, and the
-// next request keeps about one pace from the last (jittered), so an agent with a backlog
-// sends at the rate it learnt rather than at once into a 429.
-func (s *Submitter) paced(now time.Time) time.Time {
+// paced is when the next report may go after one settled (waited: how long the throttle
+// kept it out, 0 when served at the first try): the pace learns, and the next request keeps
+// about one pace from the last (jittered), so an agent with a backlog sends at the rate it
+// learnt rather than at once into a 429.
+func (s *Submitter) paced(now time.Time, waited time.Duration) time.Time {
 	if s.pace == 0 || s.p.Naive {
 		return time.Time{}
 	}
-	s.pace = time.Duration(float64(s.pace) * paceShrink)
+	if waited == 0 {
+		// Served at the first try: there are tokens to spare, so ask a little faster.
+		s.pace = time.Duration(float64(s.pace) * paceShrink)
+	} else {
+		// The throttle kept this report out for waited: it serves this agent no faster.
+		s.pace = min(max(s.pace, time.Duration(paceWaited*float64(waited))), s.p.Max)
+	}
 	if s.pace < paceFloor {
 		s.pace = 0
 		return time.Time{}
@@ -54,13 +64,15 @@ func (s *Submitter) paced(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// spreadQuiet defers the first report after a quiet spell (everything settled, and nothing
-// answered nor due for longer than the pace) to a random point of one pace, and says whether
-// it may go now. Changes kept waiting by a failure are not a quiet spell: they go when due.
+// spreadQuiet defers the first report after the agent had nothing left to report (its last
+// report carried every pending change and settled) to a random point of one pace, and says
+// whether it may go now: a fleet handed one stop at once does not report at once. Changes
+// kept waiting by a failure or a backlog go when due.
 func (s *Submitter) spreadQuiet(now time.Time) bool {
-	if s.pace == 0 || s.streak != "" || now.Sub(s.next) <= s.pace || now.Sub(s.lastAnswer) <= s.pace {
+	if s.pace == 0 || !s.drained {
 		return true
 	}
+	s.drained = false
 	s.next = now.Add(s.spread(s.pace))
 	return !now.Before(s.next)
 }

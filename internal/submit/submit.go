@@ -6,11 +6,12 @@
 //
 // It promises: never more than one report in flight (per-task order holds by construction);
 // at least the server's Retry-After after a 429 (a floor, never a target), the retry spread by
-// jitter over the agent's learnt pace (pace.go), which doubles while 429s repeat and shrinks as
-// reports settle, so a fleet throttled at one moment does not come back at one moment; a
-// backoff that starts afresh when a failure streak changes kind, is bounded by the pace while
-// the control plane answers nothing, and ends as soon as it answers anything (Answered, a
-// successful poll included), cenkalti/backoff/v4, never giving up; slow retries on refused
+// jitter over the agent's learnt pace (pace.go), which grows while 429s repeat and shrinks as
+// reports settle at their first try, so a fleet throttled at one moment does not come back at
+// one moment; the first report after the agent had nothing to report spread over that pace; a
+// backoff (cenkalti/backoff/v4, never giving up) that starts afresh when a failure streak
+// changes kind, is replaced by the pace while the control plane answers nothing, and ends as
+// soon as it answers anything (Answered: a successful poll included); slow retries on refused
 // credentials, changes kept; a report refused as a whole (400, 413) split until the change at
 // fault stands alone, which is then held and retried alone, slowly, while the others flow
 // (isolate.go); no report body over protocol.MaxRequestBody and no reason over
@@ -55,9 +56,10 @@ type Submitter struct {
 	limit    int              // most changes the next report carries (halved by a refusal)
 	held     map[string]*held // changes refused alone, by id
 
-	pace       time.Duration // learnt spacing of this agent's requests under throttling (pace.go)
-	lastSend   time.Time     // when the last report was begun
-	lastAnswer time.Time     // when the last answer (or failure) came
+	pace     time.Duration // learnt spacing of this agent's requests under throttling (pace.go)
+	lastSend time.Time     // when the last report was begun
+	carried  bool          // the report in flight carries every change pending when it began
+	drained  bool          // the last report carried every pending change and settled
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -138,6 +140,7 @@ func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.S
 	}
 	s.inflight = true
 	s.lastSend = now
+	s.carried = len(out) == len(candidates)
 	s.Stats.Requests++
 	return out
 }
@@ -165,7 +168,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	if len(sent) == 0 {
 		return o // nothing was sent: nothing to learn
 	}
-	s.lastAnswer = now
+	s.drained = false
 	if r.Outcome == protocol.Settled {
 		ids := map[string]bool{}
 		for _, c := range sent {
@@ -194,9 +197,14 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			if s.streak != "" {
 				o.Log = fmt.Sprintf("reports settle again after %d failed attempts (%s since %s)", s.streakTries, s.streak, s.streakSince.Format(time.RFC3339))
 			}
+			var waited time.Duration // how long the throttle kept these changes out
+			if s.streak == protocol.Throttled {
+				waited = now.Sub(s.streakSince)
+			}
 			s.streak, s.health, s.unjournaled, s.streakTries = "", "", 0, 0
 			s.bo.Reset()
-			s.next = s.paced(now)
+			s.next = s.paced(now, waited)
+			s.drained = s.carried
 			return o
 		}
 		// A 200 that settles none of what was sent: not progress, so back off like a failure.
@@ -233,9 +241,10 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	default:
 		wait = s.jittered(s.bo.NextBackOff())
 		if r.Outcome == protocol.Network && s.pace > 0 {
-			// Nothing answers: retrying faster than the throttle would serve this agent
-			// is pointless, slower leaves its tokens idle when the control plane is back.
-			wait = min(wait, s.jittered(s.pace))
+			// Nothing answers: retry at the pace the throttle taught. Faster is pointless
+			// (and a herd at the return, the fleet having failed together), slower leaves
+			// this agent's tokens idle when the control plane is back.
+			wait = s.jittered(s.pace)
 		}
 		s.health = ""
 	}
