@@ -74,8 +74,8 @@ func printFleet(res benchmark.FleetResult) {
 		fmt.Printf("%-8s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %.1f/%.1f/%.1f\n", r.Policy, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
 			r.Requests, 100*r.ThrottledShare, r.AgentP50, r.AgentP99, r.AgentMax, herd, r.EarlyCleanups, r.SettledTwice, r.PaceP10, r.PaceP50, r.PaceP90)
 	}
-	fmt.Printf("per agent (agentd, tasks running): %.0f KB heap, %.1f goroutines (agent and control plane sides); journal verify: %d findings\n",
-		res.HeapPerAgent, res.GoroutinesPer, res.JournalIssues)
+	fmt.Printf("per agent (agentd, tasks running): %.0f KB heap, %.1f goroutines (agent and control plane sides; the control plane's server %.1f); journal verify: %d findings\n",
+		res.HeapPerAgent, res.GoroutinesPer, res.ServingPer, res.JournalIssues)
 }
 
 // fleetRows are the fleet's judged rows, the same in `bench fleet` and `bench all`: the
@@ -117,7 +117,7 @@ func fleetRows(res benchmark.FleetResult) []benchRow {
 		}
 	}
 	rows = append(rows, benchRow{"fleet", "early cleanups + changes not settled exactly once (every policy)", float64(early), fmt.Sprintf("journal verify findings %d", res.JournalIssues), 0, "0", early == 0 && res.JournalIssues == 0})
-	rows = append(rows, benchRow{"fleet", "heap KB per agent", res.HeapPerAgent, fmt.Sprintf("%.1f goroutines per agent", res.GoroutinesPer), 0, "-", true})
+	rows = append(rows, benchRow{"fleet", "heap KB per agent (agent and control plane sides)", res.HeapPerAgent, fmt.Sprintf("%.1f goroutines per agent, the control plane's server %.1f", res.GoroutinesPer, res.ServingPer), 0, "-", true})
 	return rows
 }
 

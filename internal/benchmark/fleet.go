@@ -1,6 +1,7 @@
 package benchmark
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -81,6 +83,7 @@ type FleetResult struct {
 	Rows          []FleetRow   `json:"rows"`
 	HeapPerAgent  float64      `json:"heap_kb_per_agent"`       // agentd policy, tasks running, after a GC
 	GoroutinesPer float64      `json:"goroutines_per_agent"`    // the whole process (agent and control plane sides) ÷ N
+	ServingPer    float64      `json:"cp_goroutines_per_agent"` // the control plane's HTTP server alone (a connection each) ÷ N
 	JournalIssues int          `json:"journal_verify_findings"` // journal verify over every agent's journal
 }
 
@@ -257,6 +260,7 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 			runtime.ReadMemStats(&ms)
 			res.HeapPerAgent = float64(ms.HeapAlloc-min(ms.HeapAlloc, f.baseMem)) / 1024 / float64(len(f.agents))
 			res.GoroutinesPer = float64(runtime.NumGoroutine()-f.baseGor) / float64(len(f.agents))
+			res.ServingPer = float64(serving()) / float64(len(f.agents))
 		}
 		paces := f.paces(ctx)
 		var row FleetRow
@@ -619,6 +623,29 @@ func (g *gate) busiest(from, to time.Time) int {
 		best = max(best, j-i+1)
 	}
 	return best
+}
+
+// serving counts the goroutines serving HTTP connections in this process — the control
+// plane's side of the fleet's connections (long polls and idle keep-alives), the agents'
+// clients being other goroutines.
+func serving() int {
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		return 0
+	}
+	n, group := 0, 0
+	for _, line := range strings.Split(b.String(), "\n") {
+		var c int
+		if _, err := fmt.Sscanf(line, "%d @", &c); err == nil {
+			group = c
+			continue
+		}
+		if strings.Contains(line, "net/http.(*conn).serve") {
+			n += group
+			group = 0 // once a group
+		}
+	}
+	return n
 }
 
 // fsType names the filesystem a directory is on (tmpfs or a disk), for the figure.

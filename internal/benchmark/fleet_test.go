@@ -38,6 +38,9 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 			t.Errorf("%s: no state-change request seen after the return (%d, herd %.2f)", r.Scenario, r.Requests, r.Herd)
 		}
 	}
+	if res.ServingPer <= 0 || res.HeapPerAgent <= 0 {
+		t.Errorf("the control plane's goroutines per agent (%.1f) or the heap per agent (%.0f KB) not measured", res.ServingPer, res.HeapPerAgent)
+	}
 	if res.JournalIssues != 0 {
 		t.Errorf("journal verify: %d findings over the fleet's journals", res.JournalIssues)
 	}

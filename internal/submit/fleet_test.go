@@ -201,16 +201,25 @@ func durationsFrom(start time.Time, ds []time.Duration) []time.Time {
 	return out
 }
 
+// refusedTimes has n reports refused (nothing listens), each sent when due; it returns when
+// the last was sent.
+func refusedTimes(s *Submitter, now time.Time, n int) time.Time {
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			now = s.NextAttempt()
+		}
+		sent := s.BeginAt(now, batch("c-1"))
+		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")})
+	}
+	return now
+}
+
 // A streak that changes kind starts its backoff afresh: after a long outage, the first 5xx
 // is retried as soon as a first failure would be, not at the outage's grown backoff.
 func TestStreakOfAnotherKindRestartsBackoff(t *testing.T) {
 	s := New(Policy{Seed: 3, Max: 30 * time.Second})
-	now := t0
-	for i := 0; i < 12; i++ {
-		sent := s.BeginAt(now, batch("c-1"))
-		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")})
-		now = s.NextAttempt()
-	}
+	refusedTimes(s, t0, 12)
+	now := s.NextAttempt()
 	sent := s.BeginAt(now, batch("c-1"))
 	o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.ServerError, HTTPStatus: 503, Err: fmt.Errorf("HTTP 503")})
 	if w := s.NextAttempt().Sub(now); w > 150*time.Millisecond {
@@ -225,14 +234,7 @@ func TestStreakOfAnotherKindRestartsBackoff(t *testing.T) {
 // report goes at once (no pace learnt), not when the grown backoff ends.
 func TestAnsweredEndsOutageBackoff(t *testing.T) {
 	s := New(Policy{Seed: 5, Max: 30 * time.Second})
-	now := t0
-	for i := 0; i < 12; i++ {
-		sent := s.BeginAt(now, batch("c-1"))
-		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")})
-		now = s.NextAttempt()
-	}
-	sent := s.BeginAt(now, batch("c-1"))
-	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")})
+	now := refusedTimes(s, t0, 13)
 	if w := s.NextAttempt().Sub(now); w < 5*time.Second {
 		t.Fatalf("backoff after 13 refused connections is %v; the test needs it grown", w)
 	}
