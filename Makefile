@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(
 DIST      ?= dist
 PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
+.PHONY: test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench bench-fleet lint fuzz dist clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -97,6 +97,13 @@ run: build
 bench: build
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory testbox-image >/dev/null; fi
 	./$(BIN) bench all $(BENCH_FLAGS)
+
+## bench-fleet: 1,000 whole agents in one process against one control plane throttled to
+## 50 req/s: storm, slow control plane, outages (refused, hanging), the naive policy beside;
+## exits non-zero when a target is missed. Journals on FLEET_JOURNALS (a tmpfs by default).
+FLEET_JOURNALS ?= /dev/shm
+bench-fleet: build
+	./$(BIN) bench fleet --agents 1000 --rps 50 --burst 50 --journal-dir $(FLEET_JOURNALS) $(FLEET_FLAGS)
 
 ## lint: gofmt, goimports grouping (standard library, then others, then agentd's own), go vet.
 GOIMPORTS ?= $(GO) run golang.org/x/tools/cmd/goimports@v0.52.0

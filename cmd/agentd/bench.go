@@ -18,6 +18,7 @@ type benchCmd struct {
 	Lifecycle benchLifecycleCmd `cmd:"" help:"Full task lifecycles through a real agent and an unthrottled in-process control plane."`
 	Recovery  benchRecoveryCmd  `cmd:"" help:"Open → projection rebuilt → ready, on journals of growing size with 10k live tasks; with snapshots and without."`
 	Docker    benchDockerCmd    `cmd:"" help:"Task lifecycles on the Docker Engine through agentd, beside a bare moby-client loop doing the same."`
+	Fleet     benchFleetCmd     `cmd:"" help:"N whole agents in one process against one throttled control plane: storm, slow control plane, outages; the naive policy beside."`
 	All       benchAllCmd       `cmd:"" help:"Every benchmark, one table: figure, baseline, ratio, target, pass/fail."`
 }
 

@@ -87,6 +87,19 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 		add(benchRow{"disk", "bytes per record under churn with compaction", last.BytesPerRecord, fmt.Sprintf("used bytes each million: %v", last.SizeOverTime), 0, "≤ 200 and flat", last.BytesPerRecord <= 200 && flat(last.SizeOverTime)})
 	}
 
+	fo := benchmark.FleetOptions{Agents: 200, Tasks: 10, RPS: 20, Burst: 20, Outage: 10 * time.Second, JournalDir: b.Dir,
+		Scenarios: []string{"storm", "outage-refused"}}
+	if b.Quick {
+		fo.Agents, fo.Outage = 100, 5*time.Second
+	}
+	fl, err := benchmark.Fleet(ctx, fo)
+	if err != nil {
+		return err
+	}
+	for _, r := range fleetRows(fl) {
+		add(r)
+	}
+
 	if b.Docker != "off" {
 		d := benchDockerCmd{Tasks: 200, Concurrency: 20, Rounds: 4, Image: "agentd-testbox:latest", Dir: b.Dir}
 		if b.Quick {

@@ -684,3 +684,37 @@ func (s *Server) Unacknowledged(agentID string) int {
 	}
 	return n
 }
+
+// StopTasks stops every task named at one instant (one lock): an operator's fleet-wide stop,
+// which every agent's next poll sees whole.
+func (s *Server) StopTasks(arns []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, arn := range arns {
+		if err := s.stopLocked(arn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TaskStatus is the last status accepted for a task ("" when none, or no such task).
+func (s *Server) TaskStatus(arn string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tasks[arn]; t != nil {
+		return t.Status
+	}
+	return ""
+}
+
+// SetThrottle changes the state-change throttle (rps 0: none), its bucket full again.
+func (s *Server) SetThrottle(rps float64, burst int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rps > 0 && burst <= 0 {
+		burst = 1
+	}
+	s.faults.ThrottleRPS, s.faults.ThrottleBurst = rps, burst
+	s.tokens, s.refilled = float64(burst), time.Time{}
+}

@@ -150,11 +150,12 @@ type Engine struct {
 	pullCtx          context.Context      // pulls run under it; cancelled when the agent stops
 	stopPulls        context.CancelFunc
 
-	inputs  chan Input
-	queries chan query
-	ready   atomic.Bool
-	health  health
-	metrics *Metrics
+	inputs   chan Input
+	queries  chan query
+	answered chan struct{} // a report was answered: the poller's backoff is over (poller.go)
+	ready    atomic.Bool
+	health   health
+	metrics  *Metrics
 
 	startedAt       time.Time // when recovery began (wall clock): the exit stream starts just before
 	journaledCursor int64     // the exit stream position the journal holds at recovery
@@ -183,7 +184,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		fcfg:  fsm.Config{CleanupWait: cfg.CleanupWait},
 		dirty: map[string]bool{}, wakes: map[string]time.Time{}, inflight: map[fsm.ActionKey]bool{}, retryAt: map[fsm.ActionKey]retry{},
 		waiting: map[string]bool{}, held: map[string]docker.Exit{}, pullsHeld: map[string]bool{}, imagesRefused: map[string]time.Time{},
-		inputs: make(chan Input, 1024), queries: make(chan query),
+		inputs: make(chan Input, 1024), queries: make(chan query), answered: make(chan struct{}, 1),
 		metrics: newMetrics(),
 	}
 	e.pullCtx, e.stopPulls = context.WithCancel(context.Background())

@@ -52,7 +52,7 @@ func TestSeedRaceCannotCleanEarlyNorRunTwice(t *testing.T) {
 	// Once tombstoned, a re-send is not run; its final STOPPED goes out again under the same ids.
 	sentBefore := len(r.cp.sent)
 	r.assign("task/seed", "RUNNING", ctr("app", "sleep", "2s", "0"))
-	r.advance(time.Second)
+	r.advance(time.Minute) // ten minutes of 429s taught the submitter a pace of up to 30 s
 	if r.rt.Created() != 1 {
 		t.Fatalf("tombstoned task ran again: %d containers created", r.rt.Created())
 	}

@@ -19,6 +19,7 @@ type PayloadInput struct {
 
 // PollInput is the payloads of one poll, from the poller: journaled in one burst, in order,
 // all or none; Done receives nil once they are journaled, and the journal's error otherwise.
+// Empty (no payloads, no Done), it says a poll was answered: the control plane is there.
 type PollInput struct {
 	Payloads []protocol.Payload
 	Done     chan error

@@ -135,6 +135,9 @@ func (e *Engine) handle(in Input) {
 	case PayloadInput:
 		e.handlePayload(now, in)
 	case PollInput:
+		if e.sub != nil {
+			e.sub.Answered(now) // the control plane answers: an outage's backoff is over
+		}
 		for _, p := range in.Payloads {
 			e.handlePayload(now, PayloadInput{Payload: p})
 		}

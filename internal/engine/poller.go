@@ -3,25 +3,42 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
 // poller long-polls the control plane, hands each payload to the loop, and acknowledges it
 // only once the loop says it is journaled. Poll errors (not JSON, too large, refused, broken)
-// are logged with their cause and retried with backoff; the agent keeps running.
+// are retried with backoff and logged once per streak of one kind, with their cause; the agent
+// keeps running. Every answered poll, even an empty one, goes to the loop: it ends the
+// reporter's outage backoff (submit.Answered). After a failed poll the next asks for no wait,
+// so the control plane's return is known at once rather than a long poll later; and an answer
+// to a report ends the poller's own backoff (answered).
 func (e *Engine) poller(ctx context.Context) {
 	defer e.wg.Done()
 	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+2)
-	fail := func(err error, what string) {
+	var streak string // the kind of the current failure streak ("" while polls work)
+	var failures int
+	fail := func(err error, kind, what string) {
 		wait := bo.next()
-		e.log.Warn().Err(err).Dur("retry_in", wait).Msg(what)
+		failures++
+		if kind != streak {
+			e.log.Warn().Err(err).Dur("retry_in", wait).Msg(what)
+			streak = kind
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
+		case <-e.answered:
+			bo.reset() // a report was answered: the control plane is back
 		}
 	}
 	for ctx.Err() == nil {
-		payloads, err := e.cp.Poll(ctx, e.cfg.PollWait)
+		wait := e.cfg.PollWait
+		if streak != "" {
+			wait = 0
+		}
+		payloads, err := e.cp.Poll(ctx, wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -29,13 +46,23 @@ func (e *Engine) poller(ctx context.Context) {
 			var answered interface{ HTTPStatus() int }
 			if errors.As(err, &answered) && answered.HTTPStatus() != 0 {
 				e.metrics.pollErrors.WithLabelValues("http").Inc()
+				fail(err, fmt.Sprintf("HTTP %d", answered.HTTPStatus()), "poll failed")
 			} else {
 				e.metrics.pollErrors.WithLabelValues("transport").Inc()
+				fail(err, "transport", "poll failed")
 			}
-			fail(err, "poll failed")
 			continue
 		}
+		if streak != "" {
+			e.log.Info().Int("failures", failures).Msg("polls answered again")
+			streak, failures = "", 0
+		}
 		if len(payloads) == 0 {
+			select {
+			case e.inputs <- PollInput{}: // an answer: the reporter's outage is over
+			case <-ctx.Done():
+				return
+			}
 			bo.reset()
 			continue
 		}
@@ -55,7 +82,7 @@ func (e *Engine) poller(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			fail(errors.New("journal refused a poll's payloads"), "payloads not journaled; not acknowledged")
+			fail(errors.New("journal refused a poll's payloads"), "journal", "payloads not journaled; not acknowledged")
 			continue
 		}
 		var ack []string

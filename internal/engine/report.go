@@ -41,6 +41,12 @@ func (e *Engine) sendReport(sent []protocol.StateChange) func() Input {
 // door to cleanup (the core then decides stopped_acked).
 func (e *Engine) handleReport(now time.Time, in ReportInput) {
 	o := e.sub.Done(now, in.Sent, in.Result)
+	if in.Result.HTTPStatus != 0 {
+		select {
+		case e.answered <- struct{}{}: // the control plane answers: the poller need not wait
+		default:
+		}
+	}
 	for _, c := range in.Sent {
 		e.dirty[c.TaskARN] = true // a settled STOPPED makes stopped_acked due
 	}

@@ -65,7 +65,7 @@ func (s *Submitter) choose(now time.Time, candidates []fsm.Change, complete bool
 	var out []protocol.StateChange
 	size := envelope
 	for _, c := range candidates {
-		if len(out) >= s.limit {
+		if len(out) >= s.limit || (s.p.Naive && len(out) >= 1) {
 			break
 		}
 		if blocked[c.Task] {

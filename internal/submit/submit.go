@@ -5,8 +5,13 @@
 // a virtual clock in the simulation.
 //
 // It promises: never more than one report in flight (per-task order holds by construction);
-// at least the server's Retry-After after a 429, then exponential backoff with jitter
-// (cenkalti/backoff/v4, never giving up) while throttling lasts; slow retries on refused
+// at least the server's Retry-After after a 429 (a floor, never a target), the retry spread by
+// jitter over the agent's learnt pace (pace.go), which grows while 429s repeat and shrinks as
+// reports settle at their first try, so a fleet throttled at one moment does not come back at
+// one moment; the first report after the agent had nothing to report spread over that pace; a
+// backoff (cenkalti/backoff/v4, never giving up) that starts afresh when a failure streak
+// changes kind, is replaced by the pace while the control plane answers nothing, and ends as
+// soon as it answers anything (Answered: a successful poll included); slow retries on refused
 // credentials, changes kept; a report refused as a whole (400, 413) split until the change at
 // fault stands alone, which is then held and retried alone, slowly, while the others flow
 // (isolate.go); no report body over protocol.MaxRequestBody and no reason over
@@ -35,6 +40,9 @@ type Policy struct {
 	SlowRetry   time.Duration // after 401/403 or 400 (default 30 s)
 	JournalEach time.Duration // at most one report_attempted record per failure streak this often (default 30 s)
 	Seed        uint64        // jitter generator seed (0: random)
+	// Naive is the benchmarks' baseline, what a simple client does: one change a request, a
+	// retry every second after any failure, no jitter, Retry-After ignored. Never for agents.
+	Naive bool
 }
 
 // Submitter decides when to report. Not safe for concurrent use: one engine loop owns it.
@@ -47,6 +55,11 @@ type Submitter struct {
 	wake     time.Time        // when nothing could be chosen: when a held change is due
 	limit    int              // most changes the next report carries (halved by a refusal)
 	held     map[string]*held // changes refused alone, by id
+
+	pace     time.Duration // learnt spacing of this agent's requests under throttling (pace.go)
+	lastSend time.Time     // when the last report was begun
+	carried  bool          // the report in flight carries every change pending when it began
+	drained  bool          // the last report carried every pending change and settled
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -86,12 +99,21 @@ func New(p Policy) *Submitter {
 	// replays exactly. MaxElapsedTime 0: reports awaiting acknowledgement never give up.
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.Initial), backoff.WithMaxInterval(p.Max),
 		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
-	return &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{}}
+	s := &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{}}
+	if p.Naive {
+		s.limit = 1
+	}
+	return s
 }
 
-// Ready reports whether a report may be sent now.
+// Ready reports whether a report may be sent now. It is asked only while changes are pending:
+// the first ask after a quiet spell longer than the learnt pace defers the report to a random
+// point of one pace (spreadQuiet), so a fleet handed one stop at once does not report at once.
 func (s *Submitter) Ready(now time.Time) bool {
-	return !s.inflight && !now.Before(s.next)
+	if s.inflight || now.Before(s.next) {
+		return false
+	}
+	return s.spreadQuiet(now)
 }
 
 // NextAttempt is when a waiting submitter may send again (zero when it need not wait); after a
@@ -117,6 +139,8 @@ func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.S
 		return nil
 	}
 	s.inflight = true
+	s.lastSend = now
+	s.carried = len(out) == len(candidates)
 	s.Stats.Requests++
 	return out
 }
@@ -144,6 +168,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	if len(sent) == 0 {
 		return o // nothing was sent: nothing to learn
 	}
+	s.drained = false
 	if r.Outcome == protocol.Settled {
 		ids := map[string]bool{}
 		for _, c := range sent {
@@ -172,32 +197,39 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			if s.streak != "" {
 				o.Log = fmt.Sprintf("reports settle again after %d failed attempts (%s since %s)", s.streakTries, s.streak, s.streakSince.Format(time.RFC3339))
 			}
+			var waited time.Duration // how long the throttle kept these changes out
+			if s.streak == protocol.Throttled {
+				waited = now.Sub(s.streakSince)
+			}
 			s.streak, s.health, s.unjournaled, s.streakTries = "", "", 0, 0
 			s.bo.Reset()
-			s.next = time.Time{}
+			s.next = s.paced(now, waited)
+			s.drained = s.carried
 			return o
 		}
 		// A 200 that settles none of what was sent: not progress, so back off like a failure.
 		r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("HTTP 200 settled none of the %d changes sent", len(sent))
 	}
 	s.Stats.Failed++
+	if s.streak != "" && s.streak != r.Outcome {
+		// A streak of another kind: what grew the backoff is over, so it starts afresh.
+		s.bo.Reset()
+	}
 	var wait time.Duration
-	switch r.Outcome {
-	case protocol.Throttled:
-		s.Stats.Throttled++
-		if s.streak != protocol.Throttled && r.RetryAfter > 0 {
-			// The first 429 of a streak: the server said when a token is there; come back
-			// then (plus up to 5%), so a throttled agent still fills its share of the rate.
-			wait = r.RetryAfter + time.Duration(s.rng.Float64()*0.05*float64(r.RetryAfter))
-		} else {
-			// Throttled again: others want the same tokens; back off, Retry-After a floor.
-			wait = max(s.jittered(s.bo.NextBackOff()), r.RetryAfter)
+	switch {
+	case s.p.Naive:
+		wait = time.Second
+		if r.Outcome == protocol.Throttled {
+			s.Stats.Throttled++
 		}
+	case r.Outcome == protocol.Throttled:
+		s.Stats.Throttled++
+		wait = s.throttled(r.RetryAfter, s.streak == protocol.Throttled)
 		s.health = ""
-	case protocol.Unauthorized:
+	case r.Outcome == protocol.Unauthorized:
 		wait = max(s.jittered(s.bo.NextBackOff()), s.p.SlowRetry)
 		s.health = fmt.Sprintf("control plane refuses the agent's credentials (HTTP %d) since %s", r.HTTPStatus, s.sinceOr(now, r.Outcome))
-	case protocol.BadRequest, protocol.TooLarge:
+	case r.Outcome == protocol.BadRequest || r.Outcome == protocol.TooLarge:
 		// Refused as a whole: split until the change at fault stands alone, then hold it.
 		// Not a health problem: the other changes keep flowing.
 		var msg string
@@ -208,6 +240,12 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		}
 	default:
 		wait = s.jittered(s.bo.NextBackOff())
+		if r.Outcome == protocol.Network && s.pace > 0 {
+			// Nothing answers: retry at the pace the throttle taught. Faster is pointless
+			// (and a herd at the return, the fleet having failed together), slower leaves
+			// this agent's tokens idle when the control plane is back.
+			wait = s.jittered(s.pace)
+		}
 		s.health = ""
 	}
 	if s.streak != r.Outcome {

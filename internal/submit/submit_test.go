@@ -34,8 +34,8 @@ func TestAnswersAndWaits(t *testing.T) {
 		{"200 settles what was sent", protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}, Rejected: []protocol.Rejection{{ID: "c-2", Error: "unknown_task"}}}, 0, 0, 2, "", false},
 		{"200 listing ids never sent settles only what was sent", protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1", "c-99"}}, 0, 0, 1, "", false},
 		{"200 settling nothing backs off", protocol.ReportResult{Outcome: protocol.Settled}, 50 * time.Millisecond, 150 * time.Millisecond, 0, "", true},
-		{"429 waits Retry-After", protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 3 * time.Second}, 3 * time.Second, 3300 * time.Millisecond, 0, "", true},
-		{"429 without Retry-After backs off", protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429}, 50 * time.Millisecond, 150 * time.Millisecond, 0, "", true},
+		{"429 waits Retry-After, then a random point of one pace", protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 3 * time.Second}, 3 * time.Second, 6 * time.Second, 0, "", true},
+		{"429 without Retry-After waits a random point of the first pace", protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429}, 0, 100 * time.Millisecond, 0, "", true},
 		{"5xx backs off", protocol.ReportResult{Outcome: protocol.ServerError, HTTPStatus: 503, Err: errors.New("HTTP 503")}, 50 * time.Millisecond, 150 * time.Millisecond, 0, "", true},
 		{"401 retries slowly and is unhealthy", protocol.ReportResult{Outcome: protocol.Unauthorized, HTTPStatus: 401, Err: errors.New("refused")}, 30 * time.Second, 30 * time.Second, 0, "credentials", true},
 		{"400 of two changes splits them, retried soon", protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: errors.New("bad")}, 100 * time.Millisecond, 100 * time.Millisecond, 0, "", true},
@@ -84,7 +84,7 @@ func TestAnswersAndWaits(t *testing.T) {
 func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
 	s := New(Policy{Seed: 7, Max: 10 * time.Second})
 	now := t0
-	var waits []time.Duration
+	var waits, windows []time.Duration
 	logs, journaled := 0, 0
 	for i := 0; i < 40; i++ {
 		sent := s.BeginAt(now, batch("c-1"))
@@ -96,7 +96,7 @@ func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
 		if w > 15*time.Second {
 			t.Fatalf("attempt %d waits %v, beyond Max × 1.5", i, w)
 		}
-		waits = append(waits, w)
+		waits, windows = append(waits, w), append(windows, s.Pace())
 		if o.Log != "" {
 			logs++
 		}
@@ -105,8 +105,9 @@ func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
 		}
 		now = s.NextAttempt()
 	}
-	if waits[10] < 2*waits[1] {
-		t.Fatalf("waits do not grow while throttled: %v", waits[:12])
+	// Each wait is a random point of a window that grows while the 429s repeat.
+	if windows[10] < 2*windows[1] {
+		t.Fatalf("the retry window does not grow while throttled: %v (waits %v)", windows[:12], waits[:12])
 	}
 	if logs != 1 {
 		t.Fatalf("%d log lines for one throttling streak; want 1", logs)

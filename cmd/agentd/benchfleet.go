@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/agentd/agentd/internal/benchmark"
+)
+
+type benchFleetCmd struct {
+	Agents     int           `default:"200" help:"Agents in the fleet, each a whole agent (engine, journal, HTTP client, id) in this process."`
+	Tasks      int           `default:"10" help:"Tasks each agent runs in each scenario."`
+	RPS        float64       `name:"rps" default:"20" help:"The control plane's fleet-wide throttle on state-change requests, per second."`
+	Burst      int           `default:"20" help:"The throttle's bucket size."`
+	Outage     time.Duration `default:"60s" help:"How long the control plane answers nothing in the outage scenarios."`
+	Slow       time.Duration `default:"2s" help:"How long every answer takes in the slow scenario."`
+	Policy     []string      `default:"agentd,naive" help:"Submitter policies, side by side: agentd, and naive (one change a request, a retry every second, no jitter, Retry-After ignored)."`
+	Scenarios  []string      `default:"storm,slow,outage-refused,outage-hanging" help:"Scenarios to run, in order."`
+	JournalDir string        `help:"Directory for the agents' journals (a tmpfs for large fleets; default: the system's temp dir)."`
+	JSON       bool          `name:"json" help:"Print one JSON object."`
+}
+
+func (b *benchFleetCmd) options() benchmark.FleetOptions {
+	return benchmark.FleetOptions{Agents: b.Agents, Tasks: b.Tasks, RPS: b.RPS, Burst: b.Burst, Outage: b.Outage, Slow: b.Slow,
+		JournalDir: b.JournalDir, Policies: b.Policy, Scenarios: b.Scenarios, Log: os.Stderr}
+}
+
+func (b *benchFleetCmd) Run(ctx context.Context) error {
+	m, err := benchmark.MeasureMachine(b.JournalDir, 50)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "machine:", m)
+	res, err := benchmark.Fleet(ctx, b.options())
+	if err != nil {
+		return err
+	}
+	rows := fleetRows(res)
+	if b.JSON {
+		if err := json.NewEncoder(os.Stdout).Encode(struct {
+			Machine benchmark.Machine     `json:"machine"`
+			Fleet   benchmark.FleetResult `json:"fleet"`
+			Rows    []benchRow            `json:"rows"`
+		}{m, res, rows}); err != nil {
+			return err
+		}
+		return failed(rows)
+	}
+	fmt.Println("machine:", m)
+	printFleet(res)
+	fmt.Println()
+	return printRows(rows)
+}
+
+// printFleet is the fleet's own table: one row a scenario and policy, side by side.
+func printFleet(res benchmark.FleetResult) {
+	o := res.Options
+	fmt.Printf("fleet: %d agents × %d tasks, one control plane throttled to %g req/s (burst %d), outage %v, journals on %s (%s)\n",
+		o.Agents, o.Tasks, o.RPS, o.Burst, o.Outage, res.JournalDir, res.JournalFS)
+	fmt.Printf("%-8s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %s\n", "policy", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "pace p10/p50/p90 s")
+	for _, r := range res.Rows {
+		herd := "-"
+		if strings.HasPrefix(r.Scenario, "outage") {
+			herd = fmt.Sprintf("%.2f", r.Herd)
+		}
+		done := "yes"
+		if !r.Finished {
+			done = "NO"
+		}
+		fmt.Printf("%-8s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %.1f/%.1f/%.1f\n", r.Policy, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
+			r.Requests, 100*r.ThrottledShare, r.AgentP50, r.AgentP99, r.AgentMax, herd, r.EarlyCleanups, r.SettledTwice, r.PaceP10, r.PaceP50, r.PaceP90)
+	}
+	fmt.Printf("per agent (agentd, tasks running): %.0f KB heap, %.1f goroutines (agent and control plane sides; the control plane's server %.1f); journal verify: %d findings\n",
+		res.HeapPerAgent, res.GoroutinesPer, res.ServingPer, res.JournalIssues)
+}
+
+// fleetRows are the fleet's judged rows, the same in `bench fleet` and `bench all`: the
+// agentd policy against the targets, the naive baseline beside.
+func fleetRows(res benchmark.FleetResult) []benchRow {
+	naive := map[string]benchmark.FleetRow{}
+	for _, r := range res.Rows {
+		if r.Policy == "naive" {
+			naive[r.Scenario] = r
+		}
+	}
+	var rows []benchRow
+	early := 0
+	for _, r := range res.Rows {
+		early += r.EarlyCleanups + r.SettledTwice
+		if r.Policy != "agentd" {
+			continue
+		}
+		base := "-"
+		if n, ok := naive[r.Scenario]; ok {
+			base = fmt.Sprintf("naive %.2f×, %.0f%% 429", n.VsFloor, 100*n.ThrottledShare)
+			if !n.Finished {
+				base = fmt.Sprintf("naive > %.1f× (unfinished), %.0f%% 429", n.VsFloor, 100*n.ThrottledShare)
+			}
+		}
+		name := fmt.Sprintf("%s: settle ÷ floor (%.1fs), %d agents", r.Scenario, r.FloorSeconds, r.Agents)
+		switch {
+		case r.Scenario == "storm":
+			rows = append(rows,
+				benchRow{"fleet", name, r.VsFloor, base, 0, "≤ 1.25x", r.Finished && r.VsFloor <= 1.25},
+				benchRow{"fleet", "storm: share of requests answered 429, %", 100 * r.ThrottledShare, fmt.Sprintf("%d requests", r.Requests), 0, "≤ 25", r.ThrottledShare <= 0.25},
+				benchRow{"fleet", "storm: per-agent settle p99 ÷ median", r.AgentP99 / math0(r.AgentP50), fmt.Sprintf("p50 %.1fs, p99 %.1fs, max %.1fs", r.AgentP50, r.AgentP99, r.AgentMax), 0, "≤ 1.5", r.AgentP99 <= 1.5*r.AgentP50})
+		case strings.HasPrefix(r.Scenario, "outage"):
+			rows = append(rows,
+				benchRow{"fleet", name, r.VsFloor, base, 0, "≤ 1.5x", r.Finished && r.VsFloor <= 1.5},
+				benchRow{"fleet", r.Scenario + ": herd factor (busiest 1 s of the first 30 s back ÷ rps)", r.Herd, "-", 0, "≤ 2", r.Herd <= 2})
+		default:
+			rows = append(rows, benchRow{"fleet", name + " (floor + answer time)", r.VsFloor, base, 0, "-", true})
+		}
+	}
+	rows = append(rows, benchRow{"fleet", "early cleanups + changes not settled exactly once (every policy)", float64(early), fmt.Sprintf("journal verify findings %d", res.JournalIssues), 0, "0", early == 0 && res.JournalIssues == 0})
+	rows = append(rows, benchRow{"fleet", "heap KB per agent (agent and control plane sides)", res.HeapPerAgent, fmt.Sprintf("%.1f goroutines per agent, the control plane's server %.1f", res.GoroutinesPer, res.ServingPer), 0, "-", true})
+	return rows
+}
+
+func math0(v float64) float64 {
+	if v == 0 {
+		return 1
+	}
+	return v
+}

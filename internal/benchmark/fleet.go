@@ -1,0 +1,666 @@
+package benchmark
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agentd/agentd/internal/backend"
+	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/forensics"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/submit"
+)
+
+// FleetOptions configure the fleet benchmark: N whole agents in one process (each its own
+// engine, journal file, HTTP client and connections, agent id) on the simulated runtime,
+// against one reference control plane over real HTTP on loopback, throttled fleet-wide.
+type FleetOptions struct {
+	Agents     int           // --agents
+	Tasks      int           // tasks per agent
+	RPS        float64       // the control plane's token bucket, requests a second
+	Burst      int           // its size
+	Outage     time.Duration // how long the control plane answers nothing
+	Slow       time.Duration // every answer's delay in the slow scenario
+	JournalDir string        // where the agents' journals go ("": the system's temp dir)
+	Policies   []string      // "agentd", "naive"
+	Scenarios  []string      // "storm", "slow", "outage-refused", "outage-hanging"
+	Log        io.Writer     // progress (nil: none)
+}
+
+// FleetRow is one scenario under one policy.
+type FleetRow struct {
+	Policy         string  `json:"policy"`
+	Scenario       string  `json:"scenario"`
+	Agents         int     `json:"agents"`
+	Changes        int     `json:"changes"`
+	FloorSeconds   float64 `json:"floor_seconds"`
+	Seconds        float64 `json:"seconds"` // from the stop (storm, slow) or the return (outage) to the last settled
+	Finished       bool    `json:"finished"`
+	VsFloor        float64 `json:"vs_floor"`
+	Requests       int     `json:"requests"`
+	Throttled      int     `json:"throttled"`
+	ThrottledShare float64 `json:"throttled_share"`
+	AgentP50       float64 `json:"agent_p50_seconds"`
+	AgentP99       float64 `json:"agent_p99_seconds"`
+	AgentMax       float64 `json:"agent_max_seconds"`
+	Herd           float64 `json:"herd_factor,omitempty"` // outage: most requests in a 1-s window of the first 30 s back ÷ rps
+	PaceP10        float64 `json:"pace_p10_seconds"`      // the agents' learnt pace when the scenario began
+	PaceP50        float64 `json:"pace_p50_seconds"`
+	PaceP90        float64 `json:"pace_p90_seconds"`
+	Cleanups       int     `json:"cleanups"`       // containers removed (the agents cleaned up)
+	EarlyCleanups  int     `json:"early_cleanups"` // containers removed before their task's STOPPED was accepted
+	SettledTwice   int     `json:"settled_twice"`  // STOPPED changes accepted more than once, or never, or violations
+	Duplicates     int     `json:"duplicate_ids"`  // the same change id re-sent after it was accepted (an answer lost)
+}
+
+// FleetResult is every row, and what the fleet cost.
+type FleetResult struct {
+	Options       FleetOptions `json:"-"`
+	JournalDir    string       `json:"journal_dir"`
+	JournalFS     string       `json:"journal_fs"`
+	Rows          []FleetRow   `json:"rows"`
+	HeapPerAgent  float64      `json:"heap_kb_per_agent"`       // agentd policy, tasks running, after a GC
+	GoroutinesPer float64      `json:"goroutines_per_agent"`    // the whole process (agent and control plane sides) ÷ N
+	ServingPer    float64      `json:"cp_goroutines_per_agent"` // the control plane's HTTP server alone (a connection each) ÷ N
+	JournalIssues int          `json:"journal_verify_findings"` // journal verify over every agent's journal
+}
+
+// Fleet runs the scenarios for each policy, a fresh fleet and control plane per policy.
+func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
+	if o.Agents <= 0 || o.Tasks <= 0 || o.RPS <= 0 || o.Burst <= 0 || o.Outage <= 0 {
+		return FleetResult{}, errors.New("bench fleet: --agents, --tasks, --rps, --burst and --outage must be positive")
+	}
+	if len(o.Policies) == 0 {
+		o.Policies = []string{"agentd", "naive"}
+	}
+	if len(o.Scenarios) == 0 {
+		o.Scenarios = []string{"storm", "slow", "outage-refused", "outage-hanging"}
+	}
+	if o.Slow <= 0 {
+		o.Slow = 2 * time.Second
+	}
+	if o.JournalDir == "" {
+		o.JournalDir = os.TempDir()
+	}
+	res := FleetResult{Options: o, JournalDir: o.JournalDir, JournalFS: fsType(o.JournalDir)}
+	for _, p := range o.Policies {
+		if p != "agentd" && p != "naive" {
+			return res, fmt.Errorf("bench fleet: --policy %q: want agentd or naive", p)
+		}
+		f, err := startFleet(ctx, o, p)
+		if err != nil {
+			return res, err
+		}
+		rows, err := f.run(ctx, &res)
+		res.Rows = append(res.Rows, rows...)
+		f.close()
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// fleetAgent is one whole agent.
+type fleetAgent struct {
+	id     string
+	dir    string
+	j      *journal.Journal
+	rt     *docker.Sim
+	client *backend.Client
+	e      *engine.Engine
+	stop   func()
+}
+
+type fleet struct {
+	o       FleetOptions
+	policy  string
+	cp      *controlplane.Server
+	plane   *plane
+	agents  []*fleetAgent
+	early   atomic.Int64 // removals of a container whose task's STOPPED was not accepted
+	removed atomic.Int64 // every removal
+	round   int
+	heapKB  float64
+	gorPer  float64
+	logf    func(string, ...any)
+	baseMem uint64
+	baseGor int
+}
+
+func startFleet(ctx context.Context, o FleetOptions, policy string) (*fleet, error) {
+	f := &fleet{o: o, policy: policy, logf: func(string, ...any) {}}
+	if o.Log != nil {
+		f.logf = func(format string, a ...any) {
+			fmt.Fprintf(o.Log, "fleet %s: "+format+"\n", append([]any{policy}, a...)...)
+		}
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	f.baseMem, f.baseGor = ms.HeapAlloc, runtime.NumGoroutine()
+	f.cp = controlplane.New("", controlplane.Faults{ThrottleRPS: o.RPS, ThrottleBurst: o.Burst})
+	f.plane = &plane{g: &gate{h: f.cp.Handler()}, addr: "127.0.0.1:0"}
+	if err := f.plane.up(); err != nil {
+		return nil, err
+	}
+	pol := submit.Policy{Naive: policy == "naive"}
+	for i := 0; i < o.Agents; i++ {
+		a, err := f.startAgent(ctx, i, pol)
+		if err != nil {
+			f.close()
+			return nil, fmt.Errorf("bench fleet: agent %d: %w", i, err)
+		}
+		f.agents = append(f.agents, a)
+	}
+	f.logf("%d agents up, control plane at %s", len(f.agents), f.plane.addr)
+	return f, nil
+}
+
+func (f *fleet) startAgent(ctx context.Context, i int, pol submit.Policy) (*fleetAgent, error) {
+	dir, err := os.MkdirTemp(f.o.JournalDir, "agentd-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	a := &fleetAgent{id: fmt.Sprintf("agent-%04d", i), dir: dir}
+	if a.j, err = journal.Open(filepath.Join(dir, journal.FileName), journal.Options{}); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	fail := func(err error) (*fleetAgent, error) { a.close(); return nil, err }
+	if _, err := engine.ResolveAgentID(ctx, a.j, a.id); err != nil {
+		return fail(err)
+	}
+	if a.rt, err = docker.NewSim(dir, a.id, nil); err != nil {
+		return fail(err)
+	}
+	// The control plane's side of "cleaned before its ack": a removal of a container whose
+	// task's STOPPED the control plane has not accepted.
+	rt := a.rt
+	rt.SetFaults(func(op, id string) docker.SimFault {
+		if op == "remove" {
+			f.removed.Add(1)
+			if st, err := rt.Inspect(context.Background(), id); err == nil && f.cp.TaskStatus(st.Task) != "STOPPED" {
+				f.early.Add(1)
+			}
+		}
+		return docker.SimFault{}
+	})
+	if a.client, err = backend.New(backend.Config{URL: "http://" + f.plane.addr, AgentID: a.id}); err != nil {
+		return fail(err)
+	}
+	e := engine.New(engine.Config{AgentID: a.id, CleanupWait: time.Second, Submit: pol}, a.j, a.rt, a.client, nil, nil, zerolog.Nop())
+	a.e = e
+	if err := e.Recover(ctx); err != nil {
+		return fail(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+	a.stop = func() { cancel(); <-done }
+	return a, nil
+}
+
+func (a *fleetAgent) close() {
+	if a.stop != nil {
+		a.stop()
+	}
+	if a.client != nil {
+		a.client.Close()
+	}
+	if a.j != nil {
+		a.j.Close()
+	}
+	os.RemoveAll(a.dir)
+}
+
+func (f *fleet) close() {
+	var wg sync.WaitGroup
+	for _, a := range f.agents {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.close() }()
+	}
+	wg.Wait()
+	f.plane.down()
+}
+
+// run plays the scenarios in order on one fleet.
+func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
+	var rows []FleetRow
+	for _, sc := range f.o.Scenarios {
+		arns, err := f.assign(ctx)
+		if err != nil {
+			return rows, err
+		}
+		if f.policy == "agentd" && res.HeapPerAgent == 0 {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			res.HeapPerAgent = float64(ms.HeapAlloc-min(ms.HeapAlloc, f.baseMem)) / 1024 / float64(len(f.agents))
+			res.GoroutinesPer = float64(runtime.NumGoroutine()-f.baseGor) / float64(len(f.agents))
+			res.ServingPer = float64(serving()) / float64(len(f.agents))
+		}
+		paces := f.paces(ctx)
+		var row FleetRow
+		switch sc {
+		case "storm":
+			row, err = f.storm(ctx, arns, 0)
+		case "slow":
+			row, err = f.storm(ctx, arns, f.o.Slow)
+		case "outage-refused", "outage-hanging":
+			row, err = f.outage(ctx, arns, strings.TrimPrefix(sc, "outage-"))
+		default:
+			return rows, fmt.Errorf("bench fleet: scenario %q: want storm, slow, outage-refused or outage-hanging", sc)
+		}
+		if err != nil {
+			return rows, err
+		}
+		row.Policy, row.Scenario = f.policy, sc
+		if n := len(paces); n > 0 {
+			row.PaceP10, row.PaceP50, row.PaceP90 = paces[n/10], paces[n/2], paces[n*9/10]
+		}
+		f.logf("%s: %.1fs, %.2f× floor %.1fs, %d requests, %.0f%% 429", sc, row.Seconds, row.VsFloor, row.FloorSeconds, row.Requests, 100*row.ThrottledShare)
+		rows = append(rows, row)
+	}
+	for _, a := range f.agents {
+		rep, err := forensics.Verify(a.j)
+		if err != nil {
+			return rows, fmt.Errorf("journal verify %s: %w", a.id, err)
+		}
+		res.JournalIssues += len(rep.Findings)
+	}
+	return rows, nil
+}
+
+// paces is every agent's learnt pace in seconds, sorted.
+func (f *fleet) paces(ctx context.Context) []float64 {
+	var out []float64
+	for _, a := range f.agents {
+		_ = a.e.QueryWithReporting(ctx, func(_ *fsm.State, r engine.Reporting) { out = append(out, r.PaceSeconds) })
+	}
+	slices.Sort(out)
+	return out
+}
+
+// assign gives every agent o.Tasks new tasks that run until stopped and waits until the
+// control plane has accepted every one RUNNING. It runs under the throttle for agentd — the
+// fleet has lived under this control plane, and its pace is learnt here — and unthrottled for
+// the naive baseline, which learns nothing and would take many minutes.
+func (f *fleet) assign(ctx context.Context) ([]string, error) {
+	f.round++
+	if f.policy == "naive" {
+		f.cp.SetThrottle(0, 0)
+		defer f.cp.SetThrottle(f.o.RPS, f.o.Burst)
+	}
+	var arns []string
+	for _, a := range f.agents {
+		for t := 0; t < f.o.Tasks; t++ {
+			arn := fmt.Sprintf("task/%s-r%d-%03d", a.id, f.round, t)
+			if err := f.cp.AddTask(a.id, protocol.Task{ARN: arn, DesiredStatus: "RUNNING", Containers: []protocol.Container{{Name: "app", Image: "app:1"}}}, nil); err != nil {
+				return nil, err
+			}
+			arns = append(arns, arn)
+		}
+	}
+	start := time.Now()
+	if !f.await(ctx, arns, "RUNNING", start.Add(10*time.Minute)) {
+		return nil, fmt.Errorf("bench fleet: %d tasks not all RUNNING within 10 minutes", len(arns))
+	}
+	f.logf("round %d: %d tasks RUNNING in %.1fs", f.round, len(arns), time.Since(start).Seconds())
+	return arns, nil
+}
+
+// await waits until the control plane has accepted every task's status, or the deadline.
+func (f *fleet) await(ctx context.Context, arns []string, status string, deadline time.Time) bool {
+	for i := 0; i < len(arns); {
+		if f.cp.TaskStatus(arns[i]) == status {
+			i++
+			continue
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// floor is what the throttle allows: the requests the fleet needs at 100 changes a request,
+// counted per agent, less the burst, at rps.
+func (f *fleet) floor(changesPerAgent int) float64 {
+	per := (changesPerAgent + protocol.MaxChangesPerRequest - 1) / protocol.MaxChangesPerRequest
+	return math.Max(0, float64(per*len(f.agents)-f.o.Burst)) / f.o.RPS
+}
+
+// limit is how long a scenario may take before it counts as not finished (the naive
+// baseline: many times its floor), and the leftovers are drained unthrottled.
+func (f *fleet) limit(floor float64) time.Duration {
+	return time.Duration(math.Max(4*floor, 30) * float64(time.Second))
+}
+
+// storm stops every task at once and measures until the last STOPPED is settled; latency
+// delays every answer (the slow control plane).
+func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration) (FleetRow, error) {
+	changes := 2 * f.o.Tasks // the container's STOPPED and the task's
+	row := FleetRow{Agents: len(f.agents), Changes: changes * len(f.agents), FloorSeconds: f.floor(changes)}
+	f.plane.g.setLatency(latency)
+	defer f.plane.g.setLatency(0)
+	early, removed := f.early.Load(), f.removed.Load()
+	stats := f.cp.Stats()
+	start := time.Now()
+	if err := f.cp.StopTasks(arns); err != nil {
+		return row, err
+	}
+	row.Finished = f.await(ctx, arns, "STOPPED", start.Add(f.limit(row.FloorSeconds)+latency))
+	end := time.Now()
+	f.finish(ctx, &row, arns, start, end, stats, early, latency)
+	row.Cleanups = int(f.removed.Load() - removed)
+	return row, ctx.Err()
+}
+
+// outage takes the control plane away (refused: nothing listens; hanging: connections are
+// taken and never answered) for o.Outage; the tasks' containers exit halfway through; then it
+// comes back, and the drain is measured from the return.
+func (f *fleet) outage(ctx context.Context, arns []string, mode string) (FleetRow, error) {
+	changes := 2 * f.o.Tasks
+	row := FleetRow{Agents: len(f.agents), Changes: changes * len(f.agents), FloorSeconds: f.floor(changes)}
+	early, removed := f.early.Load(), f.removed.Load()
+	if mode == "refused" {
+		f.plane.down()
+	} else {
+		f.plane.g.hang()
+	}
+	if !sleepCtx(ctx, f.o.Outage/2) {
+		return row, ctx.Err()
+	}
+	for _, a := range f.agents { // the host's containers exit while nothing answers
+		list, err := a.rt.List(ctx)
+		if err != nil {
+			return row, err
+		}
+		for _, c := range list {
+			if c.Running {
+				if err := a.rt.Stop(ctx, c.ID, 0); err != nil {
+					return row, err
+				}
+			}
+		}
+	}
+	if !sleepCtx(ctx, f.o.Outage-f.o.Outage/2) {
+		return row, ctx.Err()
+	}
+	stats := f.cp.Stats()
+	back := time.Now()
+	if mode == "refused" {
+		if err := f.plane.up(); err != nil {
+			return row, err
+		}
+	} else {
+		f.plane.g.release()
+	}
+	row.Finished = f.await(ctx, arns, "STOPPED", back.Add(f.limit(row.FloorSeconds)))
+	end := time.Now()
+	f.finish(ctx, &row, arns, back, end, stats, early, 0)
+	row.Cleanups = int(f.removed.Load() - removed)
+	row.Herd = float64(f.plane.g.busiest(back, back.Add(30*time.Second))) / f.o.RPS
+	return row, ctx.Err()
+}
+
+// finish fills a row's figures from the control plane's view, and drains what the policy
+// left unsettled (unthrottled), so the next scenario starts clean.
+func (f *fleet) finish(ctx context.Context, row *FleetRow, arns []string, start, end time.Time, before controlplane.Stats, early int64, latency time.Duration) {
+	row.Seconds = end.Sub(start).Seconds()
+	floor := row.FloorSeconds + latency.Seconds()
+	row.VsFloor = row.Seconds / math.Max(floor, 0.1)
+	row.Requests, row.Throttled = f.plane.g.count(start, end)
+	if row.Requests > 0 {
+		row.ThrottledShare = float64(row.Throttled) / float64(row.Requests)
+	}
+	if !row.Finished {
+		f.cp.SetThrottle(0, 0)
+		f.await(ctx, arns, "STOPPED", time.Now().Add(5*time.Minute))
+		f.cp.SetThrottle(f.o.RPS, f.o.Burst)
+	}
+	tasks, stats := f.cp.Snapshot()
+	row.Duplicates = stats.ChangesDuplicate - before.ChangesDuplicate
+	perAgent := map[string]time.Time{}
+	for _, arn := range arns {
+		t := tasks[arn]
+		stopped := map[string]int{}
+		for _, h := range t.History {
+			if h.Status == "STOPPED" {
+				stopped[h.Container]++
+				if h.Container == "" && h.AcceptedAt.After(perAgent[t.Agent]) {
+					perAgent[t.Agent] = h.AcceptedAt
+				}
+			}
+		}
+		if stopped[""] != 1 || stopped["app"] != 1 {
+			row.SettledTwice++
+		}
+	}
+	row.SettledTwice += len(f.cp.Violations())
+	var per []float64
+	for _, at := range perAgent {
+		per = append(per, at.Sub(start).Seconds())
+	}
+	slices.Sort(per)
+	if n := len(per); n > 0 {
+		row.AgentP50, row.AgentP99, row.AgentMax = per[n/2], per[int(math.Ceil(0.99*float64(n)))-1], per[n-1]
+	}
+	// Cleanups follow the acks (CleanupWait 1 s): give them time, then count the early ones.
+	sleepCtx(ctx, 3*time.Second)
+	row.EarlyCleanups = int(f.early.Load() - early)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// plane serves the control plane on one loopback address that an outage can take away
+// (nothing listens: connections refused) and give back.
+type plane struct {
+	g    *gate
+	addr string
+	mu   sync.Mutex
+	srv  *http.Server
+}
+
+func (p *plane) up() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return fmt.Errorf("bench fleet: control plane on %s: %w", p.addr, err)
+	}
+	p.addr = ln.Addr().String()
+	p.srv = &http.Server{Handler: p.g, ErrorLog: log.New(io.Discard, "", 0), ReadHeaderTimeout: 10 * time.Second}
+	go p.srv.Serve(ln) //nolint:errcheck // ends with Close
+	return nil
+}
+
+// down closes the listener and every connection, long polls included.
+func (p *plane) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.srv != nil {
+		p.srv.Close()
+		p.srv = nil
+	}
+}
+
+// gate stands before the control plane: it logs every state-change request (arrival, answer),
+// delays answers (slow), and holds connections unanswered (hanging outage).
+type gate struct {
+	h       http.Handler
+	latency atomic.Int64
+
+	mu      sync.Mutex
+	hanging chan struct{} // non-nil while hanging: closed at the return
+	hits    []hit
+}
+
+type hit struct {
+	at        time.Time
+	throttled bool
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	hang := g.hanging
+	g.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+		panic(http.ErrAbortHandler) // held through the outage, cut at the return
+	}
+	at := time.Now()
+	if d := time.Duration(g.latency.Load()); d > 0 {
+		if !sleepCtx(r.Context(), d) {
+			return
+		}
+	}
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/state-changes") {
+		g.h.ServeHTTP(w, r)
+		return
+	}
+	sw := &statusWriter{ResponseWriter: w}
+	g.h.ServeHTTP(sw, r)
+	g.mu.Lock()
+	g.hits = append(g.hits, hit{at: at, throttled: sw.code == http.StatusTooManyRequests})
+	g.mu.Unlock()
+}
+
+func (g *gate) setLatency(d time.Duration) { g.latency.Store(int64(d)) }
+
+func (g *gate) hang() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hanging = make(chan struct{})
+}
+
+func (g *gate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.hanging != nil {
+		close(g.hanging)
+		g.hanging = nil
+	}
+}
+
+// count is the state-change requests that arrived in [from, to], and how many were 429.
+func (g *gate) count(from, to time.Time) (n, throttled int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, h := range g.hits {
+		if !h.at.Before(from) && !h.at.After(to) {
+			n++
+			if h.throttled {
+				throttled++
+			}
+		}
+	}
+	return n, throttled
+}
+
+// busiest is the most state-change requests in any 1-second window within [from, to].
+func (g *gate) busiest(from, to time.Time) int {
+	g.mu.Lock()
+	var at []time.Time
+	for _, h := range g.hits {
+		if !h.at.Before(from) && !h.at.After(to) {
+			at = append(at, h.at)
+		}
+	}
+	g.mu.Unlock()
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	best := 0
+	for i, j := 0, 0; j < len(at); j++ {
+		for at[j].Sub(at[i]) >= time.Second {
+			i++
+		}
+		best = max(best, j-i+1)
+	}
+	return best
+}
+
+// serving counts the goroutines serving HTTP connections in this process — the control
+// plane's side of the fleet's connections (long polls and idle keep-alives), the agents'
+// clients being other goroutines.
+func serving() int {
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		return 0
+	}
+	n, group := 0, 0
+	for _, line := range strings.Split(b.String(), "\n") {
+		var c int
+		if _, err := fmt.Sscanf(line, "%d @", &c); err == nil {
+			group = c
+			continue
+		}
+		if strings.Contains(line, "net/http.(*conn).serve") {
+			n += group
+			group = 0 // once a group
+		}
+	}
+	return n
+}
+
+// fsType names the filesystem a directory is on (tmpfs or a disk), for the figure.
+func fsType(dir string) string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "unknown"
+	}
+	abs, _ := filepath.Abs(dir)
+	best, typ := "", "unknown"
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && (abs == f[1] || strings.HasPrefix(abs, strings.TrimSuffix(f[1], "/")+"/") || f[1] == "/") && len(f[1]) > len(best) {
+			best, typ = f[1], f[2]
+		}
+	}
+	return typ + " at " + best
+}

@@ -1,0 +1,47 @@
+package benchmark
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A fleet of 20 agents — each a whole agent over real HTTP — through a throttled outage
+// (refused, then hanging) while their tasks stop: every STOPPED is settled exactly once by id,
+// nothing is cleaned before the control plane accepted its task's STOPPED, and every journal
+// verifies. With the ack guard planted off (-tags simbug) the early cleanups show.
+func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := Fleet(ctx, FleetOptions{Agents: 20, Tasks: 3, RPS: 10, Burst: 5, Outage: 2 * time.Second,
+		JournalDir: t.TempDir(), Policies: []string{"agentd"}, Scenarios: []string{"outage-refused", "outage-hanging"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2 {
+		t.Fatalf("%d rows; want 2", len(res.Rows))
+	}
+	for _, r := range res.Rows {
+		if !r.Finished {
+			t.Errorf("%s: not every STOPPED settled within the limit (%.1fs)", r.Scenario, r.Seconds)
+		}
+		if r.SettledTwice != 0 {
+			t.Errorf("%s: %d changes not settled exactly once, or protocol violations", r.Scenario, r.SettledTwice)
+		}
+		if r.Cleanups == 0 {
+			t.Errorf("%s: no container cleaned: the check of early cleanups saw nothing", r.Scenario)
+		}
+		if r.EarlyCleanups != 0 {
+			t.Errorf("%s: %d of %d containers removed before their task's STOPPED was accepted", r.Scenario, r.EarlyCleanups, r.Cleanups)
+		}
+		if r.Requests == 0 || r.Herd == 0 {
+			t.Errorf("%s: no state-change request seen after the return (%d, herd %.2f)", r.Scenario, r.Requests, r.Herd)
+		}
+	}
+	if res.ServingPer <= 0 || res.HeapPerAgent <= 0 {
+		t.Errorf("the control plane's goroutines per agent (%.1f) or the heap per agent (%.0f KB) not measured", res.ServingPer, res.HeapPerAgent)
+	}
+	if res.JournalIssues != 0 {
+		t.Errorf("journal verify: %d findings over the fleet's journals", res.JournalIssues)
+	}
+}

@@ -1,0 +1,276 @@
+package submit
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// bucket is the reference control plane's throttle on a virtual clock.
+type bucket struct {
+	rps      float64
+	burst    float64
+	tokens   float64
+	refilled time.Time
+}
+
+func (b *bucket) take(now time.Time) (bool, time.Duration) {
+	if !b.refilled.IsZero() {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.refilled).Seconds()*b.rps)
+	}
+	b.refilled = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - b.tokens) / b.rps * float64(time.Second))
+}
+
+// modelAgent is one submitter with its unsent changes.
+type modelAgent struct {
+	sub     *Submitter
+	pending []fsm.Change
+	inSent  []protocol.StateChange
+	settled time.Time // when its last change settled
+}
+
+type wake struct {
+	at    time.Time
+	agent int
+	reply bool // the answer to the report in flight arrives
+	add   int  // this many new changes arrive
+}
+
+type wakes []wake
+
+func (w wakes) Len() int           { return len(w) }
+func (w wakes) Less(i, j int) bool { return w[i].at.Before(w[j].at) }
+func (w wakes) Swap(i, j int)      { w[i], w[j] = w[j], w[i] }
+func (w *wakes) Push(x any)        { *w = append(*w, x.(wake)) }
+func (w *wakes) Pop() any          { o := *w; x := o[len(o)-1]; *w = o[:len(o)-1]; return x }
+
+// fleetModel runs submitters against one throttle on a virtual clock: what a fleet's
+// reporting does to the control plane, with no I/O and no goroutine.
+type fleetModel struct {
+	agents   []*modelAgent
+	b        *bucket
+	rtt      time.Duration
+	now      time.Time
+	q        wakes
+	requests int
+	throttle int
+	sends    []time.Time // every request's arrival
+}
+
+func newFleetModel(n int, rps float64, burst int, p Policy) *fleetModel {
+	m := &fleetModel{b: &bucket{rps: rps, burst: float64(burst), tokens: float64(burst)}, rtt: 2 * time.Millisecond, now: t0}
+	for i := 0; i < n; i++ {
+		p.Seed = uint64(i + 1)
+		m.agents = append(m.agents, &modelAgent{sub: New(p)})
+	}
+	return m
+}
+
+// storm gives every agent k new changes now and runs until all are settled; it returns how
+// long that took and each agent's own settle time.
+func (m *fleetModel) storm(k int) (time.Duration, []time.Duration) { return m.waves(k, 1, 0) }
+
+// waves gives every agent k new changes n times, gap apart (tasks starting: pulled, created,
+// running), and runs until all are settled.
+func (m *fleetModel) waves(k, n int, gap time.Duration) (time.Duration, []time.Duration) {
+	start := m.now
+	for i := range m.agents {
+		for w := 0; w < n; w++ {
+			heap.Push(&m.q, wake{at: m.now.Add(time.Duration(w) * gap), agent: i, add: k})
+		}
+	}
+	seq := 0
+	for m.q.Len() > 0 {
+		w := heap.Pop(&m.q).(wake)
+		m.now = w.at
+		a := m.agents[w.agent]
+		for c := 0; c < w.add; c++ {
+			seq++
+			a.pending = append(a.pending, fsm.Change{ID: fmt.Sprintf("a%d-%d-%d", w.agent, start.UnixNano(), seq), Task: fmt.Sprintf("task/%d-%d", w.agent, c), Status: event.StatusStopped, At: m.now})
+		}
+		if w.reply {
+			m.answer(w.agent, a)
+			continue
+		}
+		if len(a.pending) == 0 || a.sub.InFlight() {
+			continue
+		}
+		if !a.sub.Ready(m.now) {
+			heap.Push(&m.q, wake{at: a.sub.NextAttempt(), agent: w.agent})
+			continue
+		}
+		a.inSent = a.sub.BeginAt(m.now, a.pending[:min(len(a.pending), a.sub.Want())])
+		heap.Push(&m.q, wake{at: m.now.Add(m.rtt), agent: w.agent, reply: true})
+	}
+	var per []time.Duration
+	for _, a := range m.agents {
+		per = append(per, a.settled.Sub(start))
+	}
+	slices.Sort(per)
+	return m.now.Sub(start), per
+}
+
+func (m *fleetModel) answer(i int, a *modelAgent) {
+	m.requests++
+	m.sends = append(m.sends, m.now)
+	var r protocol.ReportResult
+	if ok, after := m.b.take(m.now); ok {
+		r = protocol.ReportResult{Outcome: protocol.Settled}
+		for _, c := range a.inSent {
+			r.Accepted = append(r.Accepted, c.ID)
+		}
+	} else {
+		m.throttle++
+		r = protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: after}
+	}
+	o := a.sub.Done(m.now, a.inSent, r)
+	if o.Settled != nil {
+		a.pending = a.pending[len(o.Settled.Accepted):]
+		if len(a.pending) == 0 {
+			a.settled = m.now
+		}
+	}
+	if len(a.pending) > 0 {
+		next := a.sub.NextAttempt()
+		if next.Before(m.now) {
+			next = m.now
+		}
+		heap.Push(&m.q, wake{at: next, agent: i})
+	}
+}
+
+// quiet lets time pass with nothing to report.
+func (m *fleetModel) quiet(d time.Duration) { m.now = m.now.Add(d) }
+
+// slots counts the requests that arrived in each slot of width w from start.
+func slots(times []time.Time, start time.Time, w time.Duration) map[int64]int {
+	out := map[int64]int{}
+	for _, t := range times {
+		out[int64(t.Sub(start)/w)]++
+	}
+	return out
+}
+
+// The first retries of 20 agents throttled at the same moment with a short Retry-After come
+// back spread over a window, not in the one slot Retry-After names: Retry-After is a floor,
+// not a target.
+func TestThrottledTogetherRetrySpread(t *testing.T) {
+	const ra = 200 * time.Millisecond
+	var retries []time.Duration
+	for i := 0; i < 20; i++ {
+		s := New(Policy{Seed: uint64(i + 1)})
+		sent := s.BeginAt(t0, batch("c-1"))
+		s.Done(t0, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: ra})
+		w := s.NextAttempt().Sub(t0)
+		if w < ra {
+			t.Fatalf("agent %d retries after %v, before Retry-After %v", i, w, ra)
+		}
+		retries = append(retries, w)
+	}
+	slices.Sort(retries)
+	if spread := retries[len(retries)-1] - retries[0]; spread < ra/2 {
+		t.Fatalf("20 agents throttled together retry within %v of each other (%v): one slot", spread, retries)
+	}
+	busiest := 0
+	for _, n := range slots(durationsFrom(t0, retries), t0, 20*time.Millisecond) {
+		busiest = max(busiest, n)
+	}
+	if busiest > 6 {
+		t.Fatalf("%d of 20 retries in one 20 ms slot (%v); want them spread", busiest, retries)
+	}
+}
+
+func durationsFrom(start time.Time, ds []time.Duration) []time.Time {
+	out := make([]time.Time, len(ds))
+	for i, d := range ds {
+		out[i] = start.Add(d)
+	}
+	return out
+}
+
+// refusedTimes has n reports refused (nothing listens), each sent when due; it returns when
+// the last was sent.
+func refusedTimes(s *Submitter, now time.Time, n int) time.Time {
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			now = s.NextAttempt()
+		}
+		sent := s.BeginAt(now, batch("c-1"))
+		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")})
+	}
+	return now
+}
+
+// A streak that changes kind starts its backoff afresh: after a long outage, the first 5xx
+// is retried as soon as a first failure would be, not at the outage's grown backoff.
+func TestStreakOfAnotherKindRestartsBackoff(t *testing.T) {
+	s := New(Policy{Seed: 3, Max: 30 * time.Second})
+	refusedTimes(s, t0, 12)
+	now := s.NextAttempt()
+	sent := s.BeginAt(now, batch("c-1"))
+	o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.ServerError, HTTPStatus: 503, Err: fmt.Errorf("HTTP 503")})
+	if w := s.NextAttempt().Sub(now); w > 150*time.Millisecond {
+		t.Fatalf("first 503 after 12 refused connections waits %v; want the first step (≤ 150 ms)", w)
+	}
+	if o.Log == "" {
+		t.Fatal("a streak of another kind is not logged")
+	}
+}
+
+// An answer from the control plane — a successful poll — ends an outage's backoff: the
+// report goes at once (no pace learnt), not when the grown backoff ends.
+func TestAnsweredEndsOutageBackoff(t *testing.T) {
+	s := New(Policy{Seed: 5, Max: 30 * time.Second})
+	now := refusedTimes(s, t0, 13)
+	if w := s.NextAttempt().Sub(now); w < 5*time.Second {
+		t.Fatalf("backoff after 13 refused connections is %v; the test needs it grown", w)
+	}
+	polled := now.Add(time.Second)
+	s.Answered(polled)
+	if !s.Ready(polled) {
+		t.Fatalf("a successful poll left the reporter waiting until %v", s.NextAttempt())
+	}
+}
+
+// Tuning aid, not a check: AGENTD_FLEET_MODEL=1 go test -run FleetModel -v ./internal/submit
+func TestFleetModel(t *testing.T) {
+	if os.Getenv("AGENTD_FLEET_MODEL") == "" {
+		t.Skip("tuning aid: set AGENTD_FLEET_MODEL=1")
+	}
+	for _, n := range []int{50, 200, 1000} {
+		rps, burst := 20.0, 20
+		m := newFleetModel(n, rps, burst, Policy{})
+		for w := 0; w < 3; w++ {
+			d, _ := m.waves(20, 3, 100*time.Millisecond)
+			t.Logf("n=%d warm-up %d: %v, %d requests, %d throttled", n, w, d, m.requests, m.throttle)
+			m.quiet(30 * time.Second)
+		}
+		var paces []float64
+		for _, a := range m.agents {
+			paces = append(paces, a.sub.Pace().Seconds())
+		}
+		slices.Sort(paces)
+		t.Logf("paces: min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f", paces[0], paces[len(paces)/10], paces[len(paces)/2], paces[len(paces)*9/10], paces[len(paces)-1])
+		r0, th0 := m.requests, m.throttle
+		d, per := m.storm(20)
+		floor := (float64(n) - float64(burst)) / rps
+		req, th := m.requests-r0, m.throttle-th0
+		t.Logf("n=%d storm: %v = %.2f× floor %.1fs; %d requests, %.0f%% 429; per agent p50 %v p99 %v max %v (p99/p50 %.2f)",
+			n, d.Round(time.Millisecond), d.Seconds()/floor, floor, req, 100*float64(th)/float64(req), per[len(per)/2].Round(time.Millisecond),
+			per[int(math.Ceil(0.99*float64(len(per))))-1].Round(time.Millisecond), per[len(per)-1].Round(time.Millisecond),
+			per[int(math.Ceil(0.99*float64(len(per))))-1].Seconds()/per[len(per)/2].Seconds())
+	}
+}
