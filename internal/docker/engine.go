@@ -87,9 +87,6 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 
 func (e *Engine) Name() string { return "docker" }
 
-// Host is the engine's address.
-func (e *Engine) Host() string { return e.host }
-
 func (e *Engine) wrap(op, what string, err error) error {
 	if err == nil {
 		return nil
