@@ -342,8 +342,6 @@ func (s *Server) takeLocked(now time.Time) (bool, time.Duration) {
 	return false, time.Duration((1 - s.tokens) / s.faults.ThrottleRPS * float64(time.Second))
 }
 
-var statusRank = map[string]int{"PULLED": 1, "CREATED": 2, "RUNNING": 3, "STOPPED": 4}
-
 func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("agent")
 	s.mu.Lock()
@@ -372,7 +370,7 @@ func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 	}
 	for i, c := range req.Changes {
 		healthChange := c.Status == "" && (c.Health == "HEALTHY" || c.Health == "UNHEALTHY")
-		if c.ID == "" || c.TaskARN == "" || (statusRank[c.Status] == 0 && !healthChange) || (c.Status != "" && c.Health != "") || c.At.IsZero() {
+		if c.ID == "" || c.TaskARN == "" || (!event.Status(c.Status).Reportable() && !healthChange) || (c.Status != "" && c.Health != "") || c.At.IsZero() {
 			badRequest(w, "changes[%d]: needs id, task_arn, a status of PULLED, CREATED, RUNNING or STOPPED (or, instead, a health of HEALTHY or UNHEALTHY), and at", i)
 			return
 		}
@@ -461,13 +459,15 @@ func (s *Server) acceptLocked(agentID string, t *Task, c protocol.StateChange, n
 	t.Status, t.StatusAt, t.Reason = c.Status, c.At, c.Reason
 }
 
-// forward checks that a subject's status moves forward: the same status again is reported
-// twice (a violation, but recorded), a lower one moves back (a violation, not recorded).
+// forward checks that a subject's status moves forward along the lifecycle (event.Status's
+// order): the same status again is reported twice (a violation, but recorded), a lower one
+// moves back (a violation, not recorded).
 func (s *Server) forward(agentID string, c protocol.StateChange, subject, from string) bool {
+	to, was := event.Status(c.Status).Rank(), event.Status(from).Rank()
 	switch {
-	case statusRank[c.Status] == statusRank[from]:
+	case to == was:
 		s.violate(agentID, c, subject+" status "+c.Status+" reported twice")
-	case statusRank[c.Status] < statusRank[from]:
+	case to < was:
 		s.violate(agentID, c, subject+" status moved back from "+from+" to "+c.Status)
 		return false
 	}

@@ -55,6 +55,21 @@ func TestViolationsAreNamed(t *testing.T) {
 	}
 }
 
+// Only the statuses the protocol reports are accepted: the agent's own (NONE, STOPPED_ACKED,
+// CLEANING, CLEANED) and names that are no status are a bad request.
+func TestOnlyReportableStatusesAreAccepted(t *testing.T) {
+	h := New("", Faults{}).Handler()
+	for status, want := range map[string]int{"PULLED": 200, "CREATED": 200, "RUNNING": 200, "STOPPED": 200,
+		"NONE": 400, "STOPPED_ACKED": 400, "CLEANING": 400, "CLEANED": 400, "running": 400, "": 400} {
+		b, _ := json.Marshal(protocol.StateChangesRequest{Changes: []protocol.StateChange{ch("c-"+status, "app", status)}})
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "/v1/agents/a1/state-changes", bytes.NewReader(b)))
+		if w.Code != want {
+			t.Errorf("status %q: HTTP %d %s; want %d", status, w.Code, w.Body, want)
+		}
+	}
+}
+
 func TestLongPollAnswersWhenATaskArrives(t *testing.T) {
 	s := New("", Faults{})
 	srv := httptest.NewServer(s.Handler())

@@ -87,9 +87,6 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 
 func (e *Engine) Name() string { return "docker" }
 
-// Host is the engine's address.
-func (e *Engine) Host() string { return e.host }
-
 func (e *Engine) wrap(op, what string, err error) error {
 	if err == nil {
 		return nil
@@ -223,16 +220,17 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 }
 
 // Stop sends the container's stop signal (SIGTERM unless its spec named another) and kills
-// it after its own stop_timeout_s when it was created with one, else after timeout.
+// it after stopTimeout: its own stop_timeout_s is read back from the engine's record of it.
 func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) error {
 	c, _, err := e.inspect(ctx, id)
 	if err != nil {
 		return err
 	}
-	secs := int(math.Ceil(timeout.Seconds()))
-	if c.Config != nil && c.Config.StopTimeout != nil {
-		secs = *c.Config.StopTimeout
+	var own *int
+	if c.Config != nil {
+		own = c.Config.StopTimeout
 	}
+	secs := int(math.Ceil(stopTimeout(own, timeout).Seconds()))
 	_, err = e.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
 	return e.wrap("stop", id, err)
 }
@@ -294,8 +292,7 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 	e.ours.Store(id, bindVolumesOf(c.Mounts))
 	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
 	if s := c.State; s != nil {
-		st.Running = s.Running
-		st.Exited = !s.Running && (s.Status == container.StateExited || s.Status == container.StateDead)
+		st.Running, st.Exited = phase(s.Status)
 		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled
 		st.FinishedAt, _ = time.Parse(time.RFC3339Nano, s.FinishedAt)
 		// Docker's "never" is 0001-01-01T00:00:00Z, which parses to the zero time.
@@ -318,6 +315,19 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 
 func (e *Engine) Inspect(ctx context.Context, id string) (State, error) { return e.own(ctx, id) }
 
+// phase is the one mapping of Docker's container state to State's Running and Exited, for an
+// inspect and a list alike. Running is Docker's own State.Running, which holds for a paused or
+// restarting container too (its status string says which); created and removing are neither.
+func phase(s container.ContainerState) (running, exited bool) {
+	switch s {
+	case container.StateRunning, container.StatePaused, container.StateRestarting:
+		return true, false
+	case container.StateExited, container.StateDead:
+		return false, true
+	}
+	return false, false
+}
+
 func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
 	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f.Add("label", LabelAgent+"="+e.agent)})
 	if err != nil {
@@ -327,8 +337,7 @@ func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
 	for _, c := range res.Items {
 		e.ours.Store(c.ID, bindVolumesOf(c.Mounts)) // listed under this agent's label
 		st := State{ID: c.ID, Task: c.Labels[LabelTask], Container: c.Labels[LabelContainer]}
-		st.Running = c.State == container.StateRunning
-		st.Exited = c.State == container.StateExited || c.State == container.StateDead
+		st.Running, st.Exited = phase(c.State)
 		if st.Exited {
 			// The list gives no exit code: inspect the ones that ended.
 			if full, err := e.own(ctx, c.ID); err == nil {

@@ -215,3 +215,28 @@ func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
 		t.Fatalf("disk free on a down engine: %v; want ErrUnavailable", err)
 	}
 }
+
+// A list and an inspect see a container in the same phase (one mapping, phase): a paused
+// container is running to both, as Docker's own State.Running says, and an exited one exited.
+// Before, the list read only the "running" status and called a paused container neither.
+func TestDockerListAndInspectAgreeOnAPausedContainer(t *testing.T) {
+	e, _ := dockerEngine(t)
+	ctx := context.Background()
+	id := start(t, e, "task/paused", "run")
+	if out, err := exec.Command("docker", "pause", id).CombinedOutput(); err != nil {
+		t.Fatalf("docker pause: %v: %s", err, out)
+	}
+	defer exec.Command("docker", "unpause", id).Run()
+	listed, err := e.Find(ctx, "task/paused", "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inspected, err := e.Inspect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inspected.Running || inspected.Exited || listed.Running != inspected.Running || listed.Exited != inspected.Exited {
+		t.Fatalf("paused: listed running=%v exited=%v, inspected running=%v exited=%v; want both running",
+			listed.Running, listed.Exited, inspected.Running, inspected.Exited)
+	}
+}

@@ -70,9 +70,6 @@ func LoadRegistryAuth(path string, log zerolog.Logger) (*RegistryAuth, error) {
 	return a, nil
 }
 
-// Path is the file's name.
-func (a *RegistryAuth) Path() string { return a.path }
-
 // refresh re-reads the file when it changed since the last read. The stamp is the link's own
 // (lstat), not its target's, and counts the inode change time: a file swapped for a link to
 // the same file, or a chmod or chown, is a change, so the read's checks see it.

@@ -160,8 +160,7 @@ type Runtime interface {
 	// Start starts a container that never ran; a running one is left as it is (nil); one
 	// that has run and stopped is never started again: ErrAlreadyStarted.
 	Start(ctx context.Context, id string) error
-	// Stop signals the container with its stop signal and kills it after its own stop
-	// timeout (stop_timeout_s) when it was created with one, else after timeout.
+	// Stop signals the container with its stop signal and kills it after stopTimeout.
 	Stop(ctx context.Context, id string, timeout time.Duration) error
 	// Remove deletes the container and its anonymous volumes; gone already is success.
 	Remove(ctx context.Context, id string) error
@@ -265,3 +264,13 @@ var (
 		ImageCollector
 	} = (*Sim)(nil)
 )
+
+// stopTimeout is how long a stop waits between the stop signal and the kill, the one rule both
+// runtimes follow: the container's own stop_timeout_s (own) when it was created with one, else
+// the caller's timeout (the agent's).
+func stopTimeout(own *int, timeout time.Duration) time.Duration {
+	if own != nil {
+		return time.Duration(*own) * time.Second
+	}
+	return timeout
+}

@@ -36,10 +36,10 @@ import (
 // and their registries are modelled in sim_images.go.
 //
 // Where the engine's correctness depends on it, Sim behaves like Docker, sharp edges included:
-// Docker's start of an exited container runs it again (StartUnguarded; Start applies the same
-// guard as the Docker runtime and refuses with ErrAlreadyStarted); a stop of a container that
-// has not started yet does nothing, so a start that lands after it runs the container; and,
-// with SetFaults, a call can be slow, time out, and still have taken effect.
+// Docker's start of an exited container runs it again (the tests' StartUnguarded; Start
+// applies the same guard as the Docker runtime and refuses with ErrAlreadyStarted); a stop of
+// a container that has not started yet does nothing, so a start that lands after it runs the
+// container; and, with SetFaults, a call can be slow, time out, and still have taken effect.
 type Sim struct {
 	path   string
 	agent  string
@@ -357,11 +357,6 @@ func plan(cmd []string) (d time.Duration, code int, forever bool, err error) {
 // running container is left as it is, one that has run and stopped is refused with
 // ErrAlreadyStarted.
 func (s *Sim) Start(ctx context.Context, id string) error { return s.start(ctx, id, true) }
-
-// StartUnguarded is Docker's own start: an exited container runs again, as a new incarnation
-// (its earlier exit stays in the exit stream). It is what Start guards against, kept so tests
-// can show the guard is what stands between a re-dispatched start and a second run.
-func (s *Sim) StartUnguarded(ctx context.Context, id string) error { return s.start(ctx, id, false) }
 
 func (s *Sim) start(ctx context.Context, id string, guarded bool) error {
 	return s.withFault(ctx, "start", id, func() error {

@@ -129,12 +129,10 @@ func (s *Sim) workload(c *simContainer, spec event.ContainerSpec) error {
 
 // stopCode is how a stop ends the container, as testbox would end under Docker: SIGKILL
 // kills at once (137); SIGTERM or SIGINT end it with 143, but a `linger D` container takes D
-// to exit 0 — within its stop timeout it exits 0, else it is killed (137). The container's
-// own stop_timeout_s wins over the caller's timeout, as in Engine.Stop.
+// to exit 0 — within its stop timeout (stopTimeout, as in Engine.Stop) it exits 0, else it
+// is killed (137).
 func (c *simContainer) stopCode(timeout time.Duration) int {
-	if c.StopTimeoutS != nil {
-		timeout = time.Duration(*c.StopTimeoutS) * time.Second
-	}
+	timeout = stopTimeout(c.StopTimeoutS, timeout)
 	if c.StopSignal == "SIGKILL" {
 		return 137
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// checkStart (built without the runtimebug tag; startguard_runtimebug.go has Docker's
+// checkStart (built without the runtimebug tag; startcheck_runtimebug.go has Docker's
 // behaviour instead, so a test run with -tags runtimebug shows what finds the guard missing)
 // is the start guard both runtimes apply, from a fresh inspect of the container
 // just before their start call: a container never started may be started; a running one needs

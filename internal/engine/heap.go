@@ -43,4 +43,3 @@ func (d *dueHeap) peek() (dueEntry, bool) {
 	}
 	return d.h[0], true
 }
-func (d *dueHeap) len() int { return len(d.h) }

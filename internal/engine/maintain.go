@@ -37,7 +37,7 @@ func (e *Engine) snapshotIfDue() *pendingSnapshot {
 	n := len(e.burst.ready.Records)
 	e.record(event.Record{Event: &event.SnapshotTaken{AtSeq: at, Bytes: len(data)}})
 	if len(e.burst.ready.Records) == n {
-		return nil // refused (refuse.go): no record, no snapshot
+		return nil // refused (quarantine.go): no record, no snapshot
 	}
 	return &pendingSnapshot{at: at, data: data}
 }

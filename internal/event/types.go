@@ -74,15 +74,6 @@ type ContainerSpec struct {
 	PullPolicy    string     `json:"pull_policy,omitempty"`
 }
 
-// StopTimeout is how long a stop waits between the stop signal and SIGKILL: the container's
-// own stop_timeout_s when it gave one, else def (the agent's).
-func (c *ContainerSpec) StopTimeout(def time.Duration) time.Duration {
-	if c.StopTimeoutS != nil {
-		return time.Duration(*c.StopTimeoutS) * time.Second
-	}
-	return def
-}
-
 // PortMapping publishes a container port on the host (PROTOCOL.md §4 "ports").
 type PortMapping struct {
 	ContainerPort int    `json:"container_port"`

@@ -10,6 +10,3 @@ package failpoint
 
 // Hit marks a crash point.
 func Hit(name string) {}
-
-// Enabled reports whether this build carries failpoints.
-const Enabled = false

@@ -11,9 +11,6 @@ import (
 	"syscall"
 )
 
-// Enabled reports whether this build carries failpoints.
-const Enabled = true
-
 var (
 	mu         sync.Mutex
 	counts     = map[string]int{}

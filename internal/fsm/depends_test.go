@@ -16,7 +16,7 @@ func TestDependencyDeadlines(t *testing.T) {
 	cases := []struct {
 		name         string
 		dbTimeout    *int
-		initTimeout  *int // nil and initExit nil: web does not depend on init
+		initTimeout  *int // init's start_timeout_s (web depends on init only with dependsInit)
 		dependsInit  bool
 		health       event.Health
 		dbExit       *int // db stopped with this code

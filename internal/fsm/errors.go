@@ -32,7 +32,7 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // Errors Apply wraps, for callers that sort violations.
 var (
 	ErrUnknownTask   = errors.New("unknown task")
-	ErrRunTwice      = errors.New("task added twice")
+	ErrRunTwice      = errors.New("would run twice") // a task added again, or a second start while one is out
 	ErrPayloadTwice  = errors.New("payload applied twice")
 	ErrCleanupGuard  = errors.New("cleanup guard")
 	ErrSentAhead     = errors.New("settles a change that was never made")

@@ -12,7 +12,8 @@ import (
 
 // The lifecycles as looplab/fsm tables. An event is named after the status it leads to, so a
 // journaled transition "from → to" is checked by firing event "to" in state "from". The tables
-// are the whole truth about what may follow what; nothing else in this package decides that.
+// say what may follow what; which of those moves the core makes next is decide.go's (nextUp
+// for a task's forward steps), and apply.go narrows CREATED → CREATED to after a rollback.
 //
 // Task:      NONE → PULLED → CREATED → RUNNING → STOPPED → STOPPED_ACKED → CLEANING → CLEANED,
 //

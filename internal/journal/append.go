@@ -25,20 +25,19 @@ type request struct {
 
 // stats counts commits for metrics.
 type stats struct {
-	commits, records, bytes, nanos atomic.Uint64
+	commits, records, bytes atomic.Uint64
 }
 
 // CommitStats is a snapshot of the writer's counters.
 type CommitStats struct {
 	Commits, Records uint64
 	Bytes            uint64 // encoded record bytes committed (keys and bbolt's pages not counted)
-	CommitTime       time.Duration
 }
 
-// Stats reports how many commits, records and record bytes the writer has made and the time
-// spent in commits. Every commit is two fdatasyncs (bbolt's data pages, then its meta page).
+// Stats reports how many commits, records and record bytes the writer has made. Every commit
+// is two fdatasyncs (bbolt's data pages, then its meta page).
 func (j *Journal) Stats() CommitStats {
-	return CommitStats{j.commitNs.commits.Load(), j.commitNs.records.Load(), j.commitNs.bytes.Load(), time.Duration(j.commitNs.nanos.Load())}
+	return CommitStats{j.commitNs.commits.Load(), j.commitNs.records.Load(), j.commitNs.bytes.Load()}
 }
 
 // Append journals records atomically and durably, assigning their sequence numbers. Time,
@@ -276,7 +275,6 @@ func (j *Journal) commit(batch []*request) time.Duration {
 		j.commitNs.commits.Add(1)
 		j.commitNs.records.Add(seq - next)
 		j.commitNs.bytes.Add(uint64(len(arena)))
-		j.commitNs.nanos.Add(uint64(time.Since(start)))
 		j.mu.Lock()
 		if seq > next {
 			j.last = seq - 1

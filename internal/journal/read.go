@@ -183,18 +183,6 @@ func (j *Journal) Range() (first, last uint64, err error) {
 	return first, last, err
 }
 
-// TaskSpan returns the first and last sequence numbers of a task's records (0, 0: none).
-func (j *Journal) TaskSpan(task string) (first, last uint64, err error) {
-	err = j.TaskRecords(task, func(r event.Record) error {
-		if first == 0 {
-			first = r.Seq
-		}
-		last = r.Seq
-		return nil
-	})
-	return first, last, err
-}
-
 // CopyTo writes a consistent copy of the whole file from one read transaction: what
 // `agentd journal export` and GET /v1/journal/export serve while the agent keeps appending.
 func (j *Journal) CopyTo(w io.Writer) (int64, error) {

@@ -60,9 +60,6 @@ func NewKey(raw []byte, path string) (*Key, error) {
 // ID names the key; sealed values carry it.
 func (k *Key) ID() string { return k.id }
 
-// Path is the key file.
-func (k *Key) Path() string { return k.path }
-
 // IsSealed reports whether v has the form of a sealed value.
 func IsSealed(v string) bool { return strings.HasPrefix(v, Prefix) }
 
