@@ -15,20 +15,21 @@ import (
 // together queue for CleanupWorkers slots instead of storming the runtime.
 func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	key := a.Key()
-	if e.inflight[key] || e.reconcilePending {
+	if e.reconcilePending {
 		return // the runtime is not reconciled yet: the task is decided again once it is
 	}
 	if a.Task != "" && e.quarantined[a.Task] != "" {
 		return // no further actions for a quarantined task (quarantine.go)
 	}
-	if other, ok := waitsFor[a.Kind]; ok && e.inflight[fsm.ActionKey{Kind: other, Task: a.Task, Container: a.Container}] {
-		return // its outcome makes the task dirty: decided again then
+	switch w := e.out.Gate(a); w.Reason {
+	case fsm.Go:
+	case fsm.WaitImageGone:
+		e.pullsHeld[a.Task] = true // decided again when the image removals end
+		return
+	default:
+		return // the outcome it waits for makes the task dirty: decided again then
 	}
 	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
-		return
-	}
-	if a.Kind == fsm.ActPull && e.removingImages() {
-		e.pullsHeld[a.Task] = true // decided again when the image removals end
 		return
 	}
 	if a.Kind == fsm.ActRemove {
@@ -42,19 +43,10 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 		e.removing++
 		e.onDrop(func() { e.removing-- })
 	}
-	e.inflight[key] = true
-	e.onDrop(func() { delete(e.inflight, key) })
+	e.out.Calls[key] = true
+	e.onDrop(func() { delete(e.out.Calls, key) })
 	e.record(a.Intent()...) // journaled with the burst, before the call can be made
 	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
-}
-
-// waitsFor names, for an action, a call on the same container that must have answered before
-// it goes: an inspect settles a start whose own outcome may still come; and a create still out
-// (a retry of one that timed out) may yet make the container, which a removal made before it
-// answers would miss — the container would outlive its task's cleanup.
-var waitsFor = map[fsm.ActionKind]fsm.ActionKind{
-	fsm.ActInspect: fsm.ActStart,
-	fsm.ActRemove:  fsm.ActCreate,
 }
 
 // runtimeCall is the executor's work for one action: the call, its outcome sorted by kind.
@@ -177,7 +169,7 @@ func plainFailure(err error) bool {
 func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	a, r := in.Action, in.Result
 	key := a.Key()
-	delete(e.inflight, key)
+	delete(e.out.Calls, key)
 	if a.Kind == fsm.ActRemoveImage {
 		e.imageRemovalEnded(now, a, r)
 		return
@@ -234,7 +226,7 @@ func (e *Engine) wantsRemovalSlot(arn string, now time.Time) bool {
 		return false
 	}
 	for _, a := range e.st.Decide(now, e.fcfg, arn).Actions {
-		if a.Kind != fsm.ActRemove || e.inflight[a.Key()] {
+		if a.Kind != fsm.ActRemove || e.out.Calls[a.Key()] {
 			continue
 		}
 		if r, ok := e.retryAt[a.Key()]; ok && r.at.After(now) {

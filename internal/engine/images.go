@@ -117,19 +117,10 @@ const (
 )
 
 // pullsOut reports whether a pull is in flight.
-func (e *Engine) pullsOut() bool { return e.callsOut(fsm.ActPull) }
+func (e *Engine) pullsOut() bool { return e.out.Out(fsm.ActPull) }
 
-// removingImages reports whether an image removal is in flight: pulls wait.
-func (e *Engine) removingImages() bool { return e.callsOut(fsm.ActRemoveImage) }
-
-func (e *Engine) callsOut(kind fsm.ActionKind) bool {
-	for k := range e.inflight {
-		if k.Kind == kind {
-			return true
-		}
-	}
-	return false
-}
+// removingImages reports whether an image removal is in flight: pulls wait (fsm.InFlight.Gate).
+func (e *Engine) removingImages() bool { return e.out.Out(fsm.ActRemoveImage) }
 
 // imageRemovalEnded records a removal's outcome and lets held pulls go.
 func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {

@@ -24,8 +24,9 @@ type world struct {
 	now     time.Time
 	history []event.Record
 	tasks   int
-	// inflight are calls made and not yet answered, as the engine holds them; running is the
-	// runtime's truth: which containers run, whatever the projection believes.
+	// inflight are calls made and not yet answered, as the engine holds them (several on one
+	// container at once where the core's Gate lets them: the rules the engine runs); running
+	// is the runtime's truth: which containers run, whatever the projection believes.
 	inflight []fsm.Action
 	running  map[string]bool
 }
@@ -64,7 +65,10 @@ func (w *world) step() {
 				w.apply(r.Task, r.Container, r.Event)
 			}
 		}
-	case 0: // a task arrives
+	case 0: // a task arrives (a few live at once, so each goes deep into its lifecycle)
+		if len(w.st.Tasks) >= 3 {
+			return
+		}
 		w.tasks++
 		n := rapid.IntRange(1, 3).Draw(w.t, "containers")
 		e := &event.TaskAdded{Desired: event.StatusRunning}
@@ -145,10 +149,8 @@ func (w *world) step() {
 			w.apply(r.Task, r.Container, r.Event)
 		case len(d.Actions) > 0:
 			a := d.Actions[rapid.IntRange(0, len(d.Actions)-1).Draw(w.t, "action")]
-			for _, f := range w.inflight {
-				if f.Task == a.Task && f.Container == a.Container {
-					return // the engine makes one call a container at a time
-				}
+			if w.out().Gate(a).Reason != fsm.Go {
+				return // the engine's rule: it waits (fsm.InFlight.Gate)
 			}
 			for _, r := range a.Intent() {
 				w.apply(r.Task, r.Container, r.Event)
@@ -156,6 +158,15 @@ func (w *world) step() {
 			w.inflight = append(w.inflight, a)
 		}
 	}
+}
+
+// out is the engine's view of the calls out, as the engine hands it to the core.
+func (w *world) out() fsm.InFlight {
+	f := fsm.InFlight{Calls: map[fsm.ActionKey]bool{}}
+	for _, a := range w.inflight {
+		f.Calls[a.Key()] = true
+	}
+	return f
 }
 
 // checkDependencies: a start is decided only once every depends_on condition holds, and no
