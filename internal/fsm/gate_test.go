@@ -16,6 +16,7 @@ func TestGate(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		out   []fsm.ActionKey
+		slots int
 		a     fsm.Action
 		want  fsm.WaitReason
 		waits fsm.ActionKey
@@ -37,11 +38,17 @@ func TestGate(t *testing.T) {
 			a: act(fsm.ActPull, "t", "c"), want: fsm.WaitImageGone, waits: fsm.ActionKey{Kind: fsm.ActRemoveImage}},
 		{name: "a create does not wait for image removals", out: []fsm.ActionKey{key(fsm.ActRemoveImage, "", "sha256:x")},
 			a: act(fsm.ActCreate, "t", "c"), want: fsm.Go},
+		{name: "a removal with a slot free goes", slots: 2, out: []fsm.ActionKey{key(fsm.ActRemove, "u", "c")},
+			a: act(fsm.ActRemove, "t", "c"), want: fsm.Go},
+		{name: "a removal with every slot taken queues", slots: 1, out: []fsm.ActionKey{key(fsm.ActRemove, "u", "c")},
+			a: act(fsm.ActRemove, "t", "c"), want: fsm.WaitSlot},
+		{name: "no bound: removals go", out: []fsm.ActionKey{key(fsm.ActRemove, "u", "c"), key(fsm.ActRemove, "v", "c")},
+			a: act(fsm.ActRemove, "t", "c"), want: fsm.Go},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := fsm.InFlight{Calls: map[fsm.ActionKey]bool{}}
+			f := fsm.NewInFlight(tc.slots)
 			for _, k := range tc.out {
-				f.Calls[k] = true
+				f.Add(k)
 			}
 			if got := f.Gate(tc.a); got.Reason != tc.want || got.For != tc.waits {
 				t.Fatalf("Gate(%s) with %v out = %+v; want reason %d waiting for %v", tc.a.Key(), tc.out, got, tc.want, tc.waits)

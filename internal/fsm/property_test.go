@@ -27,8 +27,9 @@ type world struct {
 	// inflight are calls made and not yet answered, as the engine holds them (several on one
 	// container at once where the core's Gate lets them: the rules the engine runs); running
 	// is the runtime's truth: which containers run, whatever the projection believes.
-	inflight []fsm.Action
-	running  map[string]bool
+	inflight     []fsm.Action
+	running      map[string]bool
+	removalSlots int // container removals out at once (0: no bound), as CleanupWorkers
 }
 
 // images are the references tasks name, and imageIDs the images each may resolve to.
@@ -162,9 +163,9 @@ func (w *world) step() {
 
 // out is the engine's view of the calls out, as the engine hands it to the core.
 func (w *world) out() fsm.InFlight {
-	f := fsm.InFlight{Calls: map[fsm.ActionKey]bool{}}
+	f := fsm.NewInFlight(w.removalSlots)
 	for _, a := range w.inflight {
-		f.Calls[a.Key()] = true
+		f.Add(a.Key())
 	}
 	return f
 }
@@ -280,7 +281,8 @@ func nextCleanup(st *fsm.State, cfg fsm.Config) time.Time {
 
 func newWorld(t *rapid.T) *world {
 	return &world{t: t, st: fsm.New(), now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), running: map[string]bool{},
-		cfg: fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}}
+		removalSlots: rapid.IntRange(0, 2).Draw(t, "removal slots"),
+		cfg:          fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}}
 }
 
 // run takes between one and most steps, as many as rapid draws; after each, no container the
