@@ -8,10 +8,10 @@ import "time"
 // give the same answer, so the property test drives the rules the agent runs.
 
 // InFlight is the engine's view of what it has out, handed to the core as data. The engine
-// adds a call when it makes it and ends it when its outcome comes (Add, End), so the counts
-// the rules read stay in step with the calls.
+// adds a call when it makes it and ends it when its outcome comes (Add, End): the calls are
+// reachable only through them, so the counts the rules read stay in step with the calls.
 type InFlight struct {
-	Calls map[ActionKey]bool // runtime calls made and not yet answered
+	calls map[ActionKey]bool // runtime calls made and not yet answered
 	// RemovalSlots is how many container removals may be out at once (0: no bound): cleaning
 	// is I/O, and thousands of tasks stopping together queue instead of storming the runtime.
 	RemovalSlots int
@@ -24,24 +24,30 @@ type InFlight struct {
 
 // NewInFlight is an empty view with a bound on removals out at once (0: none).
 func NewInFlight(removalSlots int) InFlight {
-	return InFlight{Calls: map[ActionKey]bool{}, RemovalSlots: removalSlots, n: map[ActionKind]int{}}
+	return InFlight{calls: map[ActionKey]bool{}, RemovalSlots: removalSlots, n: map[ActionKind]int{}}
 }
 
 // Add records a call made.
 func (f *InFlight) Add(k ActionKey) {
-	if !f.Calls[k] {
-		f.Calls[k] = true
+	if f.calls == nil {
+		f.calls, f.n = map[ActionKey]bool{}, map[ActionKind]int{}
+	}
+	if !f.calls[k] {
+		f.calls[k] = true
 		f.n[k.Kind]++
 	}
 }
 
 // End records a call answered (or dropped with its burst).
 func (f *InFlight) End(k ActionKey) {
-	if f.Calls[k] {
-		delete(f.Calls, k)
+	if f.calls[k] {
+		delete(f.calls, k)
 		f.n[k.Kind]--
 	}
 }
+
+// Has reports whether a call is out.
+func (f InFlight) Has(k ActionKey) bool { return f.calls[k] }
 
 // Out reports whether a call of a kind is out, on any container or image.
 func (f InFlight) Out(kind ActionKind) bool { return f.n[kind] > 0 }
@@ -73,12 +79,12 @@ type Hold struct {
 //   - no more container removals are out than RemovalSlots.
 func (f InFlight) Gate(a Action) Hold {
 	key := a.Key()
-	if f.Calls[key] {
+	if f.calls[key] {
 		return Hold{Reason: WaitOut, For: key}
 	}
 	if other, ok := waitsFor[a.Kind]; ok {
 		k := ActionKey{Kind: other, Task: a.Task, Container: a.Container}
-		if f.Calls[k] {
+		if f.calls[k] {
 			return Hold{Reason: WaitCall, For: k}
 		}
 	}
@@ -136,7 +142,7 @@ func (s *State) wantsRemoval(arn string, now time.Time, cfg Config, f InFlight) 
 		return false
 	}
 	for _, a := range s.Decide(now, cfg, arn).Actions {
-		if a.Kind == ActRemove && !f.Calls[a.Key()] && !f.Backoff[a.Key()] {
+		if a.Kind == ActRemove && !f.calls[a.Key()] && !f.Backoff[a.Key()] {
 			return true
 		}
 	}
