@@ -50,6 +50,8 @@ test-docker: testbox-image
 ## when the in-flight guard is (-tags startbug), and a container run twice when starts are
 ## neither journaled as intents nor refused by the runtime (-tags 'startbug runtimebug'), and an
 ## image of a task not yet cleaned removed when image collection ignores live tasks (-tags imagebug);
+## a container STOPPED while it runs, or a start ended twice, when the core lets an inspect
+## overtake its start (-tags waitsbug: the simulation and the core's property test both);
 ## and, with a core that makes a record the projection refuses (-tags corebug), that the record
 ## is never journaled: the agent stays up with the task quarantined, restarts, and verifies.
 SEEDS ?= 1000
@@ -61,6 +63,8 @@ test-sim:
 	$(GO) test -count=1 -tags startbug -run TestSimFindsTheStartBug -v ./internal/simulation
 	$(GO) test -count=1 -tags 'startbug runtimebug' -run TestSimFindsTheRerunBug -v ./internal/simulation
 	$(GO) test -count=1 -tags imagebug -run TestSimFindsTheImageBug -v ./internal/simulation
+	$(GO) test -count=1 -tags waitsbug -run TestSimFindsTheWaitsBug -v ./internal/simulation
+	$(GO) test -count=1 -tags waitsbug -run TestPropertyFindsTheWaitsBug -v ./internal/fsm
 	$(GO) test -count=1 -tags corebug -run 'TestRefusedRecordIsNeverJournaled|TestAQuarantinedTaskIsShownAndNamed' -v ./internal/engine ./internal/introspect
 
 ## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.

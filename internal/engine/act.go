@@ -10,51 +10,35 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 )
 
-// dispatch puts a runtime action into the burst's Ready unless it is already in flight or
-// waiting out a backoff. Removals are the I/O of cleaning: thousands of tasks stopping
-// together queue for CleanupWorkers slots instead of storming the runtime.
+// dispatch puts a runtime action into the burst's Ready unless the runtime is not reconciled,
+// its task is quarantined, it waits out a backoff, or the core's Gate says it waits (for a
+// call out, or for a removal slot: fsm/gate.go).
 func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	key := a.Key()
-	if e.inflight[key] || e.reconcilePending {
+	if e.reconcilePending {
 		return // the runtime is not reconciled yet: the task is decided again once it is
 	}
 	if a.Task != "" && e.quarantined[a.Task] != "" {
 		return // no further actions for a quarantined task (quarantine.go)
 	}
-	if other, ok := waitsFor[a.Kind]; ok && e.inflight[fsm.ActionKey{Kind: other, Task: a.Task, Container: a.Container}] {
-		return // its outcome makes the task dirty: decided again then
-	}
 	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
 		return
 	}
-	if a.Kind == fsm.ActPull && e.removingImages() {
+	switch w := e.out.Gate(a); w.Reason {
+	case fsm.Go:
+	case fsm.WaitImageGone:
 		e.pullsHeld[a.Task] = true // decided again when the image removals end
 		return
+	case fsm.WaitSlot:
+		e.removalQ.Wait(a.Task) // handed a slot when one frees (freeRemovalSlot)
+		return
+	default:
+		return // the outcome it waits for makes the task dirty: decided again then
 	}
-	if a.Kind == fsm.ActRemove {
-		if e.removing >= e.cfg.CleanupWorkers {
-			if !e.waiting[a.Task] {
-				e.waiting[a.Task] = true
-				e.waitQ = append(e.waitQ, a.Task)
-			}
-			return
-		}
-		e.removing++
-		e.onDrop(func() { e.removing-- })
-	}
-	e.inflight[key] = true
-	e.onDrop(func() { delete(e.inflight, key) })
+	e.out.Add(key)
+	e.onDrop(func() { e.out.End(key) })
 	e.record(a.Intent()...) // journaled with the burst, before the call can be made
 	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
-}
-
-// waitsFor names, for an action, a call on the same container that must have answered before
-// it goes: an inspect settles a start whose own outcome may still come; and a create still out
-// (a retry of one that timed out) may yet make the container, which a removal made before it
-// answers would miss — the container would outlive its task's cleanup.
-var waitsFor = map[fsm.ActionKind]fsm.ActionKind{
-	fsm.ActInspect: fsm.ActStart,
-	fsm.ActRemove:  fsm.ActCreate,
 }
 
 // runtimeCall is the executor's work for one action: the call, its outcome sorted by kind.
@@ -177,7 +161,7 @@ func plainFailure(err error) bool {
 func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	a, r := in.Action, in.Result
 	key := a.Key()
-	delete(e.inflight, key)
+	e.out.End(key)
 	if a.Kind == fsm.ActRemoveImage {
 		e.imageRemovalEnded(now, a, r)
 		return
@@ -209,40 +193,22 @@ func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	}
 }
 
-// freeRemovalSlot ends a removal and gives its slot to the task that has waited longest and
-// can still use it. Queue entries go stale: a queued task also gets slots without being woken
-// (its own removal finishes and makes it dirty first), so when its entry comes up it may have
-// nothing left to remove; waking it would waste the slot, and once no removal is in flight
-// nothing would wake the tasks behind it (simulation seed 11716).
+// freeRemovalSlot gives an ended removal's slot to the task the core's queue names
+// (fsm.RemovalQueue.Next: the longest waiting that can still use it).
 func (e *Engine) freeRemovalSlot(now time.Time) {
-	e.removing--
-	for len(e.waitQ) > 0 {
-		arn := e.waitQ[0]
-		e.waitQ = e.waitQ[1:]
-		delete(e.waiting, arn)
-		if e.wantsRemovalSlot(arn, now) {
-			e.dirty[arn] = true
-			return
+	if e.removalQ.Len() == 0 {
+		return
+	}
+	view := e.out
+	view.Quarantined, view.Backoff = e.quarantined, map[fsm.ActionKey]bool{}
+	for k, r := range e.retryAt {
+		if r.at.After(now) {
+			view.Backoff[k] = true
 		}
 	}
-}
-
-// wantsRemovalSlot reports whether a task has a removal to make now: decided, and neither in
-// flight nor waiting out a backoff (those make the task dirty again when they end).
-func (e *Engine) wantsRemovalSlot(arn string, now time.Time) bool {
-	if _, live := e.st.Tasks[arn]; !live || e.quarantined[arn] != "" {
-		return false
+	if arn := e.removalQ.Next(e.st, now, e.fcfg, view); arn != "" {
+		e.dirty[arn] = true
 	}
-	for _, a := range e.st.Decide(now, e.fcfg, arn).Actions {
-		if a.Kind != fsm.ActRemove || e.inflight[a.Key()] {
-			continue
-		}
-		if r, ok := e.retryAt[a.Key()]; ok && r.at.After(now) {
-			continue
-		}
-		return true
-	}
-	return false
 }
 
 // backoffAction schedules a failed call again, later each time it fails.

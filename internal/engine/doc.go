@@ -3,10 +3,14 @@
 // Decide), journals the records the core returns, and only then carries out the effects they
 // allow, in the order etcd-io/raft taught: journal first, then report, then act. The results
 // of acting come back as new inputs. What an input means, and which record follows, is the
-// core's business; the engine owns time, I/O and the bookkeeping of what is in flight — and,
-// still, a few rules of when a decided call may go (which call waits for which, pulls held
-// while image removals are out, the removal slots, the image cycle's deferrals, compaction
-// planning: act.go, images.go, compact.go), which issue 23 asks to move into the core.
+// core's business. So is when a decided call may go: the engine hands the core what it has
+// out as data (fsm.InFlight), and the core's Gate says which call waits for which (an inspect
+// for its start, a removal for a create, a pull for image removals), when a removal queues for
+// a slot and whom a freed slot goes to (fsm.RemovalQueue); the core says when a held exit is
+// handed in again or dropped (HeldExitAfter) and plans each image cycle (PlanImageCycle:
+// deferral while pulls are out, sit-outs, low disk). The engine owns time, I/O, slots, retries
+// and the bookkeeping of what is in flight — and, still, one rule: what compaction may forget
+// (compact.go, PlanCompaction), which issue 23 asks to move beside the projection.
 //
 // # The burst protocol
 //

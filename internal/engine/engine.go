@@ -120,13 +120,11 @@ type Engine struct {
 	st           *fsm.State
 	burst        *burst                  // the round being made, while one is
 	dirty        map[string]bool         // tasks touched since the last decision
-	inflight     map[fsm.ActionKey]bool  // runtime calls on the executor
+	out          fsm.InFlight            // runtime calls on the executor, the core's view of them (fsm/gate.go)
 	retryAt      map[fsm.ActionKey]retry // failed calls waiting out their backoff
 	due          dueHeap                 // cleanup deadlines of STOPPED_ACKED tasks, and the core's wakes
 	wakes        map[string]time.Time    // the core's last wake pushed per task (fsm.Wake), so a wake is pushed once
-	removing     int                     // removals in flight (bounded by CleanupWorkers)
-	waiting      map[string]bool         // CLEANING tasks waiting for a removal slot
-	waitQ        []string                // the same, in order
+	removalQ     fsm.RemovalQueue        // CLEANING tasks waiting for a removal slot (CleanupWorkers)
 	held         map[string]docker.Exit  // exits seen before their start was journaled, by runtime id
 	released     []docker.Exit           // held exits whose start is now journaled, to hand in again
 	sub          *submit.Submitter
@@ -182,8 +180,8 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 	e := &Engine{cfg: cfg, log: log, j: j, rt: rt, cp: cp, clock: clock, exec: exec,
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)),
 		fcfg:  fsm.Config{CleanupWait: cfg.CleanupWait},
-		dirty: map[string]bool{}, wakes: map[string]time.Time{}, inflight: map[fsm.ActionKey]bool{}, retryAt: map[fsm.ActionKey]retry{},
-		waiting: map[string]bool{}, held: map[string]docker.Exit{}, pullsHeld: map[string]bool{}, imagesRefused: map[string]time.Time{},
+		dirty: map[string]bool{}, wakes: map[string]time.Time{}, out: fsm.NewInFlight(cfg.CleanupWorkers), retryAt: map[fsm.ActionKey]retry{},
+		held: map[string]docker.Exit{}, pullsHeld: map[string]bool{}, imagesRefused: map[string]time.Time{},
 		inputs: make(chan Input, 1024), queries: make(chan query), answered: make(chan struct{}, 1),
 		metrics: newMetrics(),
 	}

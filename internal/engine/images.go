@@ -9,12 +9,10 @@ import (
 )
 
 // Image garbage collection at the edge. Every Interval the engine asks the runtime how full
-// its disk is (an effect, like any other I/O), hands the answer to the core, which chooses
-// the images to remove (fsm/images.go), and removes them as runtime actions; each removal is
-// journaled by the core (image_removed). Pulls and removals never overlap: a pull may resolve
-// any reference — a tag the core never saw — to the image being removed, and find it present a
-// moment before it goes. So a cycle that finds a pull out tries again shortly, and while
-// removals are out no pull starts (they are few and quick).
+// its disk is (an effect, like any other I/O), hands the answer to the core, which plans the
+// cycle and chooses the images to remove (fsm/images.go: PlanImageCycle), and removes them as
+// runtime actions; each removal is journaled by the core (image_removed). The engine keeps the
+// cycle's times and what the core asks it to remember (cycles put off, images sitting out).
 
 // ImageGC configures image garbage collection; a zero Interval turns it off.
 type ImageGC struct {
@@ -67,69 +65,34 @@ func (e *Engine) askImageSpace() func() Input {
 	}
 }
 
-// handleImageSpace runs a cycle: the core chooses, the engine dispatches the removals.
+// handleImageSpace runs a cycle: the core plans it (fsm.State.PlanImageCycle: deferral while
+// pulls are out, sit-outs, low disk), the engine dispatches the removals and keeps the times.
 func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
 	e.imagesAsking = false
 	e.imagesAt = now.Add(e.cfg.Images.Interval)
-	low := in.Err == nil && in.Total > 0 && in.Free*100 < in.Total*uint64(e.cfg.Images.LowFreePercent)
-	if e.pullsOut() {
-		// A pull may resolve to an image this cycle would remove: wait for a moment without
-		// pulls — but not for ever while the disk fills: low on space, after imageDeferLimit
-		// tries the cycle goes on, and only an image a live task names by no reference of its
-		// own (another tag of the same image) could still be caught in between.
-		e.imagesDeferred++
-		if !low || e.imagesDeferred <= imageDeferLimit {
-			e.imagesAt = now.Add(min(e.cfg.Images.Interval, imageCycleRetry))
-			return
-		}
+	cfg := fsm.ImageConfig{MinAge: e.cfg.Images.MinAge, PerCycle: e.cfg.Images.PerCycle, LowFreePercent: e.cfg.Images.LowFreePercent}
+	p := e.st.PlanImageCycle(now, cfg, fsm.ImageCycle{Free: in.Free, Total: in.Total, SpaceErr: in.Err != nil, Deferred: e.imagesDeferred, Refused: e.imagesRefused}, e.out)
+	e.imagesDeferred = p.Deferred
+	if p.Defer {
+		e.imagesAt = now.Add(min(e.cfg.Images.Interval, imageCycleRetry))
+		return
 	}
-	e.imagesDeferred = 0
+	for _, id := range p.Forget {
+		delete(e.imagesRefused, id)
+	}
 	if in.Err != nil {
 		e.log.Warn().Err(in.Err).Msg("image collection: cannot read the runtime's free disk space; collecting by age only")
-	} else if low {
+	} else if p.Low {
 		e.log.Warn().Uint64("free_bytes", in.Free).Uint64("total_bytes", in.Total).Int("threshold_percent", e.cfg.Images.LowFreePercent).
 			Msg("image collection: the runtime's disk is low; removing unused images regardless of age")
 	}
-	skip := map[string]bool{}
-	for id, at := range e.imagesRefused {
-		if now.Sub(at) >= imageRefusedWait || e.st.Images[id] == nil {
-			delete(e.imagesRefused, id)
-			continue
-		}
-		skip[id] = true
-	}
-	acts := e.st.CollectImages(now, fsm.ImageConfig{MinAge: e.cfg.Images.MinAge, PerCycle: e.cfg.Images.PerCycle, Skip: skip}, low)
-	for _, a := range acts {
+	for _, a := range p.Removals {
 		e.dispatch(now, a)
 	}
 }
 
-// imageRefusedWait is how long an image whose removal failed sits out the cycles, so the next
-// oldest are collected instead of the same failure asked for again. (An image another name or
-// container holds is not retried at all: its claim ends, image_released.)
-const imageRefusedWait = time.Hour
-
-// imageCycleRetry is how soon a cycle that found a pull out tries again; imageDeferLimit how
-// many times it does so, with the disk low, before it goes on anyway.
-const (
-	imageCycleRetry = 10 * time.Second
-	imageDeferLimit = 6
-)
-
-// pullsOut reports whether a pull is in flight.
-func (e *Engine) pullsOut() bool { return e.callsOut(fsm.ActPull) }
-
-// removingImages reports whether an image removal is in flight: pulls wait.
-func (e *Engine) removingImages() bool { return e.callsOut(fsm.ActRemoveImage) }
-
-func (e *Engine) callsOut(kind fsm.ActionKind) bool {
-	for k := range e.inflight {
-		if k.Kind == kind {
-			return true
-		}
-	}
-	return false
-}
+// imageCycleRetry is how soon a cycle the core put off (a pull was out) is tried again.
+const imageCycleRetry = 10 * time.Second
 
 // imageRemovalEnded records a removal's outcome and lets held pulls go.
 func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
@@ -142,14 +105,14 @@ func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
 		e.metrics.imagesRemoved.Inc()
 		e.log.Info().Str("image", a.RuntimeID).Msg("image removed")
 	} else if r.Kind != fsm.Succeeded {
-		if r.Kind == fsm.Failed {
+		if v.SitOut {
 			e.imagesRefused[a.RuntimeID] = now
 		}
 		e.metrics.imageRemovalFailures.Inc()
 		e.log.Warn().Str("image", a.RuntimeID).Str("error", r.Err).Msg("image not removed; the next cycle may try again")
 	}
 	e.record(v.Records...)
-	if !e.removingImages() {
+	if !e.out.Out(fsm.ActRemoveImage) { // the pulls Gate held may go
 		for arn := range e.pullsHeld {
 			e.dirty[arn] = true
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 )
@@ -200,7 +201,7 @@ func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
 // before its start was journaled is held until it is.
 func (e *Engine) handleExit(now time.Time, in ExitInput) {
 	x := in.Exit
-	v := e.st.Step(now, fsm.ContainerExited{Task: x.Task, Container: x.Container, RuntimeID: x.ID, ExitCode: x.ExitCode, OOMKilled: x.OOMKilled, Cursor: x.Cursor})
+	v := e.st.Step(now, exitInput(x))
 	if v.Hold {
 		e.held[x.ID] = x
 		return
@@ -211,6 +212,11 @@ func (e *Engine) handleExit(now time.Time, in ExitInput) {
 		// fail, it is handed in again.
 		e.burst.exits = append(e.burst.exits, x)
 	}
+}
+
+// exitInput is the core's input for an exit from the runtime's stream.
+func exitInput(x docker.Exit) fsm.ContainerExited {
+	return fsm.ContainerExited{Task: x.Task, Container: x.Container, RuntimeID: x.ID, ExitCode: x.ExitCode, OOMKilled: x.OOMKilled, Cursor: x.Cursor}
 }
 
 func (e *Engine) handleCompact(now time.Time, in CompactInput) {
@@ -280,10 +286,20 @@ func (e *Engine) react() {
 	e.metrics.update(e)
 }
 
-// afterApply keeps the engine's bookkeeping in step with the projection.
+// afterApply keeps the engine's bookkeeping in step with the projection: held exits go
+// where the core says (fsm.State.HeldExitAfter).
 func (e *Engine) afterApply(r event.Record) {
 	if r.Task != "" {
 		e.dirty[r.Task] = true
+	}
+	for id, x := range e.held {
+		switch e.st.HeldExitAfter(r, exitInput(x)) {
+		case fsm.HandIn:
+			delete(e.held, id)
+			e.released = append(e.released, x)
+		case fsm.DropHeld:
+			delete(e.held, id) // its start was never journaled and never will be
+		}
 	}
 	switch ev := r.Event.(type) {
 	case *event.TaskAdded:
@@ -300,38 +316,17 @@ func (e *Engine) afterApply(r event.Record) {
 	case *event.TaskCleaned:
 		e.metrics.cleanups.Inc()
 		e.log.Info().Str("task", r.Task).Msg("task cleaned")
-		// What the engine kept about the task goes with it: held exits (its start was never
-		// journaled and never will be) and backoffs of calls it no longer needs.
-		for id, x := range e.held {
-			if x.Task == r.Task {
-				delete(e.held, id)
-			}
-		}
+		// What the engine kept about the task goes with it: backoffs of calls it no longer
+		// needs (held exits: above).
 		for k := range e.retryAt {
 			if k.Task == r.Task {
 				delete(e.retryAt, k)
 			}
 		}
 		delete(e.wakes, r.Task)
-	case *event.ContainerTransitioned:
-		if ev.To == event.StatusRunning {
-			if c := e.container(r.Task, r.Container); c != nil {
-				if x, ok := e.held[c.RuntimeID]; ok {
-					delete(e.held, c.RuntimeID)
-					e.released = append(e.released, x)
-				}
-			}
-		}
 	case *event.TaskTransitioned:
 		e.log.Info().Str("task", r.Task).Str("from", string(ev.From)).Str("to", string(ev.To)).Str("reason", ev.Reason).Msg("task transitioned")
 	}
-}
-
-func (e *Engine) container(task, name string) *fsm.Container {
-	if t := e.st.Tasks[task]; t != nil {
-		return t.Container(name)
-	}
-	return nil
 }
 
 // scheduleCleanup puts a STOPPED_ACKED task's cleanup deadline (from its journaled stop time,

@@ -18,8 +18,8 @@ const (
 	ActRemove ActionKind = "remove"
 	// ActInspect asks the runtime what became of a start whose outcome is not journaled (it
 	// timed out, the runtime did not answer, the process crashed, the commit of its outcome
-	// failed). It has no effect, so it needs no intent; the engine makes it only while the
-	// start itself is not in flight.
+	// failed). It has no effect, so it needs no intent; it goes only while the start itself
+	// is not in flight (Gate).
 	ActInspect ActionKind = "inspect"
 	// ActRemoveImage removes an image the agent pulled and no task uses (images.go). It has
 	// no task; its Container is the image id, RuntimeID too.
@@ -28,7 +28,8 @@ const (
 
 // Action asks the runtime to do something to one container. The engine runs it and hands the
 // outcome to Step; until the outcome's record is applied, Decide keeps proposing the action,
-// so the engine keeps track of what it already has in flight (by Key).
+// so the engine keeps track of what it already has in flight (by Key), and Gate says from
+// that whether a decided action may go now.
 type Action struct {
 	Kind      ActionKind
 	Task      string

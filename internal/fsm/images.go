@@ -38,12 +38,72 @@ type Image struct {
 
 // ImageConfig is how images are collected; not journaled (an operator may change it).
 type ImageConfig struct {
-	MinAge   time.Duration // unused at least this long before it is removed
-	PerCycle int           // at most this many removals a cycle
+	MinAge         time.Duration // unused at least this long before it is removed
+	PerCycle       int           // at most this many removals a cycle
+	LowFreePercent int           // below this much free space on the runtime's disk, age does not count
 	// Skip holds images the runtime refused to remove lately (in use by a container not the
 	// agent's, or named by another tag: removal is never forced). They sit out the cycle, so
 	// refused images at the head of the queue never keep the next oldest from their turn.
 	Skip map[string]bool
+}
+
+// ImageCycle is a collection cycle's inputs besides the projection and the config: the
+// runtime's disk as the engine asked it, and what earlier cycles left.
+type ImageCycle struct {
+	Free, Total uint64
+	SpaceErr    bool                 // the disk question failed: collected by age only
+	Deferred    int                  // cycles put off in a row because a pull was out
+	Refused     map[string]time.Time // images whose removal failed (Verdict.SitOut), by id: when
+}
+
+// ImagePlan is a cycle's verdict.
+type ImagePlan struct {
+	Defer    bool     // a pull is out: the engine tries the cycle again shortly
+	Deferred int      // cycles put off in a row, this one included: the next cycle's ImageCycle.Deferred
+	Low      bool     // the runtime's disk is low: age does not count
+	Forget   []string // refused images whose sit-out is over (or which are gone): no longer skipped
+	Removals []Action // the removals to make now
+}
+
+// ImageDeferLimit is how many cycles in a row a low disk lets a pull out put off; ImageSitOut
+// how long an image whose removal failed sits out the cycles.
+const (
+	ImageDeferLimit = 6
+	ImageSitOut     = time.Hour
+)
+
+// PlanImageCycle runs a collection cycle's rules. It protects:
+//   - pulls and removals never overlap: a pull may resolve any reference — a tag the core
+//     never saw — to an image being removed, and find it present a moment before it goes. So
+//     a cycle that finds a pull out is put off (and Gate holds pulls while removals are out) —
+//     but not for ever while the disk fills: low on space, after ImageDeferLimit cycles in a
+//     row it goes on, and only an image a live task names by no reference of its own (another
+//     tag of the same image) could be caught in between;
+//   - an image whose removal failed sits out the cycles for ImageSitOut, so the next oldest
+//     are collected instead of the same failure asked for again (one another name or
+//     container holds is never asked for again: its claim ends, image_released);
+//   - below LowFreePercent free, unused images go regardless of age (CollectImages).
+func (s *State) PlanImageCycle(now time.Time, cfg ImageConfig, c ImageCycle, out InFlight) ImagePlan {
+	p := ImagePlan{Low: !c.SpaceErr && c.Total > 0 && c.Free*100 < c.Total*uint64(max(cfg.LowFreePercent, 0))}
+	if out.Out(ActPull) {
+		p.Deferred = c.Deferred + 1
+		if !p.Low || p.Deferred <= ImageDeferLimit {
+			p.Defer = true
+			return p
+		}
+	}
+	p.Deferred = 0
+	cfg.Skip = map[string]bool{}
+	for id, at := range c.Refused {
+		if now.Sub(at) >= ImageSitOut || s.Images[id] == nil {
+			p.Forget = append(p.Forget, id)
+			continue
+		}
+		cfg.Skip[id] = true
+	}
+	slices.Sort(p.Forget)
+	p.Removals = s.CollectImages(now, cfg, p.Low)
+	return p
 }
 
 // ErrImageNotPulled is a removal of an image this agent did not pull.
@@ -115,7 +175,8 @@ func canonicalRef(ref string) string {
 // imageRemovalFinished maps a removal's outcome to its record: removed, already gone, or
 // released — the runtime kept the image for another name or a container not the agent's, so
 // it is no longer the agent's to remove (asking again every cycle would change nothing). Any
-// other failure records nothing; a later cycle may try again.
+// other failure records nothing; a later cycle may try again — after a sit-out when the
+// runtime answered no (SitOut), at once when it did not answer.
 func (s *State) imageRemovalFinished(a Action, r Result) Verdict {
 	img := s.Images[a.RuntimeID]
 	if img == nil {
@@ -129,6 +190,8 @@ func (s *State) imageRemovalFinished(a Action, r Result) Verdict {
 		e = &event.ImageRemoved{ImageID: img.ID, Digest: img.Digest, Refs: slices.Clone(img.Refs), Reason: "already gone from the runtime"}
 	case Refused:
 		e = &event.ImageReleased{ImageID: img.ID, Digest: img.Digest, Refs: slices.Clone(img.Refs), Reason: r.Err}
+	case Failed:
+		return Verdict{SitOut: true}
 	default:
 		return Verdict{}
 	}

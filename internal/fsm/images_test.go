@@ -117,3 +117,66 @@ func TestOnlyNamesTheAgentMadeAreTakenBack(t *testing.T) {
 		t.Fatalf("the agent's image: %+v; want refs reg/app:1 and reg/app:2, not the operator's ops/keep:1", img)
 	}
 }
+
+// A collection cycle's rules (fsm.State.PlanImageCycle), each row one: put off while a pull
+// is out, but not for ever on a low disk; a refused image sits out for ImageSitOut; a low disk
+// makes age not count; a disk that could not be read is not low.
+func TestPlanImageCycle(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	pullOut := fsm.NewInFlight(0)
+	pullOut.Add(fsm.ActionKey{Kind: fsm.ActPull, Task: "t1", Container: "app"})
+	cfg := fsm.ImageConfig{MinAge: time.Hour, PerCycle: 5, LowFreePercent: 10}
+	const full, roomy = 5, 50 // free percent of 100
+	for _, tc := range []struct {
+		name         string
+		free         uint64
+		spaceErr     bool
+		out          fsm.InFlight
+		deferred     int
+		refused      map[string]time.Time
+		wantDefer    bool
+		wantDeferred int
+		wantLow      bool
+		want         string // the images removed, in order
+		wantForget   string
+	}{
+		{name: "nothing out: the aged image goes", free: roomy, out: fsm.NewInFlight(0), want: "old"},
+		{name: "a pull out: put off", free: roomy, out: pullOut, deferred: 3, wantDefer: true, wantDeferred: 4},
+		{name: "a pull out, disk low: put off up to the limit", free: full, out: pullOut, deferred: fsm.ImageDeferLimit - 1, wantDefer: true, wantDeferred: fsm.ImageDeferLimit, wantLow: true},
+		{name: "a pull out, disk low, past the limit: goes on, age not counting", free: full, out: pullOut, deferred: fsm.ImageDeferLimit, wantLow: true, want: "old,young"},
+		{name: "a pull out, disk roomy, past the limit: still put off", free: roomy, out: pullOut, deferred: 50, wantDefer: true, wantDeferred: 51},
+		{name: "disk low: age does not count", free: full, out: fsm.NewInFlight(0), wantLow: true, want: "old,young"},
+		{name: "disk unreadable: not low, by age only", free: 0, spaceErr: true, out: fsm.NewInFlight(0), want: "old"},
+		{name: "refused lately: sits out", free: full, out: fsm.NewInFlight(0), refused: map[string]time.Time{"old": t0.Add(-fsm.ImageSitOut + time.Minute)}, wantLow: true, want: "young"},
+		{name: "refused long ago, or gone: forgotten", free: roomy, out: fsm.NewInFlight(0),
+			refused: map[string]time.Time{"old": t0.Add(-fsm.ImageSitOut), "gone": t0}, want: "old", wantForget: "gone,old"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := fsm.New()
+			s.Images["old"] = &fsm.Image{ID: "old", Refs: []string{"old:1"}, LastUsed: t0.Add(-2 * time.Hour)}
+			s.Images["young"] = &fsm.Image{ID: "young", Refs: []string{"young:1"}, LastUsed: t0.Add(-time.Minute)}
+			p := s.PlanImageCycle(t0, cfg, fsm.ImageCycle{Free: tc.free, Total: 100, SpaceErr: tc.spaceErr, Deferred: tc.deferred, Refused: tc.refused}, tc.out)
+			var removed []string
+			for _, a := range p.Removals {
+				removed = append(removed, a.RuntimeID)
+			}
+			if p.Defer != tc.wantDefer || p.Deferred != tc.wantDeferred || p.Low != tc.wantLow || strings.Join(removed, ",") != tc.want || strings.Join(p.Forget, ",") != tc.wantForget {
+				t.Fatalf("plan: defer=%v deferred=%d low=%v removals=%v forget=%v; want defer=%v deferred=%d low=%v removals=%s forget=%s",
+					p.Defer, p.Deferred, p.Low, removed, p.Forget, tc.wantDefer, tc.wantDeferred, tc.wantLow, tc.want, tc.wantForget)
+			}
+		})
+	}
+}
+
+// A removal the runtime answers with an error makes the image sit out (Verdict.SitOut); one it
+// did not answer, or kept for another's sake (released), does not.
+func TestImageRemovalSitsOutOnlyWhenRefusedWithAnError(t *testing.T) {
+	for kind, want := range map[fsm.ResultKind]bool{fsm.Failed: true, fsm.Unavailable: false, fsm.Unknown: false, fsm.Refused: false, fsm.Succeeded: false} {
+		s := fsm.New()
+		s.Images["x"] = &fsm.Image{ID: "x", Refs: []string{"x:1"}}
+		a := fsm.Action{Kind: fsm.ActRemoveImage, Container: "x", RuntimeID: "x"}
+		if v := s.Step(time.Time{}, fsm.ActionFinished{Action: a, Result: fsm.Result{Kind: kind}}); v.SitOut != want {
+			t.Errorf("removal answered %v: SitOut %v; want %v", kind, v.SitOut, want)
+		}
+	}
+}

@@ -24,10 +24,15 @@ type world struct {
 	now     time.Time
 	history []event.Record
 	tasks   int
-	// inflight are calls made and not yet answered, as the engine holds them; running is the
-	// runtime's truth: which containers run, whatever the projection believes.
-	inflight []fsm.Action
-	running  map[string]bool
+	// inflight are calls made and not yet answered, as the engine holds them (several on one
+	// container at once where the core's Gate lets them: the rules the engine runs); running
+	// is the runtime's truth: which containers run, whatever the projection believes.
+	inflight     []fsm.Action
+	running      map[string]bool
+	removalSlots int // container removals out at once (0: no bound), as CleanupWorkers
+	// what the engine keeps between image cycles for the core: cycles put off, images sitting out
+	imagesDeferred int
+	imagesRefused  map[string]time.Time
 }
 
 // images are the references tasks name, and imageIDs the images each may resolve to.
@@ -51,20 +56,23 @@ func (w *world) apply(task, container string, e event.Event) {
 
 func (w *world) step() {
 	switch rapid.IntRange(0, 10).Draw(w.t, "what") {
-	case 10: // an image collection cycle, as the engine runs one: never while a pull is out
-		for _, a := range w.inflight {
-			if a.Kind == fsm.ActPull {
-				return
+	case 10: // an image collection cycle, planned by the core's rules as the engine runs one
+		cfg := fsm.ImageConfig{MinAge: time.Duration(rapid.IntRange(0, 300).Draw(w.t, "image age")) * time.Second, PerCycle: 2, LowFreePercent: 10}
+		free := uint64(rapid.IntRange(0, 100).Draw(w.t, "free percent"))
+		p := w.st.PlanImageCycle(w.now, cfg, fsm.ImageCycle{Free: free, Total: 100, Deferred: w.imagesDeferred, Refused: w.imagesRefused}, w.out())
+		w.imagesDeferred = p.Deferred
+		for _, id := range p.Forget {
+			delete(w.imagesRefused, id)
+		}
+		for _, a := range p.Removals {
+			if w.out().Gate(a).Reason == fsm.Go {
+				w.inflight = append(w.inflight, a) // answered later, while pulls may be decided
 			}
 		}
-		cfg := fsm.ImageConfig{MinAge: time.Duration(rapid.IntRange(0, 300).Draw(w.t, "image age")) * time.Second, PerCycle: 2}
-		for _, a := range w.st.CollectImages(w.now, cfg, rapid.Bool().Draw(w.t, "low space")) {
-			res := fsm.Result{Kind: rapid.SampledFrom([]fsm.ResultKind{fsm.Succeeded, fsm.Vanished, fsm.Failed, fsm.Refused}).Draw(w.t, "removal")}
-			for _, r := range w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res}).Records {
-				w.apply(r.Task, r.Container, r.Event)
-			}
+	case 0: // a task arrives (a few live at once, so each goes deep into its lifecycle)
+		if len(w.st.Tasks) >= 3 {
+			return
 		}
-	case 0: // a task arrives
 		w.tasks++
 		n := rapid.IntRange(1, 3).Draw(w.t, "containers")
 		e := &event.TaskAdded{Desired: event.StatusRunning}
@@ -145,10 +153,8 @@ func (w *world) step() {
 			w.apply(r.Task, r.Container, r.Event)
 		case len(d.Actions) > 0:
 			a := d.Actions[rapid.IntRange(0, len(d.Actions)-1).Draw(w.t, "action")]
-			for _, f := range w.inflight {
-				if f.Task == a.Task && f.Container == a.Container {
-					return // the engine makes one call a container at a time
-				}
+			if w.out().Gate(a).Reason != fsm.Go {
+				return // the engine's rule: it waits (fsm.InFlight.Gate)
 			}
 			for _, r := range a.Intent() {
 				w.apply(r.Task, r.Container, r.Event)
@@ -156,6 +162,15 @@ func (w *world) step() {
 			w.inflight = append(w.inflight, a)
 		}
 	}
+}
+
+// out is the engine's view of the calls out, as the engine hands it to the core.
+func (w *world) out() fsm.InFlight {
+	f := fsm.NewInFlight(w.removalSlots)
+	for _, a := range w.inflight {
+		f.Add(a.Key())
+	}
+	return f
 }
 
 // checkDependencies: a start is decided only once every depends_on condition holds, and no
@@ -186,6 +201,10 @@ func (w *world) checkDependencies(d fsm.Decisions) {
 // the engine hears — which may be nothing useful (the runtime down, a timeout) even when the
 // call took effect.
 func (w *world) answer(a fsm.Action) {
+	if a.Kind == fsm.ActRemoveImage {
+		w.complete(a, fsm.Result{Kind: rapid.SampledFrom([]fsm.ResultKind{fsm.Succeeded, fsm.Vanished, fsm.Failed, fsm.Refused, fsm.Unavailable}).Draw(w.t, "removal")}, true)
+		return
+	}
 	res := fsm.Result{Kind: fsm.Succeeded}
 	switch rapid.IntRange(0, 19).Draw(w.t, "outcome") {
 	case 0:
@@ -238,7 +257,11 @@ func (w *world) complete(a fsm.Action, res fsm.Result, took bool) {
 	case fsm.ActRemove:
 		delete(w.running, k)
 	}
-	for _, r := range w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res}).Records {
+	v := w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res})
+	if v.SitOut {
+		w.imagesRefused[a.RuntimeID] = w.now
+	}
+	for _, r := range v.Records {
 		w.apply(r.Task, r.Container, r.Event)
 	}
 }
@@ -269,6 +292,7 @@ func nextCleanup(st *fsm.State, cfg fsm.Config) time.Time {
 
 func newWorld(t *rapid.T) *world {
 	return &world{t: t, st: fsm.New(), now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), running: map[string]bool{},
+		removalSlots: rapid.IntRange(0, 2).Draw(t, "removal slots"), imagesRefused: map[string]time.Time{},
 		cfg: fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}}
 }
 

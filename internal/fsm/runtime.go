@@ -157,6 +157,39 @@ func (s *State) exited(x ContainerExited) Verdict {
 	return v
 }
 
+// HeldFate is what becomes of an exit held (Verdict.Hold) once a record is applied.
+type HeldFate int
+
+const (
+	KeepHeld HeldFate = iota // still waiting for its container's start to be journaled
+	HandIn                   // its start is journaled now: hand it in again (Step) to be recorded
+	DropHeld                 // its task is cleaned: the start will never be journaled
+)
+
+// HeldExitAfter says what becomes of a held exit once r is applied (the projection holds r).
+// It protects: an exit seen before its start was journaled is recorded as soon as the start
+// is — never lost while the container is RUNNING in the journal — and the engine keeps
+// nothing of a task once it is cleaned.
+func (s *State) HeldExitAfter(r event.Record, x ContainerExited) HeldFate {
+	if r.Task != x.Task {
+		return KeepHeld
+	}
+	switch e := r.Event.(type) {
+	case *event.TaskCleaned:
+		return DropHeld
+	case *event.ContainerTransitioned:
+		if e.To != event.StatusRunning || r.Container != x.Container {
+			return KeepHeld
+		}
+		if t := s.Tasks[r.Task]; t != nil {
+			if c := t.Container(r.Container); c != nil && c.RuntimeID == x.RuntimeID {
+				return HandIn
+			}
+		}
+	}
+	return KeepHeld
+}
+
 // reconcile maps what the runtime holds after a restart to records: a container that exited
 // while the agent was down is recorded exited with its code; one the runtime no longer has is
 // recorded STOPPED with a reason; one created but never journaled (a crash between create and

@@ -27,7 +27,8 @@ type harness struct {
 	// registry: pulls answer with an image id and digest, as a registry-backed runtime
 	// does; an image under local/ was present already (not pulled by the agent).
 	registry bool
-	pushes   map[string]int // re-pushes of a reference: each resolves it to a new image
+	pushes   map[string]int   // re-pushes of a reference: each resolves it to a new image
+	queue    fsm.RemovalQueue // tasks waiting for a removal slot, as the engine queues them
 }
 
 // TestScripts runs the scripts in testdata/. Rewrite expectations with -rewrite.
@@ -198,6 +199,8 @@ func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
 		return h.record("", "", &event.CompactionDone{Tasks: arg.Vals})
 	case "decide":
 		return formatDecisions(h.st.Decide(h.now, h.cfg))
+	case "queue":
+		return h.removalQueue(t, d)
 	case "run":
 		return h.run(t, d)
 	case "pending":
@@ -284,6 +287,46 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	}
 	d.Fatalf(t, "run did not settle in 200 rounds:\n%s", b.String())
 	return ""
+}
+
+// removalQueue plays the engine's removal slot queue: `queue wait=t1,t2` queues tasks for a
+// slot; `queue next out=remove:t1/app backoff=… quarantined=t2` frees one, with those calls out
+// and backing off, and names the task the core hands it to.
+func (h *harness) removalQueue(t *testing.T, d *datadriven.TestData) string {
+	keys := func(name string) map[fsm.ActionKey]bool {
+		out := map[fsm.ActionKey]bool{}
+		arg, _ := d.Arg(name)
+		for _, v := range arg.Vals {
+			kind, rest, _ := strings.Cut(v, ":")
+			task, ctr, _ := strings.Cut(rest, "/")
+			out[fsm.ActionKey{Kind: fsm.ActionKind(kind), Task: task, Container: ctr}] = true
+		}
+		return out
+	}
+	var b strings.Builder
+	if arg, ok := d.Arg("wait"); ok {
+		for _, arn := range arg.Vals {
+			h.queue.Wait(arn)
+		}
+	}
+	if d.HasArg("next") {
+		view := fsm.NewInFlight(0)
+		for k := range keys("out") {
+			view.Add(k)
+		}
+		view.Backoff, view.Quarantined = keys("backoff"), map[string]string{}
+		arg, _ := d.Arg("quarantined")
+		for _, arn := range arg.Vals {
+			view.Quarantined[arn] = "refused record"
+		}
+		next := h.queue.Next(h.st, h.now, h.cfg, view)
+		if next == "" {
+			next = "none"
+		}
+		fmt.Fprintf(&b, "slot to %s\n", next)
+	}
+	fmt.Fprintf(&b, "%d waiting\n", h.queue.Len())
+	return b.String()
 }
 
 // imageOf is the id and digest the script's registry resolves a reference to: stable, and

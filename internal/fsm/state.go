@@ -3,7 +3,9 @@
 // (what the control plane wants) and the sent status (what the control plane has settled) —
 // maps every input from outside (a payload, a runtime call's outcome, an exit, a report's
 // answer, what the runtime holds after a restart) to the records that say so (Step), and
-// decides, given a "now" passed in, what should happen next (Decide).
+// decides, given a "now" passed in, what should happen next (Decide) and, given what the
+// engine has out as data (InFlight), which decided call may go now and which waits for what
+// (Gate, RemovalQueue, HeldExitAfter, PlanImageCycle: gate.go, runtime.go, images.go).
 //
 // It promises:
 //   - Purity: no I/O, no clock, no goroutines, no logging. Replay and live operation run the

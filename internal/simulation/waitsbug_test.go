@@ -1,0 +1,12 @@
+//go:build waitsbug
+
+package simulation
+
+import "testing"
+
+// Built with -tags waitsbug, the core lets an inspect go while the start it settles is out
+// (and a removal while a create is): the inspect finds the container not started yet, the
+// start's intent ends, a stopping task records it STOPPED "not started" — and the start then
+// runs it. The simulation must find a container STOPPED in the journal that the runtime runs
+// within a bounded number of seeds.
+func TestSimFindsTheWaitsBug(t *testing.T) { findsPlantedBug(t, "STOPPED BUT RUNNING", 300) }
