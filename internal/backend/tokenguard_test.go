@@ -162,6 +162,10 @@ func TestCredentialsInTheBackendURLAreRefused(t *testing.T) {
 		"https://" + secret + "@cp.example/v1",
 		"http://user:" + secret + "@cp.example:notaport/",
 		"https://user:" + secret + "@",
+		"http:/user:" + secret + "@cp.example",
+		"http:user:" + secret + "@cp.example",
+		`http:\\user:` + secret + "@cp.example",
+		"http:///user:" + secret + "@cp.example",
 	} {
 		_, err := backend.New(backend.Config{URL: raw, AgentID: "a"})
 		if err == nil || !strings.Contains(err.Error(), "--backend") {
@@ -188,6 +192,13 @@ func TestRedactURL(t *testing.T) {
 		"unix:///run/docker.sock":  "unix:///run/docker.sock",
 		"tcp://u:p@10.0.0.1:2376":  "tcp://REDACTED@10.0.0.1:2376",
 		"http://u:p@h:notaport/#@": "http://REDACTED@h:notaport/#@",
+		// Spellings a browser (WHATWG URL) reads as userinfo@host though Go's url.Parse does
+		// not: refused as not http(s)://, their error and --print-config must not show them.
+		"http:/u:p@h/x":  "http:/REDACTED@h/x",
+		"http:u:p@h":     "http:REDACTED@h",
+		`http:\\u:p@h\x`: `http:\\REDACTED@h\x`,
+		"HTTPS:///u:p@h": "HTTPS:///REDACTED@h",
+		"localhost:8080": "localhost:8080",
 	} {
 		if got := backend.RedactURL(raw); got != want {
 			t.Errorf("RedactURL(%q) = %q; want %q", raw, got, want)
