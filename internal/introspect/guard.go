@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentd/agentd/internal/datadir"
 )
 
 // Bounds of the API: a client may be slow or hostile, the agent must not care.
@@ -25,6 +27,7 @@ const (
 	writeTimeout      = 90 * time.Second // longer than the longest long poll (60 s)
 	idleTimeout       = 60 * time.Second
 	headerTimeout     = 10 * time.Second
+	apiTokenLimit     = 64 << 10 // bytes of --api-token-file at most
 )
 
 // Limits bound the requests that hold a connection for long: record long polls and followed
@@ -90,9 +93,11 @@ func Guard(o Options) (*API, error) {
 		a.network, a.addr = "unix", path
 	}
 	if o.TokenFile != "" {
-		b, err := os.ReadFile(o.TokenFile)
+		// The token opens logs and the journal to any local user who has it: its file gets the
+		// seal key's checks (the agent's own, 0600, no link, never blocking, bounded).
+		b, _, err := datadir.ReadPrivate(o.TokenFile, apiTokenLimit)
 		if err != nil {
-			return nil, fmt.Errorf("--api-token-file: %w", err)
+			return nil, fmt.Errorf("--api-token-file %s: %w", o.TokenFile, err)
 		}
 		if a.token = []byte(strings.TrimSpace(string(b))); len(a.token) == 0 {
 			return nil, fmt.Errorf("--api-token-file %s is empty", o.TokenFile)
