@@ -176,13 +176,24 @@ func (a *API) Listen() (net.Listener, error) {
 // path only while it is still this socket.
 func (a *API) listenUnix() (net.Listener, error) {
 	fail := func(err error) (net.Listener, error) { return nil, fmt.Errorf("--listen unix:%s: %w", a.addr, err) }
-	private, err := os.MkdirTemp(filepath.Dir(a.addr), ".agentd-api-")
+	private, err := os.MkdirTemp(filepath.Dir(a.addr), ".agentd-")
 	if err != nil {
 		return fail(err)
 	}
 	defer os.RemoveAll(private)
-	tmp := filepath.Join(private, "api.sock")
-	ln, err := net.Listen("unix", tmp)
+	tmp := filepath.Join(private, "s")
+	bindAt := tmp
+	if len(tmp) >= maxSocketPath {
+		// Longer than a socket address holds, though the path itself fits: bind through the
+		// directory's descriptor, whose name under /proc is short.
+		d, err := os.Open(private)
+		if err != nil {
+			return fail(err)
+		}
+		defer d.Close()
+		bindAt = "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/s"
+	}
+	ln, err := net.Listen("unix", bindAt)
 	if err != nil {
 		return fail(err)
 	}
@@ -212,12 +223,18 @@ func (a *API) listenUnix() (net.Listener, error) {
 	return &unixListener{UnixListener: ul, path: a.addr, st: st}, nil
 }
 
-// unixListener removes its socket's path when closed, unless something else is there by then.
+// maxSocketPath is the longest path a unix socket address holds (sun_path, with its NUL).
+const maxSocketPath = 108
+
+// unixListener removes its socket's path when closed, unless something else is there by then,
+// and gives that path as its address.
 type unixListener struct {
 	*net.UnixListener
 	path string
 	st   os.FileInfo
 }
+
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
 
 func (l *unixListener) Close() error {
 	if st, err := os.Lstat(l.path); err == nil && os.SameFile(st, l.st) {

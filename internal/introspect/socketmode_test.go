@@ -119,3 +119,41 @@ func TestUnixSocketIsNeverOpenToOthers(t *testing.T) {
 		t.Errorf("left in the socket's directory: %v; want only the test's attacker", ents)
 	}
 }
+
+// TestLongUnixSocketPathStillListens: a socket path near the 107 bytes an address holds still
+// listens, though the private directory it is made in lengthens it, and the listener names it.
+func TestLongUnixSocketPathStillListens(t *testing.T) {
+	base, err := os.MkdirTemp("", "agentd-long-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	sock := filepath.Join(base, "api.sock")
+	if pad := 100 - len(sock) - 1; pad > 0 {
+		dir := filepath.Join(base, strings.Repeat("d", pad))
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		sock = filepath.Join(dir, "api.sock")
+	}
+	api, err := introspect.Guard(introspect.Options{Listen: "unix:" + sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := api.Listen()
+	if err != nil {
+		t.Fatalf("a %d-byte socket path: %v", len(sock), err)
+	}
+	if ln.Addr().String() != sock {
+		t.Errorf("listener address %s; want %s", ln.Addr(), sock)
+	}
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("dial %s: %v", sock, err)
+	}
+	c.Close()
+	ln.Close()
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket is left after close: %v", err)
+	}
+}
