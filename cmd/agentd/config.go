@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -65,6 +66,34 @@ func loadConfigFile(r io.Reader) (kong.Resolver, error) {
 		return nil, errors.New("more after the JSON object: one object of settings per file")
 	}
 	return &configFile{values: values}, nil
+}
+
+// loadSettingsFile reads the settings file through loadConfigFile, after checking the file
+// it opened: the settings decide the backend, the bind roots and the engine, so whoever can
+// write the file runs the agent. It must be a regular file (opening never blocks: a FIFO is
+// refused, not waited on), owned by root or the agent's user, and not writable by group or
+// others. A link is followed (config management links files into /etc): what it reaches is
+// what is checked and read.
+func loadSettingsFile(path string) (kong.Resolver, error) {
+	f, err := os.OpenFile(kong.ExpandPath(path), os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s): a settings file is one", st.Mode().Type())
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("owned by uid %d, who could rewrite the agent's settings (its backend, bind roots, engine): chown root %s", sys.Uid, path)
+	}
+	if perm := st.Mode().Perm(); perm&0o022 != 0 {
+		return nil, fmt.Errorf("mode %04o: writable by group or others, who could rewrite the agent's settings (its backend, bind roots, engine): chmod go-w %s", perm, path)
+	}
+	return loadConfigFile(f)
 }
 
 // checkDuplicateKeys refuses an object, at any depth, that names a key twice: encoding/json
@@ -280,7 +309,7 @@ func (r *runCmd) BeforeResolve(k *kong.Kong, kctx *kong.Context, trace *kong.Pat
 	if path == "" {
 		return nil
 	}
-	res, err := k.LoadConfig(path)
+	res, err := loadSettingsFile(path)
 	if err != nil {
 		if explicit && errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("--config %s: no such file", path)

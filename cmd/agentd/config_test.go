@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,5 +289,64 @@ func TestBackendCredentialsNeverUsedNorPrinted(t *testing.T) {
 				t.Error("the data directory was created: the refusal must come before anything is opened")
 			}
 		})
+	}
+}
+
+// TestSettingsFileOthersCanWriteIsRefused: the settings file decides the backend, the bind
+// roots and the engine, so whoever can write it runs the agent as root (a backend of theirs
+// sending tasks that bind under "--allow-bind-root /"). One writable by group or others, or
+// owned by a user other than root and the agent's, is refused naming the file and the fix; a
+// FIFO in its place is refused rather than waited on. Before, all were read (the FIFO for
+// ever). A link is followed, to a file that passes (config management links into /etc).
+func TestSettingsFileOthersCanWriteIsRefused(t *testing.T) {
+	clearEnv(t)
+	text := `{"backend": "http://x:1"}`
+	for _, c := range []struct {
+		name string
+		make func(path string) error
+		want string
+	}{
+		{"group-writable", func(p string) error { return os.Chmod(p, 0o664) }, "writable by group or others"},
+		{"world-writable", func(p string) error { return os.Chmod(p, 0o646) }, "writable by group or others"},
+		{"a FIFO", func(p string) error { os.Remove(p); return syscall.Mkfifo(p, 0o600) }, "not a regular file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			file := writeFile(t, "agentd.json", text)
+			if err := c.make(file); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { _, _, err := parseRun(t, "/nonexistent", "--config", file); done <- err }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: %v; want refused naming the file and %q", c.name, err, c.want)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s: reading the settings file hangs", c.name)
+			}
+		})
+	}
+	if os.Geteuid() == 0 {
+		file := writeFile(t, "agentd.json", text)
+		if err := os.Chown(file, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := parseRun(t, "/nonexistent", "--config", file); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+			t.Errorf("a settings file of uid 65534: %v; want refused naming its owner", err)
+		}
+	}
+	good := writeFile(t, "agentd.json", text)
+	if err := os.Chmod(good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "agentd.json")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{good, link} {
+		if r, _, err := parseRun(t, "/nonexistent", "--config", f); err != nil || r.Backend != "http://x:1" {
+			t.Errorf("a 0644 settings file of the agent's user (%s): %v", f, err)
+		}
 	}
 }

@@ -21,8 +21,10 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/agentd/agentd/internal/datadir"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -226,38 +228,47 @@ func (c *Client) Report(ctx context.Context, changes []protocol.StateChange) pro
 	return r
 }
 
-// tokenFile reads the bearer token, again whenever the file's size or modification time
-// changes.
+// tokenFile reads the bearer token, again whenever the file's size, modification or change
+// time changes (a chmod, or a link swapped in, is a change). The token lets its holder poll
+// this agent's payloads — every task's env values, sent in the clear — so the file gets the
+// seal key's checks on every read (datadir.ReadPrivate: the agent's own, 0600, not a link,
+// never blocking, bounded).
 type tokenFile struct {
 	path string
 
 	mu    sync.Mutex
-	mod   time.Time
-	size  int64
+	stamp [3]int64 // size, mtime, ctime (ns) of the file last read
 	token string
 }
+
+// tokenFileLimit bounds the token file: a bearer token is short.
+const tokenFileLimit = 64 << 10
 
 func (t *tokenFile) get() (string, error) {
 	if t.path == "" {
 		return "", nil
 	}
-	st, err := os.Stat(t.path)
+	st, err := os.Lstat(t.path)
 	if err != nil {
 		return "", err
+	}
+	stamp := [3]int64{st.Size(), st.ModTime().UnixNano(), 0}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		stamp[2] = sys.Ctim.Nano()
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if st.ModTime().Equal(t.mod) && st.Size() == t.size && t.token != "" {
+	if stamp == t.stamp && t.token != "" {
 		return t.token, nil
 	}
-	b, err := os.ReadFile(t.path)
+	b, _, err := datadir.ReadPrivate(t.path, tokenFileLimit)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: %w", t.path, err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
 		return "", fmt.Errorf("%s is empty", t.path)
 	}
-	t.token, t.mod, t.size = tok, st.ModTime(), st.Size()
+	t.token, t.stamp = tok, stamp
 	return tok, nil
 }

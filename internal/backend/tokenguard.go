@@ -52,20 +52,44 @@ func ParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// RedactURL is raw with the userinfo of a scheme://userinfo@host URL replaced by "REDACTED",
-// whether or not the rest parses; any other string comes back as it is.
+// RedactURL is raw with the userinfo of a scheme:userinfo@host URL replaced by "REDACTED",
+// whether or not the rest parses; any other string comes back as it is. The authority is
+// found as a browser finds it (WHATWG URL), not only after "://": "http:/u:p@h", "http:u:p@h"
+// and `http:\\u:p@h` all mean user u, password p there, though Go's url.Parse reads none of
+// them so — an operator who typed one must not see the password echoed in the refusal.
 func RedactURL(raw string) string {
-	i := strings.Index(raw, "://")
+	i := schemeEnd(raw)
 	if i < 0 {
 		return raw
 	}
-	authority := raw[i+3:]
-	if end := strings.IndexAny(authority, "/?#"); end >= 0 {
+	start := i + 1
+	for start < len(raw) && (raw[start] == '/' || raw[start] == '\\') {
+		start++
+	}
+	authority := raw[start:]
+	if end := strings.IndexAny(authority, "/?#\\"); end >= 0 {
 		authority = authority[:end]
 	}
 	at := strings.LastIndexByte(authority, '@')
 	if at < 0 {
 		return raw
 	}
-	return raw[:i+3] + "REDACTED" + raw[i+3+at:]
+	return raw[:start] + "REDACTED" + raw[start+at:]
+}
+
+// schemeEnd is the index of the colon ending raw's scheme (RFC 3986: a letter, then letters,
+// digits, "+", "-", "."), or -1 when raw does not start with one.
+func schemeEnd(raw string) int {
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		switch {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		case i > 0 && c == ':':
+			return i
+		default:
+			return -1
+		}
+	}
+	return -1
 }

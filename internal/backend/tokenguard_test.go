@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -162,6 +163,10 @@ func TestCredentialsInTheBackendURLAreRefused(t *testing.T) {
 		"https://" + secret + "@cp.example/v1",
 		"http://user:" + secret + "@cp.example:notaport/",
 		"https://user:" + secret + "@",
+		"http:/user:" + secret + "@cp.example",
+		"http:user:" + secret + "@cp.example",
+		`http:\\user:` + secret + "@cp.example",
+		"http:///user:" + secret + "@cp.example",
 	} {
 		_, err := backend.New(backend.Config{URL: raw, AgentID: "a"})
 		if err == nil || !strings.Contains(err.Error(), "--backend") {
@@ -188,9 +193,54 @@ func TestRedactURL(t *testing.T) {
 		"unix:///run/docker.sock":  "unix:///run/docker.sock",
 		"tcp://u:p@10.0.0.1:2376":  "tcp://REDACTED@10.0.0.1:2376",
 		"http://u:p@h:notaport/#@": "http://REDACTED@h:notaport/#@",
+		// Spellings a browser (WHATWG URL) reads as userinfo@host though Go's url.Parse does
+		// not: refused as not http(s)://, their error and --print-config must not show them.
+		"http:/u:p@h/x":  "http:/REDACTED@h/x",
+		"http:u:p@h":     "http:REDACTED@h",
+		`http:\\u:p@h\x`: `http:\\REDACTED@h\x`,
+		"HTTPS:///u:p@h": "HTTPS:///REDACTED@h",
+		"localhost:8080": "localhost:8080",
 	} {
 		if got := backend.RedactURL(raw); got != want {
 			t.Errorf("RedactURL(%q) = %q; want %q", raw, got, want)
 		}
 	}
+}
+
+// TestTokenFileGetsTheSealKeysChecks: the bearer token lets its holder poll this agent's
+// payloads — every task's env values, which the control plane sends in the clear — so its file
+// is read as the seal key is (datadir.ReadPrivate). Before, a 0644 token file gave every local
+// user the payloads, a FIFO in its place hung the start, and a link was followed.
+func TestTokenFileGetsTheSealKeysChecks(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "token")
+	os.WriteFile(good, []byte("t\n"), 0o600)
+	open := filepath.Join(dir, "open")
+	os.WriteFile(open, []byte("t\n"), 0o644)
+	link := filepath.Join(dir, "link")
+	os.Symlink(good, link)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{open: "mode 0644", link: "symbolic link", fifo: "named pipe"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := backend.New(backend.Config{URL: "http://127.0.0.1:9", AgentID: "a", TokenFile: path})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "--token-file") || !strings.Contains(err.Error(), want) {
+				t.Errorf("--token-file %s: %v; want refused naming the flag and %q", path, err, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("--token-file %s: the start hangs", path)
+		}
+	}
+	c, err := backend.New(backend.Config{URL: "http://127.0.0.1:9", AgentID: "a", TokenFile: good})
+	if err != nil {
+		t.Fatalf("a 0600 token file of the agent's: %v", err)
+	}
+	c.Close()
 }

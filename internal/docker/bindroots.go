@@ -61,7 +61,33 @@ func OpenBindRoots(paths []string) (*BindRoots, error) {
 		}
 		r.roots = append(r.roots, bindRoot{configured: clean, resolved: resolved, f: f})
 	}
+	if err := r.checkNotNested(); err != nil {
+		r.Close()
+		return nil, err
+	}
 	return r, nil
+}
+
+// checkNotNested refuses a root that lies inside another (by either's name as configured or
+// as resolved), or is the same directory: tasks write beneath a root, so one with a writable
+// bind above an inner root can replace it by a link to any directory — "/" — and the next
+// start would open that as a root. An inner root adds nothing the outer one does not allow.
+func (r *BindRoots) checkNotNested() error {
+	for i, a := range r.roots {
+		for j, b := range r.roots {
+			if i == j {
+				continue
+			}
+			for _, inner := range []string{a.configured, a.resolved} {
+				for _, outer := range []string{b.configured, b.resolved} {
+					if _, ok := within(outer, inner); ok {
+						return fmt.Errorf("--allow-bind-root %q (%s) lies inside --allow-bind-root %q (%s), or is the same directory: a task writing beneath the outer root could replace the inner one by a link to any host directory before the agent next starts; give the outer root only", a.configured, a.resolved, b.configured, b.resolved)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Names are the names a source may use for the roots: each as configured and, where it

@@ -213,3 +213,36 @@ func TestBindRootsNeedTheLocalEngine(t *testing.T) {
 		t.Fatalf("no bind roots: %v", err)
 	}
 }
+
+// A root inside another root is refused: tasks write under the outer one, and a task with a
+// writable bind above the inner root can replace it by a link to "/" — which the next start
+// of the agent would open as a root, giving every task that binds under it the host's files.
+func TestNestedBindRootsAreRefused(t *testing.T) {
+	base := t.TempDir()
+	outer, inner := base+"/binds", base+"/binds/shared/sub"
+	must(t, os.MkdirAll(inner, 0o755))
+	if _, err := OpenBindRoots([]string{outer, inner}); err == nil || !strings.Contains(err.Error(), inner) || !strings.Contains(err.Error(), outer) {
+		t.Errorf("roots %s and %s: %v; want refused naming both", outer, inner, err)
+	}
+	// The attack, as the task's container would do it (it sees binds/shared as its /data),
+	// then the agent starts again with the same flags.
+	must(t, os.Remove(inner))
+	must(t, os.Symlink("/", inner))
+	roots, err := OpenBindRoots([]string{outer, inner})
+	if err == nil {
+		defer roots.Close()
+		if f, _, err := roots.Open("/etc"); err == nil {
+			f.Close()
+			t.Fatalf("after a task linked %s to /, the host's /etc opened as a bind source (roots %q)", inner, roots.Names())
+		}
+		t.Fatalf("roots %q: want refused", roots.Names())
+	}
+	if !strings.Contains(err.Error(), inner) {
+		t.Errorf("refusal %v does not name %s", err, inner)
+	}
+	// The same directory twice, by two names, is one root given twice.
+	must(t, os.Symlink(outer, base+"/alias"))
+	if _, err := OpenBindRoots([]string{outer, base + "/alias"}); err == nil {
+		t.Error("one directory as two roots: accepted")
+	}
+}

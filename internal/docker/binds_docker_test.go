@@ -337,3 +337,33 @@ func TestDockerBindRootsNeedTheEnginesNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestDockerANamedVolumeThatIsAHostDirectoryIsRefused: a task may name a volume, and Docker
+// mounts whatever volume has that name — one someone made with the local driver's bind options
+// (device=/etc), or an NFS share, is a host directory outside every bind root. Before, the
+// container read it ("secret"). A plain volume (one Docker makes at create) still mounts.
+func TestDockerANamedVolumeThatIsAHostDirectoryIsRefused(t *testing.T) {
+	r := newBindRig(t)
+	ctx := context.Background()
+	hostVol := fmt.Sprintf("agentd-test-hostdir-%d", time.Now().UnixNano())
+	if out, err := exec.Command("docker", "volume", "create", "--opt", "type=none", "--opt", "o=bind", "--opt", "device="+r.outside, hostVol).CombinedOutput(); err != nil {
+		t.Fatalf("docker volume create: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("docker", "volume", "rm", "-f", hostVol).Run() })
+	volSpec := func(name, vol string) CreateSpec {
+		return CreateSpec{Task: "task/binds", Container: event.ContainerSpec{Name: name, Image: testbox, Command: []string{"cat", "/data/f"},
+			Mounts: []event.Mount{{Type: event.MountVolume, Source: vol, Target: "/data"}}}}
+	}
+	id, err := r.e.Create(ctx, volSpec("hostdir", hostVol))
+	if err == nil {
+		t.Fatalf("a volume naming a host directory was mounted: the container saw %q", r.seen(t, id))
+	}
+	if want := fmt.Sprintf("mounts[0].source: volume %q", hostVol); !strings.Contains(err.Error(), want) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("refusal %v: want a permanent one naming %s", err, want)
+	}
+	plain := fmt.Sprintf("agentd-test-plain-%d", time.Now().UnixNano())
+	t.Cleanup(func() { _ = exec.Command("docker", "volume", "rm", "-f", plain).Run() })
+	if got := r.seen(t, mustCreate(t, r.e, volSpec("plain", plain))); !strings.Contains(got, "exit") {
+		t.Fatalf("a fresh plain volume: the container saw %q; want cat's failure (an empty volume)", got)
+	}
+}

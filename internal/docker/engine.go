@@ -123,6 +123,9 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 		}
 	}
 	name := Name(e.agent, spec.Task, spec.Container.Name)
+	if err := e.checkNamedVolumes(ctx, spec); err != nil { // engine_binds.go: no host directory by a volume's name
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
 	vols, err := e.makeBindVolumes(ctx, spec) // engine_binds.go: each bind source opened beneath its root
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -131,6 +132,37 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 		}
 	}
 	return vols, nil
+}
+
+// checkNamedVolumes refuses a task's named volume that already exists and is not a plain one
+// (the local driver, no options: a directory of the engine's own storage). A volume made with
+// the local driver's bind options (type=none, o=bind, device=/etc) is a host directory, and
+// one of another driver or with nfs/cifs options a share the host reaches: mounted by name,
+// either would give the task what --allow-bind-root does not. One that does not exist yet is
+// made plain by the engine at create. The error names the mount, the volume and its driver,
+// never the options' values (a cifs password is one).
+func (e *Engine) checkNamedVolumes(ctx context.Context, spec CreateSpec) error {
+	for i, m := range spec.Container.Mounts {
+		if m.Type != event.MountVolume || m.Source == "" {
+			continue
+		}
+		res, err := e.cli.VolumeInspect(ctx, m.Source, client.VolumeInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return e.wrap("inspect volume", m.Source, err)
+		}
+		if v := res.Volume; v.Driver != "local" || len(v.Options) > 0 {
+			keys := make([]string, 0, len(v.Options))
+			for k := range v.Options {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			return fmt.Errorf("mounts[%d].source: volume %q (driver %s, options %s) is not a plain volume: it may name a host directory or share outside every --allow-bind-root; refused", i, m.Source, v.Driver, strings.Join(keys, ","))
+		}
+	}
+	return nil
 }
 
 // releaseVolume removes a bind volume and then closes the descriptor it names. A volume the

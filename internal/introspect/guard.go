@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentd/agentd/internal/datadir"
 )
 
 // Bounds of the API: a client may be slow or hostile, the agent must not care.
@@ -24,6 +27,7 @@ const (
 	writeTimeout      = 90 * time.Second // longer than the longest long poll (60 s)
 	idleTimeout       = 60 * time.Second
 	headerTimeout     = 10 * time.Second
+	apiTokenLimit     = 64 << 10 // bytes of --api-token-file at most
 )
 
 // Limits bound the requests that hold a connection for long: record long polls and followed
@@ -89,9 +93,11 @@ func Guard(o Options) (*API, error) {
 		a.network, a.addr = "unix", path
 	}
 	if o.TokenFile != "" {
-		b, err := os.ReadFile(o.TokenFile)
+		// The token opens logs and the journal to any local user who has it: its file gets the
+		// seal key's checks (the agent's own, 0600, no link, never blocking, bounded).
+		b, _, err := datadir.ReadPrivate(o.TokenFile, apiTokenLimit)
 		if err != nil {
-			return nil, fmt.Errorf("--api-token-file: %w", err)
+			return nil, fmt.Errorf("--api-token-file %s: %w", o.TokenFile, err)
 		}
 		if a.token = []byte(strings.TrimSpace(string(b))); len(a.token) == 0 {
 			return nil, fmt.Errorf("--api-token-file %s is empty", o.TokenFile)
@@ -138,9 +144,9 @@ func loopback(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Listen opens the listener. A unix socket is made 0600 (0660 and the --api-group's with one).
-// A loopback listener knows who owns each connection and bounds the connections of each user
-// without credentials (owners.go).
+// Listen opens the listener. A unix socket is made 0600 (0660 and the --api-group's with one)
+// before its name appears (listenUnix). A loopback listener knows who owns each connection
+// and bounds the connections of each user without credentials (owners.go).
 // Only a stale socket — nothing answers a connection to it — is replaced: a socket another
 // live process serves is refused, never deleted, and so is anything that is not a socket (a
 // file, a link).
@@ -149,6 +155,7 @@ func (a *API) Listen() (net.Listener, error) {
 		if err := clearStaleSocket(a.addr); err != nil {
 			return nil, err
 		}
+		return a.listenUnix()
 	}
 	ln, err := net.Listen(a.network, a.addr)
 	if err != nil {
@@ -157,21 +164,83 @@ func (a *API) Listen() (net.Listener, error) {
 	if a.loopback {
 		return newOwnedListener(ln), nil
 	}
-	if a.network == "unix" {
-		mode := os.FileMode(0o600)
-		if a.gid >= 0 {
-			mode = 0o660
-			if err := os.Chown(a.addr, -1, a.gid); err != nil {
-				ln.Close()
-				return nil, fmt.Errorf("--listen unix:%s: giving it to --api-group: %w", a.addr, err)
-			}
+	return ln, nil
+}
+
+// listenUnix makes the socket in a directory of its own (0700, beside the path), gives it
+// its mode and group there, and only then links it at the path: nobody else can connect to
+// it before it has its mode, whatever the process's umask (bind makes it 0777 minus the
+// umask: with umask 0, anyone who raced the chmod kept a connection with the socket's full
+// access), and no link swapped in at the path redirects the chmod or chown. The link does
+// not replace whatever appeared at the path meanwhile. Closing the listener removes the
+// path only while it is still this socket.
+func (a *API) listenUnix() (net.Listener, error) {
+	fail := func(err error) (net.Listener, error) { return nil, fmt.Errorf("--listen unix:%s: %w", a.addr, err) }
+	private, err := os.MkdirTemp(filepath.Dir(a.addr), ".agentd-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(private)
+	tmp := filepath.Join(private, "s")
+	bindAt := tmp
+	if len(tmp) >= maxSocketPath {
+		// Longer than a socket address holds, though the path itself fits: bind through the
+		// directory's descriptor, whose name under /proc is short.
+		d, err := os.Open(private)
+		if err != nil {
+			return fail(err)
 		}
-		if err := os.Chmod(a.addr, mode); err != nil {
+		defer d.Close()
+		bindAt = "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/s"
+	}
+	ln, err := net.Listen("unix", bindAt)
+	if err != nil {
+		return fail(err)
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	mode := os.FileMode(0o600)
+	if a.gid >= 0 {
+		mode = 0o660
+		if err := os.Chown(tmp, -1, a.gid); err != nil {
 			ln.Close()
-			return nil, fmt.Errorf("--listen unix:%s: %w", a.addr, err)
+			return fail(fmt.Errorf("giving it to --api-group: %w", err))
 		}
 	}
-	return ln, nil
+	if err := os.Chmod(tmp, mode); err != nil {
+		ln.Close()
+		return fail(err)
+	}
+	if err := os.Link(tmp, a.addr); err != nil {
+		ln.Close()
+		return fail(err)
+	}
+	st, err := os.Lstat(a.addr)
+	if err != nil {
+		ln.Close()
+		return fail(err)
+	}
+	return &unixListener{UnixListener: ul, path: a.addr, st: st}, nil
+}
+
+// maxSocketPath is the longest path a unix socket address holds (sun_path, with its NUL).
+const maxSocketPath = 108
+
+// unixListener removes its socket's path when closed, unless something else is there by then,
+// and gives that path as its address.
+type unixListener struct {
+	*net.UnixListener
+	path string
+	st   os.FileInfo
+}
+
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
+
+func (l *unixListener) Close() error {
+	if st, err := os.Lstat(l.path); err == nil && os.SameFile(st, l.st) {
+		_ = os.Remove(l.path)
+	}
+	return l.UnixListener.Close()
 }
 
 // clearStaleSocket removes what is at path only when it is a socket nobody answers on.

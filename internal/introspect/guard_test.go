@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,5 +147,46 @@ func TestLongPollsAreBounded(t *testing.T) {
 		if code := <-done; code != http.StatusOK {
 			t.Fatalf("a long poll within the bound: HTTP %d", code)
 		}
+	}
+}
+
+// TestAPITokenFileGetsTheSealKeysChecks: the API token is what lets a local user read logs and
+// the journal, so its file is read as the seal key is (datadir.ReadPrivate). Before, a 0644
+// token file handed every local user the whole API without a word, a FIFO in its place hung
+// the start, and a link was followed to whatever file it named.
+func TestAPITokenFileGetsTheSealKeysChecks(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "token")
+	must(t, os.WriteFile(good, []byte("the-api-token\n"), 0o600))
+	open := filepath.Join(dir, "open")
+	must(t, os.WriteFile(open, []byte("the-api-token\n"), 0o644))
+	link := filepath.Join(dir, "link")
+	must(t, os.Symlink(good, link))
+	fifo := filepath.Join(dir, "fifo")
+	must(t, syscall.Mkfifo(fifo, 0o600))
+	for path, want := range map[string]string{open: "mode 0644", link: "symbolic link", fifo: "named pipe", dir: "directory"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := introspect.Guard(introspect.Options{Listen: "0.0.0.0:0", TokenFile: path})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "--api-token-file") || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), want) {
+				t.Errorf("--api-token-file %s: %v; want refused naming the flag, the file and %q", path, err, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("--api-token-file %s: the start hangs", path)
+		}
+	}
+	if _, err := introspect.Guard(introspect.Options{Listen: "0.0.0.0:0", TokenFile: good}); err != nil {
+		t.Errorf("a 0600 token file of the agent's: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
