@@ -149,7 +149,7 @@ func (b *builder) snapshot(ctx context.Context) error {
 func (b *builder) eligible() int {
 	n := 0
 	for _, ts := range b.st.Tombstones {
-		if ts.CleanedAt.Before(b.now.Add(-b.cfg.Retention)) {
+		if ts.CleanedAt().Before(b.now.Add(-b.cfg.Retention)) {
 			n++
 		}
 	}

@@ -61,7 +61,7 @@ func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention 
 	}
 	p.Cut = min(cut, p.UpTo)
 	for arn, ts := range st.Tombstones {
-		if ts.CleanedAt.Before(horizon) && ts.CleanSeq <= p.Cut {
+		if ts.CleanedAt().Before(horizon) && ts.CleanSeq <= p.Cut {
 			p.Tasks = append(p.Tasks, arn)
 		}
 	}

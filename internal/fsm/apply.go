@@ -87,7 +87,7 @@ func (s *State) apply(rec event.Record) error {
 		if !ok {
 			return fmt.Errorf("%w: re-sent task is neither live nor tombstoned", ErrUnknownTask)
 		}
-		s.requeue(ts.Final) // the control plane lost track: the final STOPPED again, same ids
+		s.requeue(s.tombstoneFinal(rec.Task, ts)) // the control plane lost track: the final STOPPED again, same ids
 	case *event.DesiredChanged:
 		t, err := s.task(rec)
 		if err != nil {
@@ -345,19 +345,9 @@ func (s *State) clean(rec event.Record) error {
 			return fmt.Errorf("task cleaned while container %s is not removed", c.Name)
 		}
 	}
-	ts := &Tombstone{ARN: t.ARN, Family: t.Family, Reason: t.Reason, StoppedAt: t.StoppedAt, CleanedAt: rec.Time, CleanSeq: rec.Seq,
-		Final: finalChanges(s, t)}
-	for _, c := range t.Containers {
-		if c.ExitCode != nil {
-			if ts.Exits == nil {
-				ts.Exits = map[string]int{}
-			}
-			ts.Exits[c.Name] = *c.ExitCode
-		}
-	}
+	s.Tombstones[t.ARN] = s.tombstone(t, rec)
 	s.imagesReleased(rec, t)
 	delete(s.Tasks, t.ARN)
-	s.Tombstones[t.ARN] = ts
 	return nil
 }
 
