@@ -18,6 +18,7 @@ type Metrics struct {
 	commitLatency prometheus.Histogram
 	journalErrors prometheus.Counter
 	cleanups      prometheus.Counter
+	droppedEarly  prometheus.Counter
 	blockedOnAck  prometheus.Histogram
 	reports       *prometheus.CounterVec
 	payloads      *prometheus.CounterVec
@@ -37,6 +38,7 @@ func newMetrics() *Metrics {
 		commitLatency:        prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_journal_append_seconds", Help: "Time for an append to become durable.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		journalErrors:        prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_errors_total", Help: "Appends that failed (disk full, read-only, ...)."}),
 		cleanups:             prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_cleanups_total", Help: "Tasks cleaned up."}),
+		droppedEarly:         prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_histories_dropped_early_total", Help: "Cleaned tasks whose history compaction dropped before the retention ended, to keep the journal within --journal-max-bytes (their tombstones stay)."}),
 		blockedOnAck:         prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_stopped_to_acked_seconds", Help: "Time from a task's journaled stop to its stopped-acked.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 12)}),
 		reports:              prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_reports_total", Help: "State-change reports by outcome."}, []string{"outcome"}),
 		payloads:             prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_payloads_total", Help: "Payloads received by result."}, []string{"result"}),
@@ -47,7 +49,7 @@ func newMetrics() *Metrics {
 		imageRemovalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_image_removal_failures_total", Help: "Image removals the runtime refused (in use elsewhere, tagged again) or failed."}),
 		imagesPulled:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_images_pulled", Help: "Images the agent pulled and has not removed."}),
 	}
-	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.cleanups, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
+	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.cleanups, m.droppedEarly, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
 		m.imagesRemoved, m.imageRemovalFailures, m.imagesPulled)
 	return m
 }

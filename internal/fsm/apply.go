@@ -178,8 +178,18 @@ func (s *State) apply(rec event.Record) error {
 				return fmt.Errorf("compaction dropped live task %s", arn)
 			}
 		}
+		for _, arn := range e.Early {
+			if _, live := s.Tasks[arn]; live {
+				return fmt.Errorf("compaction dropped the history of live task %s", arn)
+			}
+		}
 		for _, arn := range e.Tasks {
 			delete(s.Tombstones, arn)
+		}
+		for _, arn := range e.Early {
+			if ts := s.Tombstones[arn]; ts != nil {
+				ts.HistoryDropped = true // the tombstone stays: the guard still needs it
+			}
 		}
 		for _, m := range e.Messages {
 			delete(s.Messages, m)

@@ -95,6 +95,9 @@ type Tombstone struct {
 	StopSeq   uint64      `json:"stop_seq"` // the record of the task's STOPPED: its change's id
 	Stops     []FinalStop `json:"stops,omitempty"`
 	BareID    bool        `json:"bare_id,omitempty"` // the task's STOPPED id is "c-<seq>" (FinalStop.BareID)
+	// HistoryDropped: its records went before the retention ended, to keep the journal within
+	// --journal-max-bytes (event.CompactionDone.Early); the tombstone alone answers for it.
+	HistoryDropped bool `json:"history_dropped,omitempty"`
 }
 
 // FinalStop is a container's final STOPPED change, kept in a tombstone.

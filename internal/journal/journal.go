@@ -263,6 +263,20 @@ func (j *Journal) Size() (int64, error) {
 	return n, err
 }
 
+// InUse is the bytes the journal's pages hold: its size less the pages freed for reuse
+// (bbolt's file never shrinks; a compaction's freed pages are taken by later commits first).
+// This is what --journal-max-bytes bounds.
+func (j *Journal) InUse() (int64, error) {
+	var n int64
+	err := j.db.View(func(tx *bolt.Tx) error {
+		n = tx.Size()
+		return nil
+	})
+	st := j.db.Stats()
+	n -= int64(st.FreePageN+st.PendingPageN) * int64(j.db.Info().PageSize)
+	return n, err
+}
+
 // DB exposes the bbolt handle for tools that measure or inspect the file itself (bench,
 // export). Writes through it bypass every guarantee of this package.
 func (j *Journal) DB() *bolt.DB { return j.db }
