@@ -142,6 +142,7 @@ func Open(path string, opts Options) (*Journal, error) {
 		j.done = make(chan struct{})
 		go j.writer()
 	}
+	j.releaseMapped() // the open walked every page: they need not count as the agent's memory
 	return j, nil
 }
 
