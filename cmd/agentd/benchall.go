@@ -58,6 +58,15 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 	add(benchRow{"lifecycle", fmt.Sprintf("tasks/s, %d tasks unthrottled", tasks), l.TasksPerSec, "-", 0, "≥ 1000", l.TasksPerSec >= 1000})
 	add(benchRow{"lifecycle", "journal commits per task", l.CommitsPerTask, "ECS agent: ≥ 1 DB.Batch per transition, ~10 a task", 0, "-", true})
 	add(benchRow{"lifecycle", "journal bytes written per task", l.DiskBytesPerTask, fmt.Sprintf("%.1f records, %.0f record bytes", l.RecordsPerTask, l.RecordBytesPerTask), 0, "-", true})
+	add(benchRow{"lifecycle", "journal used bytes per record (snapshots, pages)", l.BytesPerRecord, fmt.Sprintf("%d bytes used at the end", l.UsedBytes), 0, "≤ 150", l.BytesPerRecord <= 150})
+
+	rem, err := benchmark.Remembered(100000)
+	if err != nil {
+		return err
+	}
+	remHeap := max(rem.HeapPerTask, rem.RestoredPerTask)
+	add(benchRow{"remembered", "heap bytes per remembered task, 100,000 cleaned", remHeap,
+		fmt.Sprintf("built %.0f, restored %.0f; snapshot %.0f bytes a task", rem.HeapPerTask, rem.RestoredPerTask, rem.SnapshotPerTask), 0, "≤ 300", remHeap <= 300})
 
 	th, err := benchmark.Throttled(ctx, benchmark.ThrottledOptions{Dir: b.Dir, RPS: 10, Tasks: tasks / 2})
 	if err != nil {

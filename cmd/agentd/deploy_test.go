@@ -135,6 +135,12 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 			t.Errorf("%s is named by the rules or the dashboard but not served at /metrics", n)
 		}
 	}
+	// The agent's own footprint is served beside the tasks' (issue 25): heap, goroutines, RSS, fds.
+	for _, n := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "process_open_fds"} {
+		if _, ok := families[n]; !ok {
+			t.Errorf("%s (the Go/process collectors) is not served at /metrics", n)
+		}
+	}
 	// The label values the rules select on are real too.
 	metrics := scrape(t, s.api)
 	for _, series := range []string{`agentd_source_healthy{source="runtime"}`, `agentd_source_healthy{source="exit_stream"}`,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/agentd/agentd/internal/engine"
 )
@@ -9,7 +10,7 @@ import (
 // healthCollector exports the engine's health by source, so an alert can say which thing is
 // wrong (the runtime is unavailable; the control plane refuses the credentials) instead of
 // only that agentd_healthy is 0. Its labels are the fixed list of sources: cardinality stays
-// five whatever the host runs.
+// six whatever the host runs.
 type healthCollector struct {
 	e       *engine.Engine
 	healthy *prometheus.Desc
@@ -17,8 +18,12 @@ type healthCollector struct {
 }
 
 func registerHealthCollector(e *engine.Engine) {
+	// The Go and process collectors give an operator the agent's own heap, goroutines, RSS and
+	// file descriptors (go_memstats_*, go_goroutines, process_*) without attaching a debugger:
+	// what remembering tasks costs shows on the same scrape as the tasks.
+	e.Metrics().Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e.Metrics().Registry.MustRegister(&healthCollector{e: e,
-		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials).", []string{"source"}, nil),
+		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials, journal_budget).", []string{"source"}, nil),
 		since:   prometheus.NewDesc("agentd_source_unhealthy_seconds", "How long the source's current problem has lasted (0 while it works).", []string{"source"}, nil),
 	})
 }

@@ -202,7 +202,7 @@ func (r *journalReplayCmd) Run(ctx context.Context) error {
 				if r.JSON {
 					return printJSON(ts)
 				}
-				fmt.Printf("task %s: CLEANED at %s (tombstone)\n", r.Task, ts.CleanedAt.UTC().Format(time.RFC3339Nano))
+				fmt.Printf("task %s: CLEANED at %s (tombstone)\n", r.Task, ts.CleanedAt().Format(time.RFC3339Nano))
 				return nil
 			}
 			return fmt.Errorf("--task %s: not known at record %d", r.Task, rep.Seq)

@@ -36,6 +36,8 @@ type runCmd struct {
 	Listen        string        `default:"127.0.0.1:51678" env:"AGENTD_LISTEN" help:"Introspection API address."`
 	Retention     time.Duration `default:"168h" env:"AGENTD_RETENTION" help:"How long the history and tombstone of a cleaned task are kept: a re-sent task is recognised for this long, and the id of a payload that still holds a live task is kept while that task lives, so a re-send of it never runs a task again. Negative: forever."`
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
+	// JournalMaxBytes (issue 25): the disk the journal may take, whatever the retention.
+	JournalMaxBytes int64 `default:"1073741824" env:"AGENTD_JOURNAL_MAX_BYTES" placeholder:"BYTES" help:"Bytes the journal may hold (default 1 GiB). Past it, compaction drops the oldest cleaned tasks' history before --retention ends, keeping their tombstones (a re-sent task is still recognised); too small for the live tasks' history shows in health (journal_budget). 0: no limit."`
 	// Images (issue 17): the Docker runtime's pulls.
 	RegistryAuthFile      string        `placeholder:"FILE" env:"AGENTD_REGISTRY_AUTH_FILE" help:"Registry credentials: a Docker config.json (auths with auth or username/password, keyed by registry host[:port]); re-read when it changes."`
 	PullPolicy            string        `default:"if-not-present" enum:"always,if-not-present,never" env:"AGENTD_PULL_POLICY" help:"Pull policy of a container that names none: always, if-not-present or never."`
@@ -87,11 +89,14 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.JournalMaxBytes < 0 {
+		return fmt.Errorf("--journal-max-bytes %d: must be ≥ 0 (0: no limit)", r.JournalMaxBytes)
+	}
 	a, err := startAgent(ctx, agentConfig{TaskRules: rules, BindRoots: roots,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags,
 		Pulls:  pullSettings{AuthFile: r.RegistryAuthFile, Policy: r.PullPolicy, Inactivity: r.PullInactivityTimeout},
-		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention, Images: images},
+		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention, JournalMaxBytes: r.JournalMaxBytes, Images: images},
 	}, log)
 	if err != nil {
 		return err

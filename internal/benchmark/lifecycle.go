@@ -26,6 +26,10 @@ type LifecycleResult struct {
 	RecordsPerTask     float64 `json:"records_per_task"`
 	RecordBytesPerTask float64 `json:"record_bytes_per_task"` // encoded records appended
 	DiskBytesPerTask   float64 `json:"disk_bytes_per_task"`   // pages written, the meta page included
+	// What the journal holds at the end, as `journal stats` counts it: the used bytes (bbolt's
+	// pages, snapshots included) over the records in it — the real mix, not a synthetic record.
+	UsedBytes      int64   `json:"used_bytes"`
+	BytesPerRecord float64 `json:"used_bytes_per_record"`
 }
 
 // Lifecycle assigns n tasks through an in-process control plane (unthrottled) to an agent on
@@ -75,5 +79,9 @@ func Lifecycle(ctx context.Context, dirParent string, n int) (LifecycleResult, e
 	res.RecordsPerTask = float64(res.Records) / per
 	res.RecordBytesPerTask = float64(after.Bytes-before.Bytes) / per
 	res.DiskBytesPerTask = float64((pages(j.DB())-pages0)+int64(res.Commits)) * float64(j.DB().Info().PageSize) / per
+	if res.UsedBytes, err = j.Size(); err != nil {
+		return res, err
+	}
+	res.BytesPerRecord = float64(res.UsedBytes) / float64(j.LastSeq())
 	return res, nil
 }

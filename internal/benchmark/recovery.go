@@ -47,6 +47,8 @@ type churnConfig struct {
 	Retention     time.Duration // in virtual time, recordStep a record
 	SizeEvery     uint64        // note the used bytes each time this many records have passed
 	Keep          bool          // snapshots and compaction as the daemon does; false: history only
+	MaxBytes      int64         // the daemon's --journal-max-bytes (0: none)
+	Resends       int           // task_resent records a churn task gets while it runs: a longer history
 }
 
 // benchChurn is the recovery benchmark's: about 100k records of history kept.
@@ -124,7 +126,7 @@ func (b *builder) snapshot(ctx context.Context) error {
 		return err
 	}
 	// The daemon's own compaction plan, as it runs after each snapshot.
-	plan, err := engine.PlanCompaction(b.st, b.j, b.now, b.cfg.Retention, at)
+	plan, err := engine.PlanCompaction(b.st, b.j, b.now, b.cfg.Retention, at, b.cfg.MaxBytes)
 	if err != nil {
 		return err
 	}
@@ -149,7 +151,7 @@ func (b *builder) snapshot(ctx context.Context) error {
 func (b *builder) eligible() int {
 	n := 0
 	for _, ts := range b.st.Tombstones {
-		if ts.CleanedAt.Before(b.now.Add(-b.cfg.Retention)) {
+		if ts.CleanedAt().Before(b.now.Add(-b.cfg.Retention)) {
 			n++
 		}
 	}
@@ -215,6 +217,10 @@ func (b *builder) churn(ctx context.Context, total int) error {
 		b.churned++
 		base := b.j.LastSeq() + uint64(len(b.buf)) + 1 // this task's first record's sequence number
 		b.up(arn)
+		for range b.cfg.Resends {
+			b.add(arn, "", &event.TaskResent{}) // a re-sent payload: history, no state
+		}
+		base += uint64(b.cfg.Resends)
 		b.add(arn, "app", &event.ContainerTransitioned{From: "RUNNING", To: "STOPPED", ExitCode: &code})
 		b.add(arn, "", &event.TaskTransitioned{From: "RUNNING", To: "STOPPED"})
 		id := func(off uint64) string { return "c-" + b.j.ID() + "-" + strconv.FormatUint(base+off, 10) }

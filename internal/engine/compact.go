@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -19,8 +21,21 @@ type CompactionPlan struct {
 	Cut      uint64   // records without a task at or before this go
 	Tasks    []string // tombstoned tasks whose whole history goes
 	Messages []string // message ids forgotten
-	drop     map[string]bool
+	// Early are cleaned tasks within the retention whose history goes because the journal
+	// passed its budget, oldest cleaned first; their tombstones stay (event.CompactionDone.Early).
+	Early []string
+	// OverBudget says why the journal stays over its budget even with every cleaned task's
+	// history gone: the live tasks' history alone needs more ("" when it fits).
+	OverBudget string
+	InUse      int64 // the journal's bytes in use when planned (0: no budget)
+	drop       map[string]bool
 }
+
+// Budget is the journal's size limit (--journal-max-bytes; ≤ 0: none). Past it, compaction
+// drops cleaned tasks' histories before their retention ends, the oldest cleaned first,
+// until an estimate of what they hold brings the journal to budgetAim of the budget — so
+// one compaction makes room for more than the next snapshot interval's records.
+const budgetAim = 0.8
 
 // PlanCompaction decides a compaction from the projection (it reads the journal only to turn
 // the retention horizon into a sequence number and to find the snapshots kept). newest is the
@@ -39,7 +54,10 @@ type CompactionPlan struct {
 // falls behind any churn that cleans more tasks than the bound between two snapshots, and then
 // the file and recovery grow with history. The compaction_done record this makes lists at most
 // the tombstones the snapshot before it holds in full, so it is never bigger than that snapshot.
-func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention time.Duration, newest uint64) (CompactionPlan, error) {
+//
+// A budget (maxBytes > 0) adds the early drops; the time cut and the message ids forgotten
+// stay the retention's, so every tombstone and payload id the guard needs stays.
+func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention time.Duration, newest uint64, maxBytes int64) (CompactionPlan, error) {
 	p := CompactionPlan{drop: map[string]bool{}}
 	kept, err := j.SnapshotSeqs()
 	if err != nil {
@@ -54,15 +72,17 @@ func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention 
 	if p.UpTo == 0 {
 		return p, nil
 	}
-	horizon := now.Add(-retention)
-	cut, err := j.SeqAt(horizon)
-	if err != nil {
-		return p, err
-	}
-	p.Cut = min(cut, p.UpTo)
-	for arn, ts := range st.Tombstones {
-		if ts.CleanedAt.Before(horizon) && ts.CleanSeq <= p.Cut {
-			p.Tasks = append(p.Tasks, arn)
+	if retention >= 0 { // negative: kept forever, only the budget drops history
+		horizon := now.Add(-retention)
+		cut, err := j.SeqAt(horizon)
+		if err != nil {
+			return p, err
+		}
+		p.Cut = min(cut, p.UpTo)
+		for arn, ts := range st.Tombstones {
+			if ts.CleanedAt().Before(horizon) && ts.CleanSeq <= p.Cut {
+				p.Tasks = append(p.Tasks, arn)
+			}
 		}
 	}
 	held := map[string]bool{} // payloads that hold a live task: a re-send of one must stay recognised
@@ -81,11 +101,63 @@ func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention 
 	for _, t := range p.Tasks {
 		p.drop[t] = true
 	}
+	if maxBytes > 0 {
+		if err := p.overBudget(st, j, maxBytes); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
 }
 
+// overBudget plans the early drops when the journal's bytes in use pass maxBytes. What a
+// task's history holds is estimated as the bytes in use over the tasks that have one (live,
+// or tombstoned with their history): records without a task go with the oldest dropped.
+func (p *CompactionPlan) overBudget(st *fsm.State, j *journal.Journal, maxBytes int64) error {
+	inUse, err := j.InUse()
+	if err != nil {
+		return err
+	}
+	p.InUse = inUse
+	if inUse <= maxBytes {
+		return nil
+	}
+	type cand struct {
+		arn string
+		seq uint64
+	}
+	var cands []cand
+	withHistory := len(st.Tasks)
+	for arn, ts := range st.Tombstones {
+		if ts.HistoryDropped || p.drop[arn] {
+			continue
+		}
+		withHistory++
+		if ts.CleanSeq <= p.UpTo {
+			cands = append(cands, cand{arn, ts.CleanSeq})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seq, b.seq) })
+	perTask := inUse / int64(max(withHistory, 1))
+	need := inUse - int64(budgetAim*float64(maxBytes))
+	n := min(len(cands), int((need+perTask-1)/max(perTask, 1)))
+	for _, c := range cands[:n] {
+		p.Early = append(p.Early, c.arn)
+		p.drop[c.arn] = true
+	}
+	if n > 0 {
+		p.Cut = max(p.Cut, min(cands[n-1].seq, p.UpTo)) // their payloads and reports go with them
+	}
+	if left := inUse - int64(n)*perTask; n == len(cands) && left > maxBytes {
+		p.OverBudget = fmt.Sprintf("journal holds %d bytes, %d after dropping every cleaned task's history: more than --journal-max-bytes %d; the live tasks' history alone needs more", inUse, left, maxBytes)
+	}
+	slices.Sort(p.Early)
+	return nil
+}
+
 // Empty reports whether there is nothing to forget.
-func (p CompactionPlan) Empty() bool { return len(p.Tasks) == 0 && len(p.Messages) == 0 }
+func (p CompactionPlan) Empty() bool {
+	return len(p.Tasks) == 0 && len(p.Messages) == 0 && len(p.Early) == 0
+}
 
 // Drop is the compaction's predicate. A task's records go with its task, whatever their age,
 // so a kept task's history is always whole. agent_started records stay: they are few, and a
@@ -104,5 +176,5 @@ func (p CompactionPlan) Drop(h journal.Header) bool {
 
 // Done is the record that closes the compaction.
 func (p CompactionPlan) Done(records int) *event.CompactionDone {
-	return &event.CompactionDone{UpToSeq: p.UpTo, Tasks: p.Tasks, Messages: p.Messages, Records: records}
+	return &event.CompactionDone{UpToSeq: p.UpTo, Tasks: p.Tasks, Messages: p.Messages, Early: p.Early, Records: records}
 }

@@ -46,22 +46,25 @@ type Executor interface {
 
 // Config is the engine's configuration.
 type Config struct {
-	AgentID        string        // "" to keep the journal's, or generate one on first start
-	Version        string        // journaled in agent_started
-	RuntimeName    string        // journaled in agent_started
-	CleanupWait    time.Duration // from the journaled stop time
-	StopTimeout    time.Duration // SIGTERM, then kill (default 10 s)
-	SnapshotEvery  uint64        // records between snapshots (default 20,000)
-	Retention      time.Duration // how long cleaned tasks' history and tombstones are kept (default 7 days; <0: forever)
-	Workers        int           // concurrent runtime calls (default 8)
-	CleanupWorkers int           // container removals at once (default 4)
-	CleanupJitter  time.Duration // spread of cleanup starts (default 50 ms)
-	PollWait       time.Duration // long-poll wait (default 20 s)
-	Seed           uint64        // jitter (0: random)
-	Submit         submit.Policy
-	TaskRules      protocol.Rules // how payloads' tasks are read: the host's allowed bind roots
-	Images         ImageGC        // image garbage collection (zero Interval: off)
-	PullWorkers    int            // pulls at once, apart from the other calls (default 4): slow registries never hold up a stop
+	AgentID       string        // "" to keep the journal's, or generate one on first start
+	Version       string        // journaled in agent_started
+	RuntimeName   string        // journaled in agent_started
+	CleanupWait   time.Duration // from the journaled stop time
+	StopTimeout   time.Duration // SIGTERM, then kill (default 10 s)
+	SnapshotEvery uint64        // records between snapshots (default 20,000)
+	Retention     time.Duration // how long cleaned tasks' history and tombstones are kept (default 7 days; <0: forever)
+	// JournalMaxBytes bounds the journal's bytes in use: past it, compaction drops cleaned
+	// tasks' history before the retention ends, keeping their tombstones (0: no budget).
+	JournalMaxBytes int64
+	Workers         int           // concurrent runtime calls (default 8)
+	CleanupWorkers  int           // container removals at once (default 4)
+	CleanupJitter   time.Duration // spread of cleanup starts (default 50 ms)
+	PollWait        time.Duration // long-poll wait (default 20 s)
+	Seed            uint64        // jitter (0: random)
+	Submit          submit.Policy
+	TaskRules       protocol.Rules // how payloads' tasks are read: the host's allowed bind roots
+	Images          ImageGC        // image garbage collection (zero Interval: off)
+	PullWorkers     int            // pulls at once, apart from the other calls (default 4): slow registries never hold up a stop
 }
 
 func (c *Config) defaults() {

@@ -2,9 +2,11 @@ package engine_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
 )
@@ -288,5 +290,50 @@ func TestCompactionDropsOnlyLongCleanedHistory(t *testing.T) {
 	r.crash()
 	if r.known("task/live") != event.StatusRunning || r.known("task/new-0") != event.StatusCleaned {
 		t.Fatal("restart after compaction lost state")
+	}
+}
+
+// Past --journal-max-bytes, compaction drops a cleaned task's history before its retention
+// ends and keeps its tombstone: a re-send of it is recognised, not run. A budget too small
+// even for the live task's history is named in health (journal_budget), not silently missed.
+func TestJournalBudgetDropsCleanedHistoryEarlyKeepingTombstones(t *testing.T) {
+	r := newRig(t, 0)
+	r.cfg.Retention, r.cfg.SnapshotEvery, r.cfg.JournalMaxBytes = time.Hour, 10, 1
+	r.crash() // take the new config
+	r.assign("task/old", "RUNNING", ctr("app", "exit", "0"))
+	r.assign("task/live", "RUNNING", ctr("app"))
+	r.advance(time.Second)
+	for i := 0; i < 3; i++ { // enough new records for a snapshot, which triggers compaction
+		r.assign(fmt.Sprintf("task/new-%d", i), "RUNNING", ctr("app", "exit", "0"))
+		r.advance(time.Second)
+	}
+	ts := r.e.State().Tombstones["task/old"]
+	if ts == nil || !ts.HistoryDropped {
+		t.Fatalf("task/old's tombstone is %+v; want it kept, its history dropped early", ts)
+	}
+	if n := len(r.records("task/old", event.TypeTaskAdded)); n != 0 {
+		t.Fatal("task/old's history is still in the journal past the budget")
+	}
+	if len(r.records("task/live", event.TypeTaskAdded)) != 1 {
+		t.Fatal("a live task lost its history to the budget")
+	}
+	var problem string
+	for _, s := range r.e.Health() {
+		if s.Source == engine.HealthJournalBudget {
+			problem = s.Problem
+		}
+	}
+	if !strings.Contains(problem, "--journal-max-bytes 1") {
+		t.Fatalf("health journal_budget says %q; want the budget too small for the live tasks named", problem)
+	}
+	res, err := r.j.Verify(nil)
+	if err != nil || len(res.Problems) > 0 {
+		t.Fatalf("verify after early drops: %v %v", res.Problems, err)
+	}
+	r.crash()
+	r.assign("task/old", "RUNNING", ctr("app", "exit", "0")) // re-sent after a restart
+	r.advance(time.Second)
+	if r.known("task/old") != event.StatusCleaned || r.containers("task/old") != 0 {
+		t.Fatalf("re-sent task/old, its history dropped early, is %s with %d containers: run again", r.known("task/old"), r.containers("task/old"))
 	}
 }

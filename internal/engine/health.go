@@ -19,10 +19,13 @@ const (
 	HealthControlPlane HealthSource = "control_plane" // reports answered, not refused as malformed
 	HealthCredentials  HealthSource = "credentials"   // the control plane accepts the agent's token
 	HealthCore         HealthSource = "core"          // the projection accepts every record the core makes (quarantine.go)
+	// HealthJournalBudget: the journal fits --journal-max-bytes once cleaned tasks' history is
+	// dropped; a problem when the live tasks' history alone needs more (issue 25).
+	HealthJournalBudget HealthSource = "journal_budget"
 )
 
 // HealthSources are every source, in the order /healthz and the status page list them.
-var HealthSources = []HealthSource{HealthJournal, HealthRuntime, HealthExitStream, HealthControlPlane, HealthCredentials, HealthCore}
+var HealthSources = []HealthSource{HealthJournal, HealthRuntime, HealthExitStream, HealthControlPlane, HealthCredentials, HealthCore, HealthJournalBudget}
 
 // HealthSlot is one source's state: Problem is "" while it works; Since is when the current
 // problem began (zero while healthy).

@@ -46,13 +46,22 @@ func (e *Engine) snapshotIfDue() *pendingSnapshot {
 // The deletions run on the executor in commits of their own, so appends wait at most one
 // short commit; the compaction_done record follows as an input.
 func (e *Engine) planCompaction() *CompactionPlan {
-	if e.compacting || e.cfg.Retention < 0 {
+	if e.compacting || (e.cfg.Retention < 0 && e.cfg.JournalMaxBytes <= 0) {
 		return nil
 	}
-	plan, err := PlanCompaction(e.st, e.j, e.clock.Now(), e.cfg.Retention, e.snapSeq)
+	plan, err := PlanCompaction(e.st, e.j, e.clock.Now(), e.cfg.Retention, e.snapSeq, e.cfg.JournalMaxBytes)
 	if err != nil {
 		e.log.Warn().Err(err).Msg("compaction skipped")
 		return nil
+	}
+	if plan.OverBudget != "" {
+		e.setHealth(HealthJournalBudget, plan.OverBudget)
+	} else if plan.InUse > 0 || e.cfg.JournalMaxBytes > 0 {
+		e.clearHealth(HealthJournalBudget)
+	}
+	if len(plan.Early) > 0 {
+		e.log.Warn().Int("tasks", len(plan.Early)).Int64("in_use", plan.InUse).Int64("journal_max_bytes", e.cfg.JournalMaxBytes).
+			Msg("journal past its budget: dropping cleaned tasks' history before their retention ends (their tombstones stay)")
 	}
 	if plan.Empty() {
 		return nil

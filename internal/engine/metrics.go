@@ -19,6 +19,7 @@ type Metrics struct {
 	journalErrors prometheus.Counter
 	coreRefused   prometheus.Counter
 	cleanups      prometheus.Counter
+	droppedEarly  prometheus.Counter
 	blockedOnAck  prometheus.Histogram
 	reports       *prometheus.CounterVec
 	payloads      *prometheus.CounterVec
@@ -40,6 +41,7 @@ func newMetrics() *Metrics {
 		journalErrors:        prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_errors_total", Help: "Appends that failed (disk full, read-only, ...)."}),
 		coreRefused:          prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_core_refused_records_total", Help: "Records the core made that the projection refused: dropped before the commit, their task quarantined (a bug)."}),
 		cleanups:             prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_cleanups_total", Help: "Tasks cleaned up."}),
+		droppedEarly:         prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_journal_histories_dropped_early_total", Help: "Cleaned tasks whose history compaction dropped before the retention ended, to keep the journal within --journal-max-bytes (their tombstones stay)."}),
 		blockedOnAck:         prometheus.NewHistogram(prometheus.HistogramOpts{Name: "agentd_stopped_to_acked_seconds", Help: "Time from a task's journaled stop to its stopped-acked.", Buckets: prometheus.ExponentialBuckets(0.01, 4, 12)}),
 		reports:              prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_reports_total", Help: "State-change reports by outcome."}, []string{"outcome"}),
 		payloads:             prometheus.NewCounterVec(prometheus.CounterOpts{Name: "agentd_payloads_total", Help: "Payloads received by result."}, []string{"result"}),
@@ -51,7 +53,7 @@ func newMetrics() *Metrics {
 		imagesReleased:       prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_images_released_total", Help: "Images the agent pulled and let go of, the runtime keeping them for another name or container (image_released records)."}),
 		imagesPulled:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_images_pulled", Help: "Images the agent pulled and has not removed."}),
 	}
-	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.coreRefused, m.cleanups, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
+	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.coreRefused, m.cleanups, m.droppedEarly, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
 		m.imagesRemoved, m.imageRemovalFailures, m.imagesReleased, m.imagesPulled)
 	return m
 }

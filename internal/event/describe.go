@@ -124,6 +124,7 @@ func Describe(e Event) string {
 		kv("records", e.Records)
 		kv("tasks", len(e.Tasks))
 		kv("messages", len(e.Messages))
+		kv("early", len(e.Early)) // histories dropped before the retention ended (the journal budget)
 	case *ReportAttempted:
 		kv("outcome", e.Outcome)
 		kv("http", e.HTTPStatus)

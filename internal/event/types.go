@@ -320,7 +320,10 @@ type CompactionDone struct {
 	UpToSeq  uint64   `json:"up_to_seq"`
 	Tasks    []string `json:"tasks,omitempty"`    // tombstones past retention, forgotten
 	Messages []string `json:"messages,omitempty"` // message ids past retention, forgotten
-	Records  int      `json:"records"`
+	// Early are cleaned tasks whose history went before their retention ended, because the
+	// journal passed --journal-max-bytes: their tombstones stay until the retention ends.
+	Early   []string `json:"early,omitempty"`
+	Records int      `json:"records"`
 }
 
 // ImageRemoved records that image garbage collection removed an image this agent pulled, which

@@ -87,7 +87,7 @@ func (s *State) apply(rec event.Record) error {
 		if !ok {
 			return fmt.Errorf("%w: re-sent task is neither live nor tombstoned", ErrUnknownTask)
 		}
-		s.requeue(ts.Final) // the control plane lost track: the final STOPPED again, same ids
+		s.requeue(s.tombstoneFinal(rec.Task, ts)) // the control plane lost track: the final STOPPED again, same ids
 	case *event.DesiredChanged:
 		t, err := s.task(rec)
 		if err != nil {
@@ -182,8 +182,18 @@ func (s *State) apply(rec event.Record) error {
 				return fmt.Errorf("compaction dropped live task %s", arn)
 			}
 		}
+		for _, arn := range e.Early {
+			if _, live := s.Tasks[arn]; live {
+				return fmt.Errorf("compaction dropped the history of live task %s", arn)
+			}
+		}
 		for _, arn := range e.Tasks {
 			delete(s.Tombstones, arn)
+		}
+		for _, arn := range e.Early {
+			if ts := s.Tombstones[arn]; ts != nil {
+				ts.HistoryDropped = true // the tombstone stays: the guard still needs it
+			}
 		}
 		for _, m := range e.Messages {
 			delete(s.Messages, m)
@@ -377,19 +387,9 @@ func (s *State) clean(rec event.Record) error {
 			return fmt.Errorf("task cleaned while container %s is not removed", c.Name)
 		}
 	}
-	ts := &Tombstone{ARN: t.ARN, Family: t.Family, Reason: t.Reason, StoppedAt: t.StoppedAt, CleanedAt: rec.Time, CleanSeq: rec.Seq,
-		Final: finalChanges(s, t)}
-	for _, c := range t.Containers {
-		if c.ExitCode != nil {
-			if ts.Exits == nil {
-				ts.Exits = map[string]int{}
-			}
-			ts.Exits[c.Name] = *c.ExitCode
-		}
-	}
+	s.Tombstones[t.ARN] = s.tombstone(t, rec)
 	s.imagesReleased(rec, t)
 	delete(s.Tasks, t.ARN)
-	s.Tombstones[t.ARN] = ts
 	return nil
 }
 

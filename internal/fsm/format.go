@@ -30,7 +30,7 @@ func (s *State) Format(now time.Time, cfg Config) string {
 	slices.Sort(tombs)
 	for _, arn := range tombs {
 		t := s.Tombstones[arn]
-		fmt.Fprintf(&b, "tombstone %s stopped=%s cleaned=%s", event.Printable(arn), ts(t.StoppedAt), ts(t.CleanedAt))
+		fmt.Fprintf(&b, "tombstone %s stopped=%s cleaned=%s", event.Printable(arn), ts(t.StoppedAt()), ts(t.CleanedAt()))
 		if t.Reason != "" {
 			fmt.Fprintf(&b, " reason=%q", t.Reason)
 		}

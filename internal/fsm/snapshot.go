@@ -8,12 +8,25 @@ import (
 )
 
 // snapshotVersion is the encoding of Snapshot. A snapshot of another version is refused, and
-// the caller replays from the start instead.
-const snapshotVersion = 1
+// the caller replays from the start instead. Version 2 (issue 25) keeps tombstones compact;
+// version 1's are read too (tombstoneIn), so an upgraded agent restores its old snapshots.
+const snapshotVersion = 2
 
 type snapshot struct {
 	Version int    `json:"version"`
 	State   *State `json:"state"`
+}
+
+// snapshotIn is a snapshot being restored: its tombstones in either shape. The outer
+// Tombstones field hides the State's for the decoder, which stays strict about unknown fields.
+type snapshotIn struct {
+	Version int      `json:"version"`
+	State   *stateIn `json:"state"`
+}
+
+type stateIn struct {
+	*State
+	Tombstones map[string]*tombstoneIn `json:"tombstones"`
 }
 
 // Snapshot encodes the projection deterministically: maps are written in key order and times
@@ -29,23 +42,37 @@ func (s *State) Snapshot() ([]byte, error) {
 // Restore decodes a snapshot and checks it as strictly as a record: every status must be one
 // the machines know, every outbox entry must belong to its subject.
 func Restore(data []byte) (*State, error) {
-	var snap snapshot
+	snap := snapshotIn{State: &stateIn{State: &State{}}}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&snap); err != nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: %w", err)
 	}
-	if snap.Version != snapshotVersion {
-		return nil, fmt.Errorf("fsm: restore snapshot: version %d, this agentd reads %d", snap.Version, snapshotVersion)
+	if snap.Version != snapshotVersion && snap.Version != 1 {
+		return nil, fmt.Errorf("fsm: restore snapshot: version %d, this agentd reads 1 and %d", snap.Version, snapshotVersion)
 	}
-	if snap.State == nil {
+	if snap.State == nil || snap.State.State == nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: no state")
 	}
 	s := New()
-	*s = *snap.State
+	*s = *snap.State.State
 	s.taskM, s.containerM = newTaskMachine(), newContainerMachine()
-	if s.Tasks == nil || s.Tombstones == nil || s.Messages == nil || s.Outbox == nil {
+	if s.Tasks == nil || snap.State.Tombstones == nil || s.Messages == nil || s.Outbox == nil {
 		return nil, fmt.Errorf("fsm: restore snapshot at %d: missing tables", s.LastSeq)
+	}
+	s.Tombstones = make(map[string]*Tombstone, len(snap.State.Tombstones))
+	for arn, in := range snap.State.Tombstones {
+		if in == nil || (in.ARN != "" && in.ARN != arn) || arn == "" {
+			return nil, fmt.Errorf("fsm: restore snapshot at %d: tombstone %q is damaged", s.LastSeq, arn)
+		}
+		ts, err := in.tombstone(s, arn)
+		if err != nil {
+			return nil, fmt.Errorf("fsm: restore snapshot at %d: %w", s.LastSeq, err)
+		}
+		if ts.StopSeq == 0 || ts.StopSeq > ts.CleanSeq || ts.CleanSeq > s.LastSeq {
+			return nil, fmt.Errorf("fsm: restore snapshot at %d: tombstone %q is damaged (stopped at record %d, cleaned at %d)", s.LastSeq, arn, ts.StopSeq, ts.CleanSeq)
+		}
+		s.Tombstones[arn] = ts
 	}
 	if s.Images == nil {
 		s.Images = map[string]*Image{} // a snapshot from before image collection, or with none

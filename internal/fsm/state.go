@@ -81,17 +81,61 @@ type Container struct {
 	Pending     []uint64               `json:"pending,omitempty"` // unsettled changes, by seq
 }
 
-// Tombstone is what outlives a cleaned task for the retention period: enough to recognise a
-// re-sent ARN and to report its final STOPPED again under the same change ids.
+// Tombstone is what outlives a cleaned task for the retention period, and no more than the
+// guard needs (issue 25: it is kept for every task cleaned within the retention, 600,000 on a
+// host that runs a short task a second): its ARN (the key it is kept under, not repeated in
+// it), to recognise a re-send; when it was cleaned,
+// for the retention; and its final STOPPED changes — each container's, then the task's — so
+// they can be reported again under the very ids they were first reported with (PROTOCOL §1).
+// The ids are not stored: a change's id derives from its record's sequence number (ChangeID).
+// Times are Unix nanoseconds in UTC, not time.Time: 8 bytes each instead of 24, and in the
+// snapshot a number instead of a 30-byte text. Reasons and container names are interned.
 type Tombstone struct {
-	ARN       string         `json:"arn"`
-	Family    string         `json:"family,omitempty"`
-	Reason    string         `json:"reason,omitempty"`
-	StoppedAt time.Time      `json:"stopped_at"`
-	CleanedAt time.Time      `json:"cleaned_at"`
-	CleanSeq  uint64         `json:"clean_seq"`
-	Final     []Change       `json:"final"` // the last change of each container, then the task's STOPPED
-	Exits     map[string]int `json:"exits,omitempty"`
+	Reason    string      `json:"reason,omitempty"` // the task's final STOPPED reason
+	StoppedNs int64       `json:"stopped_ns"`       // when the task's STOPPED was journaled
+	CleanedNs int64       `json:"cleaned_ns"`
+	CleanSeq  uint64      `json:"clean_seq"`
+	StopSeq   uint64      `json:"stop_seq"` // the record of the task's STOPPED: its change's id
+	Stops     []FinalStop `json:"stops,omitempty"`
+	BareID    bool        `json:"bare_id,omitempty"` // the task's STOPPED id is "c-<seq>" (FinalStop.BareID)
+	// HistoryDropped: its records went before the retention ended, to keep the journal within
+	// --journal-max-bytes (event.CompactionDone.Early); the tombstone alone answers for it.
+	HistoryDropped bool `json:"history_dropped,omitempty"`
+}
+
+// FinalStop is a container's final STOPPED change, kept in a tombstone.
+type FinalStop struct {
+	Container string `json:"c"`
+	Reason    string `json:"reason,omitempty"`
+	Seq       uint64 `json:"seq"`
+	AtNs      int64  `json:"at_ns"`
+	Exit      int64  `json:"exit,omitempty"`
+	HasExit   bool   `json:"has_exit,omitempty"`
+	// BareID: its id was made before the journal had an id ("c-<seq>", ChangeID): an
+	// older snapshot's tombstone, its id kept as it was first reported.
+	BareID bool `json:"bare_id,omitempty"`
+}
+
+// StoppedAt is when the task's STOPPED was journaled.
+func (t *Tombstone) StoppedAt() time.Time { return fromNs(t.StoppedNs) }
+
+// CleanedAt is when the task was cleaned: its retention runs from here.
+func (t *Tombstone) CleanedAt() time.Time { return fromNs(t.CleanedNs) }
+
+// toNs is t in Unix nanoseconds; the zero time is 0 (its UnixNano is out of range).
+func toNs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// fromNs undoes toNs, in UTC as every time in the projection is.
+func fromNs(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
 }
 
 // State is the projection.
@@ -108,7 +152,8 @@ type State struct {
 	ExitCursor int64                 `json:"exit_cursor,omitempty"` // the runtime event stream's position, from journaled exits
 	Images     map[string]*Image     `json:"images,omitempty"`      // images this agent pulled and has not removed, by id
 
-	order      []uint64 // Outbox keys ascending, possibly with settled ones not yet swept
+	order      []uint64          // Outbox keys ascending, possibly with settled ones not yet swept
+	interned   map[string]string // reasons and container names tombstones share (intern)
 	taskM      *machine
 	containerM *machine
 }

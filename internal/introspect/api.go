@@ -155,7 +155,7 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 				v.Quarantined = e.Quarantined(t.ARN)
 				out = v
 			} else if ts, ok := st.Tombstones[arn]; ok {
-				s := ts.StoppedAt
+				s := ts.StoppedAt()
 				out = TaskView{ARN: arn, KnownStatus: event.StatusCleaned, DesiredStatus: event.StatusStopped, SentStatus: event.StatusStopped, Reason: ts.Reason, StoppedAt: &s, Containers: []ContainerView{}}
 			}
 		}) {

@@ -142,6 +142,7 @@ func Open(path string, opts Options) (*Journal, error) {
 		j.done = make(chan struct{})
 		go j.writer()
 	}
+	j.releaseMapped() // the open walked every page: they need not count as the agent's memory
 	return j, nil
 }
 
@@ -260,6 +261,20 @@ func (j *Journal) WaitFor(ctx context.Context, seq uint64) error {
 func (j *Journal) Size() (int64, error) {
 	var n int64
 	err := j.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return n, err
+}
+
+// InUse is the bytes the journal's pages hold: its size less the pages freed for reuse
+// (bbolt's file never shrinks; a compaction's freed pages are taken by later commits first).
+// This is what --journal-max-bytes bounds.
+func (j *Journal) InUse() (int64, error) {
+	var n int64
+	err := j.db.View(func(tx *bolt.Tx) error {
+		n = tx.Size()
+		return nil
+	})
+	st := j.db.Stats()
+	n -= int64(st.FreePageN+st.PendingPageN) * int64(j.db.Info().PageSize)
 	return n, err
 }
 

@@ -208,6 +208,7 @@ func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(Header) bo
 		}
 		failpoint.Hit("compaction") // between two of compaction's commits
 	}
+	j.releaseMapped() // the history it read and removed need not stay resident
 	return res, j.reloadHoles()
 }
 
