@@ -18,7 +18,7 @@ type healthCollector struct {
 
 func registerHealthCollector(e *engine.Engine) {
 	e.Metrics().Registry.MustRegister(&healthCollector{e: e,
-		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials).", []string{"source"}, nil),
+		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials; otlp, degraded only, when shipping is configured).", []string{"source"}, nil),
 		since:   prometheus.NewDesc("agentd_source_unhealthy_seconds", "How long the source's current problem has lasted (0 while it works).", []string{"source"}, nil),
 	})
 }
