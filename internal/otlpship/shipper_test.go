@@ -56,7 +56,7 @@ type running struct {
 func ship(t *testing.T, j *journal.Journal, ep Endpoint, tweak func(*Config)) running {
 	t.Helper()
 	cfg := Config{Endpoint: ep, AgentID: "agent-7", Version: "1.2.3", HostName: "host-a",
-		Resource: map[string]string{"deployment.environment": "test", "service.name": "not-agentd"},
+		Resource:   map[string]string{"deployment.environment": "test", "service.name": "not-agentd"},
 		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, PersistEvery: -1, Log: zerolog.Nop()}
 	if tweak != nil {
 		tweak(&cfg)
