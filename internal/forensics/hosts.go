@@ -272,7 +272,11 @@ func stepOfEntry(e Entry) Step {
 	default:
 		s.Kind = e.Type
 	}
-	s.Text = subjectText(s.Container, e.Text)
+	text := e.Text
+	if text == "" {
+		text = e.Type // a record with no fields (cleanup_started, task_cleaned) still says what it was
+	}
+	s.Text = subjectText(s.Container, text)
 	return s
 }
 
