@@ -199,6 +199,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 		changed := s.j.Changed()
 		if s.j.LastSeq() <= pos && s.pending == nil {
 			s.setOldest(time.Time{})
+			s.savePosition(true) // caught up: a crash while idle resends nothing
 			select {
 			case <-ctx.Done():
 				return nil
@@ -218,7 +219,12 @@ func (s *Shipper) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if len(b.recs) == 0 {
+		if len(b.recs) == 0 { // nothing readable yet: wait for the next commit, never spin
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+			}
 			continue
 		}
 		s.setOldest(b.oldestTime)

@@ -338,3 +338,27 @@ func TestSealedValuesAreNeverShipped(t *testing.T) {
 		t.Fatalf("task_added shipped without its message id (%q)", got)
 	}
 }
+
+// A SIGKILL while the shipper is idle must resend nothing: once caught up, the position is
+// written whatever PersistEvery says.
+func TestPositionIsWrittenOnceCaughtUp(t *testing.T) {
+	j := openJournal(t, "")
+	appendTransitions(t, j, "arn:task/1", 600, "") // two batches: the second falls in the throttle
+	rcv := newReceiver(t, nil)
+	r := ship(t, j, rcv.endpoint(), func(c *Config) { c.PersistEvery = time.Hour })
+	r.settled(t, 600)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, err := j.Meta(PositionKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v == "600" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("position in the journal %q 30 s after catching up at 600", v)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
