@@ -223,3 +223,28 @@ func TestImportOTLPNamesABadLine(t *testing.T) {
 		t.Fatalf("err %v, want one naming line 2", err)
 	}
 }
+
+func TestDumpOfATaskAcrossHostsNamesEachLinesHost(t *testing.T) {
+	a, b := twoHosts(t)
+	files, closeAll, err := forensics.OpenHostFiles(context.Background(), []string{b, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll()
+	entries, err := forensics.TaskEntries(files, arn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 12 {
+		t.Fatalf("%d entries, want the 8 of agent-a and the 4 of agent-b", len(entries))
+	}
+	for i, e := range entries {
+		want := "agent-a"
+		if i >= 8 {
+			want = "agent-b"
+		}
+		if line := forensics.EntryLine(e); !strings.HasPrefix(line, want+" ") {
+			t.Fatalf("line %d %q: want it from %s, merged by time", i, line, want)
+		}
+	}
+}

@@ -57,7 +57,7 @@ func ship(t *testing.T, j *journal.Journal, ep Endpoint, tweak func(*Config)) ru
 	t.Helper()
 	cfg := Config{Endpoint: ep, AgentID: "agent-7", Version: "1.2.3", HostName: "host-a",
 		Resource:   map[string]string{"deployment.environment": "test", "service.name": "not-agentd"},
-		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, PersistEvery: -1, Log: zerolog.Nop()}
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, PersistEvery: -1, Linger: -1, Log: zerolog.Nop()}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -360,5 +360,18 @@ func TestPositionIsWrittenOnceCaughtUp(t *testing.T) {
 			t.Fatalf("position in the journal %q 30 s after catching up at 600", v)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Records linger for a fuller batch, but a full batch goes at once.
+func TestAFullBatchDoesNotLinger(t *testing.T) {
+	j := openJournal(t, "")
+	rcv := newReceiver(t, nil)
+	ship(t, j, rcv.endpoint(), func(c *Config) { c.Linger = time.Hour })
+	appendTransitions(t, j, "arn:task/1", 1, "") // wakes the shipper, which lingers
+	appendTransitions(t, j, "arn:task/1", 600, "")
+	rcv.waitFor("a full batch", func() bool { return len(rcv.accepted()) >= MaxBatchRecords })
+	if got := seqsOf(rcv.accepted()); !slices.Equal(got, wantSeqs(1, MaxBatchRecords)) {
+		t.Fatalf("first batch %d records, want 1..%d", len(got), MaxBatchRecords)
 	}
 }
