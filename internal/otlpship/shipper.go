@@ -54,6 +54,11 @@ type Config struct {
 	// log batch delay; negative: none). Fewer, fuller requests keep shipping's share of the CPU
 	// small while the agent commits fast; a full batch goes at once.
 	Linger time.Duration
+	// CPUShare bounds the share of one core building batches may take (default 0.05): after
+	// each batch the shipper rests for as long again as the batch took to build, times
+	// (1/CPUShare − 1). An agent committing faster than that is shipped with a lag that the
+	// lag metrics show, and its commits keep their CPU: shipping never costs the agent.
+	CPUShare float64
 	// PersistEvery bounds how often the position is written (default 1 s; negative: after
 	// every batch). Between writes a crash resends what was shipped: at least once.
 	PersistEvery time.Duration
@@ -102,6 +107,9 @@ func New(j *journal.Journal, cfg Config) (*Shipper, error) {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.CPUShare <= 0 || cfg.CPUShare > 1 {
+		cfg.CPUShare = 0.05
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = time.Second
@@ -217,6 +225,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 		if !s.linger(ctx, pos) {
 			return nil
 		}
+		began := time.Now()
 		b, err := s.read(pos)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, journal.ErrClosed) {
@@ -238,7 +247,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 			continue
 		}
 		s.setOldest(b.oldestTime)
-		delivered, err := s.deliver(ctx, b)
+		delivered, err := s.deliver(ctx, b, began)
 		if err != nil {
 			return nil // ctx ended mid-delivery: the batch is shipped again next time
 		}
@@ -321,10 +330,16 @@ func (s *Shipper) read(pos uint64) (batch, error) {
 
 // deliver sends a batch until the endpoint settles it: true when accepted (2xx), false when
 // refused for good (another 4xx). It returns an error only when ctx ends.
-func (s *Shipper) deliver(ctx context.Context, b batch) (bool, error) {
+func (s *Shipper) deliver(ctx context.Context, b batch, began time.Time) (bool, error) {
 	body, err := proto.Marshal(s.request(b.recs))
 	if err != nil {
 		return false, fmt.Errorf("otlp: encoding a batch: %w", err) // cannot happen with valid UTF-8
+	}
+	// Rest before sending, in proportion to the work the batch took (reading, mapping,
+	// encoding): the shipper's CPU stays within its share however fast records are committed.
+	work := time.Since(began)
+	if !sleep(ctx, time.Duration(float64(work)*(1/s.cfg.CPUShare-1))) {
+		return false, ctx.Err()
 	}
 	bo := backoff.NewExponentialBackOff(func(o *backoff.ExponentialBackOff) {
 		o.InitialInterval, o.MaxInterval, o.MaxElapsedTime = s.cfg.MinBackoff, s.cfg.MaxBackoff, 0
