@@ -22,6 +22,7 @@ type receiver struct {
 	answer func(n int, w http.ResponseWriter) bool // true: answered (not accepted); false: accept
 
 	mu       sync.Mutex
+	count    int
 	requests []received
 	arrived  chan struct{}
 }
@@ -54,7 +55,8 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.mu.Lock()
-	n := len(r.requests)
+	n := r.count // numbered at arrival: a request the script holds does not hold the next
+	r.count++
 	r.mu.Unlock()
 	answered := r.answer != nil && r.answer(n, w)
 	r.mu.Lock()

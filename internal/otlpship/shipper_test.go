@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,7 +59,7 @@ func ship(t *testing.T, j *journal.Journal, ep Endpoint, tweak func(*Config)) ru
 	t.Helper()
 	cfg := Config{Endpoint: ep, AgentID: "agent-7", Version: "1.2.3", HostName: "host-a",
 		Resource:   map[string]string{"deployment.environment": "test", "service.name": "not-agentd"},
-		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, PersistEvery: -1, Linger: -1, Log: zerolog.Nop()}
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, PersistEvery: -1, Linger: -1, CPUShare: 1, Log: zerolog.Nop()}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -373,5 +375,39 @@ func TestAFullBatchDoesNotLinger(t *testing.T) {
 	rcv.waitFor("a full batch", func() bool { return len(rcv.accepted()) >= MaxBatchRecords })
 	if got := seqsOf(rcv.accepted()); !slices.Equal(got, wantSeqs(1, MaxBatchRecords)) {
 		t.Fatalf("first batch %d records, want 1..%d", len(got), MaxBatchRecords)
+	}
+}
+
+// A hung endpoint costs one request timeout, then a retry; a redirect is never followed, so a
+// header (an API key) only ever goes to the configured URL.
+func TestTimeoutsRetriedAndRedirectsNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { elsewhere.Add(1) }))
+	defer other.Close()
+	release := make(chan struct{})
+	defer close(release)
+	j := openJournal(t, "")
+	appendTransitions(t, j, "arn:task/1", 3, "")
+	rcv := newReceiver(t, func(n int, w http.ResponseWriter) bool {
+		switch n {
+		case 0:
+			<-release // hangs past the shipper's timeout
+			return true
+		case 1:
+			w.Header().Set("Location", other.URL+"/v1/logs")
+			w.WriteHeader(http.StatusTemporaryRedirect)
+			return true
+		}
+		return false
+	})
+	ep := rcv.endpoint()
+	ep.Headers = map[string]string{"Authorization": "Bearer k"}
+	r := ship(t, j, ep, func(c *Config) { c.Timeout = 300 * time.Millisecond })
+	r.settled(t, 3)
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the redirect was followed: %d requests reached the other server", n)
+	}
+	if st := r.s.Stats(); st.Retried < 2 || st.Shipped != 3 {
+		t.Fatalf("stats %+v: want the timeout and the redirect retried, 3 shipped", st)
 	}
 }
