@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,8 +16,10 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
@@ -409,5 +413,45 @@ func TestTimeoutsRetriedAndRedirectsNotFollowed(t *testing.T) {
 	}
 	if st := r.s.Stats(); st.Retried < 2 || st.Shipped != 3 {
 		t.Fatalf("stats %+v: want the timeout and the redirect retried, 3 shipped", st)
+	}
+}
+
+// OTEL_EXPORTER_OTLP_CERTIFICATE is the CA an https endpoint is checked against; a partial
+// success's rejected count is counted, not retried.
+func TestCertificateFileAndPartialSuccess(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		b, _ := proto.Marshal(&collogspb.ExportLogsServiceResponse{PartialSuccess: &collogspb.ExportLogsPartialSuccess{RejectedLogRecords: 2, ErrorMessage: "too old"}})
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := openJournal(t, "")
+	appendTransitions(t, j, "arn:task/1", 5, "")
+	r := ship(t, j, Endpoint{URL: srv.URL + "/v1/logs", CAFile: ca}, nil)
+	r.settled(t, 5)
+	if st := r.s.Stats(); st.Rejected != 2 || st.Shipped != 5 || hits.Load() != 1 {
+		t.Fatalf("stats %+v after %d requests: want 2 rejected, 5 shipped, no retry", st, hits.Load())
+	}
+	// Without the CA file the server is not trusted: nothing is shipped.
+	j2 := openJournal(t, "")
+	appendTransitions(t, j2, "arn:task/1", 1, "")
+	untrusted := ship(t, j2, Endpoint{URL: srv.URL + "/v1/logs"}, nil)
+	deadline := time.Now().Add(60 * time.Second)
+	for untrusted.s.Stats().Retried < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no retry against the untrusted endpoint within 60 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if hits.Load() != 1 || untrusted.s.Stats().Shipped != 0 {
+		t.Fatalf("an https endpoint signed by an unknown CA was trusted")
+	}
+	if _, err := New(j2, Config{Endpoint: Endpoint{URL: srv.URL, CAFile: filepath.Join(t.TempDir(), "missing.pem")}}); err == nil || !strings.Contains(err.Error(), EnvCertificate) {
+		t.Fatalf("a missing CA file: err %v, want one naming %s", err, EnvCertificate)
 	}
 }
