@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 
 	"github.com/rs/zerolog"
 
@@ -48,6 +49,11 @@ func startOTLP(ctx context.Context, flag string, j *journal.Journal, eng *engine
 			eng.SetDegraded(engine.HealthOTLP, "shipping stopped: "+err.Error())
 		}
 	}()
+	if strings.HasPrefix(ep.URL, "http://") && len(ep.Headers) > 0 {
+		// Headers often carry an API key: say so when they travel in the clear (a sidecar
+		// Collector on loopback is fine; one across the network is not).
+		log.Warn().Str("endpoint", ep.URL).Msg("otlp: OTEL_EXPORTER_OTLP_HEADERS are sent over plain http; use https unless the Collector is on this host")
+	}
 	log.Info().Str("endpoint", ep.URL).Msg("shipping the journal as OTLP logs")
 	return o, nil
 }
