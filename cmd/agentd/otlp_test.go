@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/otlpship"
 )
@@ -175,4 +177,41 @@ func metricsText(t *testing.T, api string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// `journal dump --task ARN FILE…` merges hosts' journals by time, each line naming its host;
+// several files without --task is refused, naming the flag.
+func TestJournalDumpAcrossHosts(t *testing.T) {
+	dir := t.TempDir()
+	write := func(host string, at time.Time) string {
+		path := filepath.Join(dir, host+".db")
+		j, err := journal.Open(path, journal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer j.Close()
+		ctx := t.Context()
+		if err := j.SetMeta(ctx, "agent_id", host); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.Append(ctx, event.Record{Time: at, Task: "task/moved", Container: "app",
+			Event: &event.ContainerTransitioned{From: event.StatusCreated, To: event.StatusRunning}}); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	b := write("host-b", t0.Add(time.Minute))
+	a := write("host-a", t0)
+	out, err := exec.Command(agentdBinary(t), "journal", "dump", "--task", "task/moved", b, a).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "host-a ") || !strings.HasPrefix(lines[1], "host-b ") || !strings.Contains(lines[0], "task/moved/app") {
+		t.Fatalf("want host-a's line then host-b's, each naming host and container:\n%s", out)
+	}
+	if out, err := exec.Command(agentdBinary(t), "journal", "dump", a, b).CombinedOutput(); err == nil || !strings.Contains(string(out), "--task") {
+		t.Fatalf("several files without --task: %v\n%s", err, out)
+	}
 }
