@@ -167,6 +167,7 @@ func journalRows(j benchmark.JournalResult) []benchRow {
 		{"journal", "appenders' refill between commits µs (no I/O)", float64(j.RefillFloor) / float64(time.Microsecond),
 			fmt.Sprintf("ceiling's commit %.0f µs: at most %.2fx the ceiling with no other cost", float64(j.CeilingCommit)/float64(time.Microsecond), j.CeilingBound), j.CeilingBound, "-", true},
 		{"journal", "pages written per commit", j.Journal.PagesPerCommit, fmt.Sprintf("ceiling %.1f, %.1f records a commit", j.Ceiling.PagesPerCommit, j.Journal.RecordsPerCommit), 0, "-", true},
+		{"journal", "group commit with OTLP shipping on vs off", j.Shipping.EventsPerSec, fmt.Sprintf("shipping off %.0f/s", j.JournalEPS), j.ShippingVsOff, "≥ 0.95x", j.ShippingVsOff >= 0.95},
 		{"journal", "bytes on disk per record", j.BytesPerEvent, "-", 0, "≤ 200", j.BytesPerEvent <= 200},
 		{"journal", "p99 append latency ms", j.JournalP99ms, "-", 0, "-", true},
 	}

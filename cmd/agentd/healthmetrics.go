@@ -23,7 +23,7 @@ func registerHealthCollector(e *engine.Engine) {
 	// what remembering tasks costs shows on the same scrape as the tasks.
 	e.Metrics().Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e.Metrics().Registry.MustRegister(&healthCollector{e: e,
-		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials, journal_budget).", []string{"source"}, nil),
+		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials, core, journal_budget; otlp, degraded only, when shipping is configured).", []string{"source"}, nil),
 		since:   prometheus.NewDesc("agentd_source_unhealthy_seconds", "How long the source's current problem has lasted (0 while it works).", []string{"source"}, nil),
 	})
 }

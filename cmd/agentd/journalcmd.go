@@ -22,6 +22,8 @@ type journalCmd struct {
 	Verify   journalVerifyCmd   `cmd:"" help:"Check every checksum, the sequence, and every invariant; exit 1 on any problem."`
 	Stats    journalStatsCmd    `cmd:"" help:"Records by type, tasks, oldest unsent change, bytes per record, snapshots and compaction."`
 	Export   journalExportCmd   `cmd:"" help:"A consistent copy of a journal, also of one a running agent holds (--live)."`
+
+	ImportOTLP journalImportOTLPCmd `cmd:"" name:"import-otlp" help:"Turn the journal records a log pipeline received as OTLP (the Collector's file/JSON output) into an export dump and timeline read, one record once."`
 }
 
 // journalSource selects the journal every subcommand reads.
@@ -45,14 +47,15 @@ func printJSON(v any) error {
 
 type journalDumpCmd struct {
 	journalSource
-	Task    string `predictor:"task" help:"Only records of this task."`
-	Type    string `help:"Only records of these types (comma-separated wire names)."`
-	FromSeq uint64 `help:"From this sequence number."`
-	ToSeq   uint64 `help:"Up to this sequence number."`
-	Since   string `help:"From this time (RFC 3339, or relative like -2h)."`
-	Until   string `help:"Up to this time (RFC 3339, or relative like -10m)."`
-	Follow  bool   `help:"Keep printing new records as the running agent appends them (needs --live)."`
-	Unseal  bool   `help:"Show env values in the clear, opened with the seal key of --data-dir (only on the agent's own host; the key is never exported)."`
+	Task    string   `predictor:"task" help:"Only records of this task."`
+	Type    string   `help:"Only records of these types (comma-separated wire names)."`
+	FromSeq uint64   `help:"From this sequence number."`
+	ToSeq   uint64   `help:"Up to this sequence number."`
+	Since   string   `help:"From this time (RFC 3339, or relative like -2h)."`
+	Until   string   `help:"Up to this time (RFC 3339, or relative like -10m)."`
+	Follow  bool     `help:"Keep printing new records as the running agent appends them (needs --live)."`
+	Unseal  bool     `help:"Show env values in the clear, opened with the seal key of --data-dir (only on the agent's own host; the key is never exported)."`
+	Files   []string `arg:"" optional:"" type:"existingfile" help:"Several hosts' journals, journal export copies or import-otlp exports: one task's records (--task) merged by time, each line naming its host."`
 }
 
 func (d *journalDumpCmd) filter() (forensics.Filter, error) {
@@ -75,6 +78,9 @@ func (d *journalDumpCmd) Run(ctx context.Context) error {
 	f, err := d.filter()
 	if err != nil {
 		return err
+	}
+	if len(d.Files) > 0 {
+		return d.fleet(ctx, f)
 	}
 	if d.Follow {
 		if d.Live == "" {
@@ -223,19 +229,31 @@ func (r *journalReplayCmd) Run(ctx context.Context) error {
 
 type journalTimelineCmd struct {
 	journalSource
-	Task string `required:"" predictor:"task" help:"The task."`
-	SVG  string `name:"svg" help:"Also draw the timeline into this SVG file."`
+	Task  string   `required:"" predictor:"task" help:"The task."`
+	SVG   string   `name:"svg" help:"Also draw the timeline into this SVG file."`
+	Files []string `arg:"" optional:"" type:"existingfile" help:"Several hosts' journals, journal export copies or import-otlp exports: the task's life across hosts, merged by time (the SVG draws one lane per host)."`
 }
 
 func (c *journalTimelineCmd) Run(ctx context.Context) error {
-	j, closeJ, err := forensics.Open(ctx, c.source())
-	if err != nil {
-		return err
-	}
-	defer closeJ()
-	tl, err := forensics.BuildTimeline(j, c.Task)
-	if err != nil {
-		return err
+	var tl *forensics.Timeline
+	if len(c.Files) > 0 {
+		files, closeAll, err := forensics.OpenHostFiles(ctx, c.Files)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		if tl, err = forensics.FleetTimeline(files, c.Task); err != nil {
+			return err
+		}
+	} else {
+		j, closeJ, err := forensics.Open(ctx, c.source())
+		if err != nil {
+			return err
+		}
+		defer closeJ()
+		if tl, err = forensics.BuildTimeline(j, c.Task); err != nil {
+			return err
+		}
 	}
 	if c.SVG != "" {
 		f, err := os.Create(c.SVG)

@@ -42,6 +42,7 @@ type runCmd struct {
 	RegistryAuthFile      string        `placeholder:"FILE" env:"AGENTD_REGISTRY_AUTH_FILE" help:"Registry credentials: a Docker config.json (auths with auth or username/password, keyed by registry host[:port]); re-read when it changes."`
 	PullPolicy            string        `default:"if-not-present" enum:"always,if-not-present,never" env:"AGENTD_PULL_POLICY" help:"Pull policy of a container that names none: always, if-not-present or never."`
 	PullInactivityTimeout time.Duration `default:"1m" env:"AGENTD_PULL_INACTIVITY_TIMEOUT" help:"A pull that makes no progress for this long is abandoned and tried again (no deadline while it progresses)."`
+	OTLPEndpoint          string        `name:"otlp-endpoint" placeholder:"URL" env:"AGENTD_OTLP_ENDPOINT" help:"Ship every journal record as an OpenTelemetry log to this OTLP/HTTP base URL ({URL}/v1/logs, PROTOCOL.md §5). OTEL_EXPORTER_OTLP_ENDPOINT, _LOGS_ENDPOINT, _HEADERS, _CERTIFICATE and OTEL_RESOURCE_ATTRIBUTES work as the OpenTelemetry specification says."`
 	AllowBindRoot         []string      `name:"allow-bind-root" env:"AGENTD_ALLOW_BIND_ROOT" placeholder:"DIR" help:"A host directory under which tasks may bind-mount (repeatable; none by default: a task asking for a bind mount is invalid)."`
 	trustFlags
 	logFlags
@@ -94,7 +95,7 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	}
 	a, err := startAgent(ctx, agentConfig{TaskRules: rules, BindRoots: roots,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
-		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags,
+		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags, OTLPEndpoint: r.OTLPEndpoint,
 		Pulls:  pullSettings{AuthFile: r.RegistryAuthFile, Policy: r.PullPolicy, Inactivity: r.PullInactivityTimeout},
 		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention, JournalMaxBytes: r.JournalMaxBytes, Images: images},
 	}, log)
@@ -106,6 +107,7 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 
 type agentConfig struct {
 	DataDir, Backend, TokenFile, CAFile, AgentID, Runtime, DockerHost, Listen string
+	OTLPEndpoint                                                              string // --otlp-endpoint (the OTEL_* variables also count)
 	CleanupWait                                                               time.Duration
 	Engine                                                                    engine.Config
 	TaskRules                                                                 protocol.Rules // --allow-bind-root; the engine must decode tasks with it
@@ -144,6 +146,7 @@ type agent struct {
 	eng    *engine.Engine
 	srv    *http.Server
 	ln     net.Listener
+	otlp   *otlpShipping
 	runErr chan error
 }
 
@@ -221,6 +224,10 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	}
 	log.Info().Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", ln.Addr().String()).
 		Dur("cleanup_wait", c.CleanupWait).Msg("agent running")
+	// Shipping starts after recovery: it reads only committed records, from its saved position.
+	if a.otlp, err = startOTLP(ctx, c.OTLPEndpoint, a.j, a.eng, id, log); err != nil {
+		return fail(err)
+	}
 	go func() { a.runErr <- a.eng.Run(ctx) }()
 	go a.notifySystemd(ctx) // READY=1 and watchdog pings under systemd: systemd.go
 	return a, nil
@@ -248,6 +255,7 @@ func (a *agent) close() {
 	if a.cp != nil {
 		a.cp.Close()
 	}
+	a.otlp.stop() // its position is written before the journal closes
 	if a.rt != nil {
 		a.rt.Close()
 	}

@@ -51,7 +51,8 @@ type JournalResult struct {
 	Naive         Contender `json:"naive"`
 	Batch         Contender `json:"batch"`
 	Journal       Contender `json:"journal"`
-	Ceiling       Contender `json:"ceiling"` // raw bbolt, the journal's layout and records per commit, one writer
+	Ceiling       Contender `json:"ceiling"`  // raw bbolt, the journal's layout and records per commit, one writer
+	Shipping      Contender `json:"shipping"` // the journal's group commit with the OTLP shipper running on it
 	NaiveEPS      float64   `json:"naive_eps"`
 	BatchEPS      float64   `json:"batch_eps"`
 	JournalEPS    float64   `json:"journal_eps"`
@@ -61,6 +62,7 @@ type JournalResult struct {
 	VsNaive       float64   `json:"ratio_vs_naive"`
 	VsBatch       float64   `json:"ratio_vs_batch"`
 	VsCeiling     float64   `json:"ratio_vs_ceiling"`
+	ShippingVsOff float64   `json:"ratio_shipping_on_vs_off"`
 	// The scheduler's part of the gap to the ceiling (see refillFloor): the ceiling's mean
 	// commit, the producers' refill between two commits without I/O, and the share of the
 	// ceiling a journal could reach if it cost nothing else, c/(c+floor).
@@ -133,7 +135,7 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 	defer os.RemoveAll(dir)
 	per := o
 	per.Events = max(o.Events/o.Rounds, o.Producers)
-	var naive, batch, jour, ceiling []Contender
+	var naive, batch, jour, ceiling, shipped []Contender
 	for r := 0; r < o.Rounds; r++ {
 		for _, run := range []struct {
 			into *[]Contender
@@ -145,6 +147,7 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 			{&ceiling, func(p string) (Contender, error) {
 				return benchCeiling(ctx, p, per, jour[len(jour)-1].RecordsPerCommit)
 			}},
+			{&shipped, func(p string) (Contender, error) { return benchJournalWith(ctx, p, per, shipping) }},
 		} {
 			path := filepath.Join(dir, fmt.Sprintf("round%d-%d.db", r, len(*run.into)))
 			c, err := run.f(path)
@@ -155,13 +158,14 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 			_ = os.Remove(path)
 		}
 	}
-	res := JournalResult{Producers: o.Producers, Rounds: o.Rounds, Naive: median(naive), Batch: median(batch), Journal: median(jour), Ceiling: median(ceiling)}
+	res := JournalResult{Producers: o.Producers, Rounds: o.Rounds, Naive: median(naive), Batch: median(batch), Journal: median(jour), Ceiling: median(ceiling), Shipping: median(shipped)}
 	res.NaiveEPS, res.BatchEPS, res.JournalEPS, res.CeilingEPS = res.Naive.EventsPerSec, res.Batch.EventsPerSec, res.Journal.EventsPerSec, res.Ceiling.EventsPerSec
 	res.JournalP99ms = float64(res.Journal.P99) / float64(time.Millisecond)
 	res.BytesPerEvent = res.Journal.BytesPerEvent
 	res.VsNaive = res.JournalEPS / res.NaiveEPS
 	res.VsBatch = res.JournalEPS / res.BatchEPS
 	res.VsCeiling = res.JournalEPS / res.CeilingEPS
+	res.ShippingVsOff = res.Shipping.EventsPerSec / res.JournalEPS
 	if res.Ceiling.Commits > 0 {
 		res.CeilingCommit = res.Ceiling.Elapsed / time.Duration(res.Ceiling.Commits)
 		res.RefillFloor = refillFloor(o.Producers, res.CeilingCommit, 500)
@@ -331,11 +335,22 @@ func benchCeiling(ctx context.Context, path string, o JournalOptions, perCommit 
 }
 
 func benchJournal(ctx context.Context, path string, o JournalOptions) (Contender, error) {
+	return benchJournalWith(ctx, path, o, nil)
+}
+
+// benchJournalWith is benchJournal with beside, when given, running on the open journal for
+// the length of the run (the OTLP shipper: shipping must not cost the commits).
+func benchJournalWith(ctx context.Context, path string, o JournalOptions, beside func(context.Context, *journal.Journal) func()) (Contender, error) {
 	j, err := journal.Open(path, journal.Options{})
 	if err != nil {
 		return Contender{}, err
 	}
 	defer j.Close()
+	if beside != nil {
+		bctx, cancel := context.WithCancel(ctx)
+		stop := beside(bctx, j)
+		defer func() { cancel(); stop() }()
+	}
 	stats0, pages0 := j.Stats(), pages(j.DB())
 	recs := newProducerRecords(o.Producers)
 	c, err := drive(ctx, o, "journal group commit", func(p, i int) error {

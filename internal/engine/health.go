@@ -24,6 +24,11 @@ const (
 	HealthJournalBudget HealthSource = "journal_budget"
 )
 
+// HealthOTLP is the journal's shipping to an OTLP endpoint (PROTOCOL.md 1.2 §5). It is listed
+// only when shipping is configured (RegisterDegradedSource) and is only ever degraded: a log
+// pipeline that is down never makes the agent unhealthy, its job goes on.
+const HealthOTLP HealthSource = "otlp"
+
 // HealthSources are every source, in the order /healthz and the status page list them.
 var HealthSources = []HealthSource{HealthJournal, HealthRuntime, HealthExitStream, HealthControlPlane, HealthCredentials, HealthCore, HealthJournalBudget}
 
@@ -33,13 +38,16 @@ type HealthSlot struct {
 	Source  HealthSource `json:"source"`
 	Problem string       `json:"problem,omitempty"`
 	Since   time.Time    `json:"since,omitzero"`
+	// Degraded: the problem is shown and exported but does not make the agent unhealthy.
+	Degraded bool `json:"degraded,omitempty"`
 }
 
 // health holds one slot per source. It is written by the loop and its helpers (poller, exit
 // watcher) and read by the introspection API and metrics, so it has its own lock.
 type health struct {
-	mu    sync.Mutex
-	slots map[HealthSource]HealthSlot
+	mu       sync.Mutex
+	slots    map[HealthSource]HealthSlot
+	degraded []HealthSource // listed after HealthSources; their problems never make the agent unhealthy
 }
 
 // set records a problem of a source; a repeat of a standing problem keeps its Since.
@@ -53,7 +61,7 @@ func (h *health) set(src HealthSource, problem string, now time.Time) {
 	if old, ok := h.slots[src]; ok && old.Problem != "" {
 		since = old.Since
 	}
-	h.slots[src] = HealthSlot{Source: src, Problem: problem, Since: since}
+	h.slots[src] = HealthSlot{Source: src, Problem: problem, Since: since, Degraded: slices.Contains(h.degraded, src)}
 }
 
 // clear marks a source healthy.
@@ -75,7 +83,34 @@ func (h *health) snapshot() []HealthSlot {
 			out = append(out, HealthSlot{Source: src})
 		}
 	}
+	for _, src := range h.degraded {
+		if s, ok := h.slots[src]; ok {
+			out = append(out, s)
+		} else {
+			out = append(out, HealthSlot{Source: src, Degraded: true})
+		}
+	}
 	return out
+}
+
+// RegisterDegradedSource lists a source whose problems degrade the agent without making it
+// unhealthy (HealthOTLP when shipping is configured).
+func (e *Engine) RegisterDegradedSource(src HealthSource) {
+	e.health.mu.Lock()
+	defer e.health.mu.Unlock()
+	if !slices.Contains(e.health.degraded, src) {
+		e.health.degraded = append(e.health.degraded, src)
+	}
+}
+
+// SetDegraded records the problem of a degraded-only source ("" clears it). Safe from any
+// goroutine.
+func (e *Engine) SetDegraded(src HealthSource, problem string) {
+	if problem == "" {
+		e.health.clear(src)
+		return
+	}
+	e.health.set(src, problem, e.clock.Now())
 }
 
 // Health is every source's slot, healthy ones included, in HealthSources order.
@@ -86,7 +121,7 @@ func (e *Engine) Health() []HealthSlot { return e.health.snapshot() }
 func (e *Engine) Unhealthy() string {
 	var parts []string
 	for _, s := range e.health.snapshot() {
-		if s.Problem != "" {
+		if s.Problem != "" && !s.Degraded {
 			parts = append(parts, string(s.Source)+": "+s.Problem)
 		}
 	}

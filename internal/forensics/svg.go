@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -37,7 +38,7 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 	end = end.Add(end.Sub(start) / 20) // room to see the final state
 	const left, width, rowH, top = 140.0, 820.0, 28.0, 60.0
 	x := func(t time.Time) float64 { return left + width*float64(t.Sub(start))/float64(end.Sub(start)) }
-	rows := append([]string{"task"}, tl.Containers...)
+	rows, label := tl.svgRows()
 	bands := map[string][]band{}
 	cur := map[string]string{}
 	since := map[string]time.Time{}
@@ -54,17 +55,17 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 	for _, s := range tl.Steps {
 		switch s.Kind {
 		case "task":
-			move("task", s.To, s.Time)
+			move(lane(s.Host, "task"), s.To, s.Time)
 		case "container":
-			move(s.Container, s.To, s.Time)
+			move(lane(s.Host, s.Container), s.To, s.Time)
 		case "rejected":
-			move("task", "STOPPED", s.Time)
+			move(lane(s.Host, "task"), "STOPPED", s.Time)
 		case "stopped-acked":
-			move("task", "STOPPED_ACKED", s.Time)
+			move(lane(s.Host, "task"), "STOPPED_ACKED", s.Time)
 		case "cleanup":
-			move("task", "CLEANING", s.Time)
+			move(lane(s.Host, "task"), "CLEANING", s.Time)
 		case "cleaned":
-			move("task", "CLEANED", s.Time)
+			move(lane(s.Host, "task"), "CLEANED", s.Time)
 		}
 	}
 	for _, r := range rows {
@@ -93,7 +94,7 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 	}
 	for i, r := range rows {
 		y := top + rowH*float64(i)
-		fmt.Fprintf(w, `<text x="10" y="%.1f">%s</text>`+"\n", y+rowH/2+4, esc(r))
+		fmt.Fprintf(w, `<text x="10" y="%.1f">%s</text>`+"\n", y+rowH/2+4, esc(label[r]))
 		for _, b := range bands[r] {
 			x0, x1 := x(b.from), x(b.to)
 			fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="white"><title>%s %s .. %s</title></rect>`+"\n",
@@ -103,9 +104,29 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 			}
 		}
 	}
+	// Health verdicts sit on the lane of whose they are: green passing, red failing.
+	for _, s := range tl.Steps {
+		if s.Kind != "health" {
+			continue
+		}
+		name := s.Container
+		if name == "" {
+			name = "task"
+		}
+		i := slices.Index(rows, lane(s.Host, name))
+		if i < 0 {
+			continue
+		}
+		fill := "#2ca02c"
+		if strings.Contains(s.Text, "UNHEALTHY") {
+			fill = "#d62728"
+		}
+		fmt.Fprintf(w, `<circle class="health" cx="%.1f" cy="%.1f" r="4" fill="%s" stroke="white"><title>%s</title></circle>`+"\n",
+			x(s.Time), top+rowH*float64(i)+rowH/2, fill, esc(hostPrefix(s.Host)+s.Text))
+	}
 	my := top + rowH*float64(len(rows)) + 12
 	for _, s := range tl.Steps {
-		label := esc(s.Text)
+		label := esc(hostPrefix(s.Host) + s.Text)
 		switch s.Kind {
 		case "reports-failed":
 			fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="%.1f" height="8" fill="#d62728"><title>reports %s %d× until %s</title></rect>`+"\n",
@@ -122,7 +143,51 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 		}
 	}
 	ly := height - 22
-	fmt.Fprintf(w, `<text x="10" y="%.1f" fill="#555">red: reports throttled or failed; green: settled; blue diamond: stopped-acked (cleanup allowed); purple: cleanup; dashed: agent restart</text>`+"\n", ly)
+	fmt.Fprintf(w, `<text x="10" y="%.1f" fill="#555">red: reports throttled or failed; green: settled; blue diamond: stopped-acked (cleanup allowed); purple: cleanup; dashed: agent restart; dots on a lane: health verdicts</text>`+"\n", ly)
 	_, err := fmt.Fprintln(w, "</svg>")
 	return err
+}
+
+// lane keys a row of the drawing: a host's task, or one of its containers.
+func lane(host, name string) string { return host + "\x00" + name }
+
+func hostPrefix(host string) string {
+	if host == "" {
+		return ""
+	}
+	return host + ": "
+}
+
+// svgRows lists the drawing's rows and their labels: the task and each container, and in a
+// timeline over several hosts, those of each host in turn, each label naming its host.
+func (tl *Timeline) svgRows() ([]string, map[string]string) {
+	var rows []string
+	label := map[string]string{}
+	add := func(host, name string) {
+		k := lane(host, name)
+		if _, ok := label[k]; ok {
+			return
+		}
+		rows = append(rows, k)
+		label[k] = name
+		if host != "" {
+			label[k] = host + " · " + name
+		}
+	}
+	if len(tl.Hosts) == 0 {
+		add("", "task")
+		for _, c := range tl.Containers {
+			add("", c)
+		}
+		return rows, label
+	}
+	for _, h := range tl.Hosts {
+		add(h, "task")
+		for _, l := range tl.lanes {
+			if host, name, _ := strings.Cut(l, "\x00"); host == h {
+				add(h, name)
+			}
+		}
+	}
+	return rows, label
 }

@@ -17,7 +17,8 @@ import (
 type Step struct {
 	Seq       uint64    `json:"seq"`
 	Time      time.Time `json:"time"`
-	Kind      string    `json:"kind"` // assigned, rejected, resent, desired, container, task, waiting, waited, reports-failed, settled, stopped-acked, cleanup, removed, cleaned, agent-started
+	Host      string    `json:"host,omitempty"` // the agent id, in a timeline over several hosts' journals
+	Kind      string    `json:"kind"`           // assigned, rejected, resent, desired, container, task, waiting, waited, reports-failed, settled, stopped-acked, cleanup, removed, cleaned, agent-started
 	Container string    `json:"container,omitempty"`
 	From      string    `json:"from,omitempty"`
 	To        string    `json:"to,omitempty"`
@@ -33,6 +34,10 @@ type Timeline struct {
 	Steps      []Step   `json:"steps"`
 	Phases     []Phase  `json:"phases"`
 	Now        string   `json:"status_at_end"`
+	// Hosts, in a timeline over several journals (FleetTimeline): each host's lanes are drawn
+	// apart, in this order.
+	Hosts []string `json:"hosts,omitempty"`
+	lanes []string // host + "\x00" + container, in the order first seen
 }
 
 // Phase is a span between two milestones.
@@ -304,8 +309,11 @@ func stepOf(r event.Record, tl *Timeline) Step {
 		s.Kind, s.Text = "removed", r.Container+" removed"
 	case *event.TaskCleaned:
 		s.Kind, s.Text = "cleaned", "cleaned: tombstone kept"
+	case *event.HealthChanged:
+		s.Kind, s.Text = "health", subjectText(r.Container, event.Describe(e))
 	default:
-		s.Kind, s.Text = r.Type().String(), event.Describe(r.Event)
+		// Every line says whose it is (a call=start, say, is a container's).
+		s.Kind, s.Text = r.Type().String(), subjectText(r.Container, event.Describe(r.Event))
 	}
 	return s
 }
@@ -391,6 +399,9 @@ func (tl *Timeline) WriteText(w io.Writer) {
 		text := s.Text
 		if s.Kind == "reports-failed" {
 			text = fmt.Sprintf("reports %s %d× until %s", s.Text, s.Count, s.Until.UTC().Format("15:04:05.000"))
+		}
+		if len(tl.Hosts) > 0 {
+			fmt.Fprintf(w, "  %-16s", event.Printable(s.Host))
 		}
 		fmt.Fprintf(w, "  %8d  %s  %10s  %s\n", s.Seq, s.Time.UTC().Format("2006-01-02T15:04:05.000Z"), "+"+s.Time.Sub(t0).Round(time.Millisecond).String(), event.PrintableText(text))
 	}

@@ -1,0 +1,31 @@
+package benchmark
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/otlpship"
+)
+
+// shipping runs the OTLP shipper on a journal during a run, to a loopback endpoint that reads
+// and accepts every request: the journal's group commit measured with shipping on, against the
+// same contender with it off, in the same rounds (PROTOCOL.md §5: shipping never blocks a
+// commit). The endpoint does not decode: on a shared machine its CPU would be the journal's.
+func shipping(ctx context.Context, j *journal.Journal) func() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	s, err := otlpship.New(j, otlpship.Config{Endpoint: otlpship.Endpoint{URL: srv.URL + "/v1/logs"}, AgentID: "bench", Log: zerolog.Nop()})
+	if err != nil {
+		srv.Close()
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() { _ = s.Run(ctx); close(done) }()
+	return func() { <-done; srv.Close() }
+}

@@ -1,0 +1,5 @@
+package otlpship
+
+import "slices"
+
+func sortStrings(s []string) { slices.Sort(s) }
