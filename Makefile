@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(
 DIST      ?= dist
 PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
+.PHONY: image test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -80,6 +80,23 @@ testbox-image:
 	old=$$(docker image inspect -f '{{.Id}}' agentd-testbox:latest 2>/dev/null || true); \
 	  docker import --change 'ENTRYPOINT ["/testbox"]' bin/testbox.tar agentd-testbox:latest && \
 	  new=$$(docker image inspect -f '{{.Id}}' agentd-testbox:latest) && \
+	  if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then docker image rm "$$old" >/dev/null 2>&1 || true; fi
+
+## image: the agent as a container image $(IMAGE), built like testbox-image: the static binary,
+## an empty /tmp and a 0700 /var/lib/agentd imported as the image's only files (no base image,
+## no pull). A rebuild of the same tag removes the image it replaces. README "As a container"
+## has the docker run line.
+IMAGE ?= agentd:$(VERSION)
+image:
+	rm -rf bin/image && mkdir -p bin/image/tmp bin/image/var/lib/agentd bin/image/etc/agentd
+	chmod 1777 bin/image/tmp && chmod 0700 bin/image/var/lib/agentd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/image/agentd ./cmd/agentd
+	tar -C bin/image --owner=0 --group=0 --numeric-owner -cf bin/agentd-image.tar agentd tmp var etc
+	old=$$(docker image inspect -f '{{.Id}}' $(IMAGE) 2>/dev/null || true); \
+	  docker import --change 'ENTRYPOINT ["/agentd"]' --change 'CMD ["run"]' \
+	    --change 'ENV AGENTD_DATA_DIR=/var/lib/agentd' --change 'LABEL org.opencontainers.image.version=$(VERSION)' \
+	    bin/agentd-image.tar $(IMAGE) && \
+	  new=$$(docker image inspect -f '{{.Id}}' $(IMAGE)) && \
 	  if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then docker image rm "$$old" >/dev/null 2>&1 || true; fi
 
 ## test-race: the packages with goroutines, under the race detector.
