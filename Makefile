@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(
 DIST      ?= dist
 PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: image test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
+.PHONY: image test-upgrade test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -69,6 +69,12 @@ test-sim:
 ## test-crash: the kill -9 loop of the real binary (50 SIGKILLs) and the failpoints.
 test-crash:
 	AGENTD_CRASH_LOOP=1 $(GO) test -count=1 -run 'TestCrashLoop|TestFailpoints' ./cmd/agentd
+
+## test-upgrade: tasks run under the previous release (built from its commit, upgrade_test.go),
+## the binary replaced by this one while they run: every task adopted, nothing run twice, the
+## journal upgraded in place once, the old binary refused by the upgraded journal.
+test-upgrade:
+	AGENTD_UPGRADE_TEST=1 $(GO) test -count=1 -timeout 20m -run TestUpgradeKeepsEveryTask -v ./cmd/agentd
 
 ## testbox-image: the test container image, built without a registry: a static binary
 ## imported as the only file of an image (no base image to pull, no BuildKit frontend). The
