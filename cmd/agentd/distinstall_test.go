@@ -57,7 +57,8 @@ func debianRoot(t *testing.T, repo string) string {
 	if out, err := exec.Command("cp", "-a", cache, root).CombinedOutput(); err != nil {
 		t.Fatalf("copy the Debian root: %v %s", err, out)
 	}
-	for path, body := range map[string]string{"usr/local/sbin/systemctl": fakeSystemctl, "run/systemd/system/.keep": ""} {
+	// /usr/bin: on rpm's scriptlet PATH too (minbase has no systemd, so nothing is replaced).
+	for path, body := range map[string]string{"usr/bin/systemctl": fakeSystemctl, "run/systemd/system/.keep": ""} {
 		p := filepath.Join(root, path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -114,7 +115,16 @@ type chrootRoot struct {
 // the systemctl calls it made (the calls file is emptied for the next step).
 func (c chrootRoot) run(step string, args ...string) (out, calls string, err error) {
 	c.t.Helper()
-	cmd := exec.Command("chroot", append([]string{c.root}, args...)...)
+	return c.runCmd(step, exec.Command("chroot", append([]string{c.root}, args...)...), args)
+}
+
+// rpm runs this machine's rpm on the root (--root: the scriptlets run chrooted into it).
+func (c chrootRoot) rpm(step string, args ...string) (out, calls string, err error) {
+	c.t.Helper()
+	return c.runCmd(step, exec.Command("rpm", append([]string{"--root", c.root, "--nodeps"}, args...)...), append([]string{"rpm"}, args...))
+}
+
+func (c chrootRoot) runCmd(step string, cmd *exec.Cmd, args []string) (out, calls string, err error) {
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C"}
 	b, err := cmd.CombinedOutput()
 	callsFile := filepath.Join(c.root, "var/log/systemctl.calls")
@@ -149,24 +159,21 @@ func (c chrootRoot) read(path string) (string, bool) {
 	return string(b), err == nil
 }
 
-// oldPackage packs the same binary as an older version with tools/pack, for the upgrade.
-func oldPackage(t *testing.T, repo, dist, describe, arch string) string {
+// oldPackages packs the same binary as an older version (0.0.0~old) with tools/pack, for the
+// upgrade, and returns the directory holding its .deb and .rpm.
+func oldPackages(t *testing.T, repo, dist, describe, arch string) string {
 	t.Helper()
 	dir := t.TempDir()
 	bin := "agentd-" + describe + "-linux-" + arch
 	if err := os.Link(filepath.Join(dist, bin), filepath.Join(dir, bin)); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "run", ".", "-dist", dir, "-repo", repo, "-describe", describe, "-version", "0.0.0~old", "-arch", arch, "-format", "deb")
+	cmd := exec.Command("go", "run", ".", "-dist", dir, "-repo", repo, "-describe", describe, "-version", "0.0.0~old", "-arch", arch, "-format", "deb,rpm")
 	cmd.Dir = filepath.Join(repo, "tools", "pack")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("tools/pack -version 0.0.0~old: %v\n%s", err, out)
 	}
-	debs, _ := filepath.Glob(filepath.Join(dir, "agentd_0.0.0~old-1_"+arch+".deb"))
-	if len(debs) != 1 {
-		t.Fatalf("tools/pack wrote no agentd_0.0.0~old-1_%s.deb", arch)
-	}
-	return debs[0]
+	return dir
 }
 
 // checkInstallUpgradePurge installs an older package, upgrades to this release's, and purges
@@ -178,9 +185,15 @@ func checkInstallUpgradePurge(t *testing.T, repo, dist, describe string) {
 	if _, ok := rpmArch[arch]; !ok {
 		t.Skipf("install test: no package for this machine (%s)", arch)
 	}
+	newDeb, newRPM := distPackages(t, dist, arch)
+	oldDeb, oldRPM := distPackages(t, oldPackages(t, repo, dist, describe, arch), arch)
+	t.Run("deb", func(t *testing.T) { checkDebInstallUpgradePurge(t, repo, oldDeb, newDeb) })
+	t.Run("rpm", func(t *testing.T) { checkRPMInstallUpgradeErase(t, repo, oldRPM, newRPM) })
+}
+
+// checkDebInstallUpgradePurge: dpkg in the root, as on a Debian host.
+func checkDebInstallUpgradePurge(t *testing.T, repo, oldDeb, newDeb string) {
 	root := debianRoot(t, repo)
-	newDeb, _ := distPackages(t, dist, arch)
-	oldDeb := oldPackage(t, repo, dist, describe, arch)
 	for _, p := range []string{oldDeb, newDeb} {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -253,10 +266,68 @@ func checkInstallUpgradePurge(t *testing.T, repo, dist, describe string) {
 		t.Errorf("the purge does not say it kept /var/lib/agentd:\n%s", out)
 	}
 
-	// Configured before the package arrives, in the unit's env file: started at install.
-	c.write("etc/agentd/agentd.env", "AGENTD_BACKEND=https://cp.example:8443\n", 0o600)
+	// Configured before the package arrives, in the unit's env file: started at install. The
+	// file is data, read as systemd reads it: nothing in it runs as shell.
+	c.write("etc/agentd/agentd.env", "AGENTD_BACKEND=https://cp.example:8443\nEXTRA=$(touch /envfile-ran)\n", 0o600)
 	_, calls = must("install, configured in agentd.env", "dpkg", "-i", newIn)
 	if !strings.Contains(calls, "enable agentd.service") || !strings.Contains(calls, "start agentd.service") {
 		t.Errorf("a configured install: systemctl calls %q; want enable and start", calls)
+	}
+	if _, ran := c.read("envfile-ran"); ran {
+		t.Error("the install script ran /etc/agentd/agentd.env as shell")
+	}
+}
+
+// checkRPMInstallUpgradeErase does for the .rpm what the .deb's test does, with this machine's
+// rpm on another throwaway root: an unconfigured install is not started, an upgrade keeps the
+// operator's settings and restarts only a running agent (the old package's %postun), an erase
+// stops it and keeps the journal.
+func checkRPMInstallUpgradeErase(t *testing.T, repo, oldRPM, newRPM string) {
+	if _, err := exec.LookPath("rpm"); err != nil {
+		t.Skip("rpm is not installed (.ci/run installs it as root)")
+	}
+	var transcript strings.Builder
+	c := chrootRoot{t, debianRoot(t, repo), &transcript}
+	t.Cleanup(func() { t.Logf("rpm install, upgrade, erase in a %s root:\n%s", debianSuite, transcript.String()) })
+	must := func(step string, args ...string) (string, string) {
+		t.Helper()
+		out, calls, err := c.rpm(step, args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", step, err, out)
+		}
+		return out, calls
+	}
+	out, calls := must("install, not configured", "-i", oldRPM)
+	if !strings.Contains(calls, "daemon-reload") || strings.Contains(calls, "start") || strings.Contains(calls, "enable") {
+		t.Errorf("an unconfigured install: systemctl calls %q; want daemon-reload and no enable or start", calls)
+	}
+	if !strings.Contains(out, "not started: no backend configured") {
+		t.Errorf("an unconfigured install does not say why the agent is not started:\n%s", out)
+	}
+	settings := "{\"backend\": \"https://cp.example:8443\"}\n"
+	c.write("etc/agentd/agentd.json", settings, 0o644)
+	c.write("var/lib/agentd/journal.db", "the journal", 0o600)
+	c.write("run/agentd.active", "", 0o644)
+	_, calls = must("upgrade while it runs", "-U", newRPM)
+	if !strings.Contains(calls, "restart agentd.service") {
+		t.Errorf("an upgrade of a running agent: systemctl calls %q; want a restart", calls)
+	}
+	if got, _ := c.read("etc/agentd/agentd.json"); got != settings {
+		t.Errorf("the upgrade replaced the operator's /etc/agentd/agentd.json: %q", got)
+	}
+	os.Remove(filepath.Join(c.root, "run/agentd.active"))
+	_, calls = must("reinstall while it is stopped", "-U", "--replacepkgs", newRPM)
+	if strings.Contains(calls, "restart") || strings.Contains(calls, "start agentd") {
+		t.Errorf("an upgrade of a stopped agent: systemctl calls %q; want no start or restart", calls)
+	}
+	_, calls = must("erase", "-e", "agentd")
+	if !strings.Contains(calls, "stop agentd.service") || !strings.Contains(calls, "daemon-reload") {
+		t.Errorf("an erase: systemctl calls %q; want a stop and a daemon-reload", calls)
+	}
+	if _, ok := c.read("usr/bin/agentd"); ok {
+		t.Error("/usr/bin/agentd is still there after the erase")
+	}
+	if got, ok := c.read("var/lib/agentd/journal.db"); !ok || got != "the journal" {
+		t.Error("the erase removed the journal (it names containers that may still run)")
 	}
 }

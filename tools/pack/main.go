@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,9 @@ var scripts embed.FS
 // release is the packages' release number: this program's packaging of a version. Raise it
 // when the packaging changes and the version does not.
 const release = "1"
+
+// versionRE is what a -version may be: valid for dpkg and rpm, and safe in a file name.
+var versionRE = regexp.MustCompile(`^[0-9][0-9A-Za-z.+~]*$`)
 
 // options are the command line: where the binaries are, which version they are, the
 // repository the unit, documents and changelog come from.
@@ -63,6 +67,9 @@ func run(o options) ([]string, error) {
 		return nil, err
 	}
 	version := o.version
+	if version != "" && !versionRE.MatchString(version) {
+		return nil, fmt.Errorf("-version %q: want a digit, then letters, digits and . + ~ only (it names the package files)", version)
+	}
 	if version == "" {
 		if version, err = packageVersion(o.describe, commits); err != nil {
 			return nil, fmt.Errorf("-describe: %w", err)

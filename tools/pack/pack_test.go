@@ -94,3 +94,13 @@ func TestWrap(t *testing.T) {
 		t.Errorf("wrap lost words: %q", got)
 	}
 }
+
+// TestVersionFlagIsChecked: a -version that is not a package version (it names the files
+// written) is refused before anything is written.
+func TestVersionFlagIsChecked(t *testing.T) {
+	for _, v := range []string{"../1.0", "1.0/x", "v1.0", "1.0 beta", "1:2.0"} {
+		if _, err := run(options{describe: "abc1234", version: v, repo: ".", dist: t.TempDir(), archs: "amd64", formats: "deb"}); err == nil || !strings.Contains(err.Error(), "-version") {
+			t.Errorf("-version %q: %v; want an error naming -version", v, err)
+		}
+	}
+}
