@@ -128,7 +128,7 @@ func TestDockerAgentInAContainer(t *testing.T) {
 		t.Logf("image %s: %s bytes", image, size)
 	}
 
-	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json", "--throttle-rps", "1", "--throttle-burst", "2")
+	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json", "--throttle-rps", "0.5", "--throttle-burst", "1")
 	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
 	since := time.Now().Add(-time.Second).Format(time.RFC3339Nano)
 	name := "agentd-e2e-" + stamp
@@ -172,6 +172,9 @@ func TestDockerAgentInAContainer(t *testing.T) {
 	guard := cleanupGuard(t, cpURL, api)
 	awaitSettled(t, cpURL, api, len(tasks), 180*time.Second, func() string { return tail(containerLogs(name), 60) }, guard.check)
 	noViolations(t, cpURL)
+	if !guard.sawBlocked {
+		t.Error("no task was ever seen stopped, unacknowledged and with its containers: the guard check proved nothing")
+	}
 
 	var view struct{ Tasks []cpTask }
 	getJSON(t, cpURL+"/v1/tasks", &view)
@@ -222,15 +225,19 @@ func awaitRunning(t *testing.T, agentID string, arns []string, within time.Durat
 
 // guardCheck: a container of a task the agent holds STOPPED may be gone only if the control
 // plane had accepted that task's STOPPED. The order of looks matters: the agent's view, then
-// Docker, then (if the container is gone) the control plane.
+// Docker, then (if the container is gone) the control plane. sawBlocked says whether a look
+// ever found a STOPPED task's container still there (else the check proved nothing).
 type guardCheck struct {
 	t          *testing.T
 	cpURL, api string
+	sawBlocked bool
 }
 
-func cleanupGuard(t *testing.T, cpURL, api string) guardCheck { return guardCheck{t, cpURL, api} }
+func cleanupGuard(t *testing.T, cpURL, api string) *guardCheck {
+	return &guardCheck{t: t, cpURL: cpURL, api: api}
+}
 
-func (g guardCheck) check() {
+func (g *guardCheck) check() {
 	var live struct {
 		Tasks []struct {
 			ARN        string `json:"arn"`
@@ -248,7 +255,11 @@ func (g guardCheck) check() {
 			continue
 		}
 		for _, c := range task.Containers {
-			if c.RuntimeID == "" || exec.Command("docker", "inspect", c.RuntimeID).Run() == nil {
+			if c.RuntimeID == "" {
+				continue
+			}
+			if exec.Command("docker", "inspect", c.RuntimeID).Run() == nil {
+				g.sawBlocked = true
 				continue
 			}
 			var one cpTask

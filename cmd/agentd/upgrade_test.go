@@ -233,24 +233,7 @@ func sameRecords(a, b journalLayout) bool {
 // wrong, and the simulated runtime (which numbers every container it ever made) made no more.
 func onceEachInJournal(t *testing.T, data string, want int) {
 	t.Helper()
-	j, err := journal.Open(filepath.Join(data, journal.FileName), journal.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	if rep, err := forensics.Verify(j); err != nil || len(rep.Findings) > 0 {
-		t.Errorf("journal verify after the upgrade: %v %v", rep.Findings, err)
-	}
-	created := map[string]int{}
-	err = j.Iterate(1, func(r event.Record) error {
-		if ev, ok := r.Event.(*event.ContainerTransitioned); ok && ev.To == event.StatusCreated {
-			created[r.Task+"/"+r.Container]++
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := journalCreations(t, data)
 	for k, n := range created {
 		if n != 1 {
 			t.Errorf("%s created %d times", k, n)
@@ -263,6 +246,31 @@ func onceEachInJournal(t *testing.T, data string, want int) {
 	if len(created) != want || made != int64(want) || left != 0 {
 		t.Errorf("%d containers created in the journal, %d by the runtime (%d left); want %d, none left", len(created), made, left, want)
 	}
+}
+
+// journalCreations verifies the journal in data (every checksum and invariant) and counts its
+// creations by task/container: what "nothing ran twice" is read from.
+func journalCreations(t *testing.T, data string) map[string]int {
+	t.Helper()
+	j, err := journal.Open(filepath.Join(data, journal.FileName), journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if rep, err := forensics.Verify(j); err != nil || len(rep.Findings) > 0 {
+		t.Fatalf("journal verify: %v %v", rep.Findings, err)
+	}
+	created := map[string]int{}
+	err = j.Iterate(1, func(r event.Record) error {
+		if ev, ok := r.Event.(*event.ContainerTransitioned); ok && ev.To == event.StatusCreated {
+			created[r.Task+"/"+r.Container]++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created
 }
 
 // TestGoldenJournalsOfEverySchema: testdata/journals holds a journal of every schema this build
