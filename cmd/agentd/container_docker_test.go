@@ -299,11 +299,12 @@ func onceEach(t *testing.T, agentID, since, until string, tasks map[string][]map
 	}
 }
 
-// TestDockerContainerizedAgentSeesTheEnginesDisk: with README's mount of the engine's root
-// directory, the containerized agent's image collection reads that disk (a threshold of 100%
-// makes every cycle log its free and total bytes; the total is the host's); without it, the
-// agent says it cannot read it and collects by age only. No task runs, so no image is at stake.
-func TestDockerContainerizedAgentSeesTheEnginesDisk(t *testing.T) {
+// TestDockerContainerizedAgentOnTheHost: what the container changes. With README's mount of the
+// engine's root directory, the containerized agent's image collection reads that disk (a
+// threshold of 100% makes every cycle log its free and total bytes; the total is the host's);
+// without it, the agent says it cannot read it and collects by age only (no task runs, so no
+// image is at stake). And bind roots are refused at start.
+func TestDockerContainerizedAgentOnTheHost(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
@@ -311,7 +312,12 @@ func TestDockerContainerizedAgentSeesTheEnginesDisk(t *testing.T) {
 		t.Skip("the containerized agent writes its data directory as root; this test cleans it up as root")
 	}
 	stamp := strings.ReplaceAll(time.Now().Format("150405.000"), ".", "")
-	image := agentImage(t, "disk-"+stamp)
+	image := agentImage(t, "host-"+stamp)
+	t.Run("bind-roots-refused", func(t *testing.T) { containerBindRootsRefused(t, image) })
+	t.Run("docker-root-disk", func(t *testing.T) { containerSeesTheEnginesDisk(t, image, stamp) })
+}
+
+func containerSeesTheEnginesDisk(t *testing.T, image, stamp string) {
 	out, err := exec.Command("docker", "info", "-f", "{{.DockerRootDir}}").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -332,4 +338,18 @@ func TestDockerContainerizedAgentSeesTheEnginesDisk(t *testing.T) {
 	without := "agentd-nodisk-" + stamp
 	runAgentContainer(t, without, image, filepath.Join(t.TempDir(), "data"), false, args...)
 	awaitLog(t, without, "image collection: cannot read the runtime's free disk space; collecting by age only", 90*time.Second)
+}
+
+// containerBindRootsRefused: the image run with --allow-bind-root, in a pid namespace of its own
+// and with --pid host, exits at start with an error naming the flag and the namespace at fault
+// (README "As a container": a container has a mount namespace of its own).
+func containerBindRootsRefused(t *testing.T, image string) {
+	for _, pid := range [][]string{nil, {"--pid", "host"}} {
+		args := append([]string{"run", "--rm", "--net", "host", "-v", "/var/run/docker.sock:/var/run/docker.sock"}, pid...)
+		args = append(args, image, "run", "--backend", "http://127.0.0.1:9", "--data-dir", "/tmp/data", "--allow-bind-root", "/tmp", "--log-format", "json")
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "--allow-bind-root needs agentd in the ") {
+			t.Errorf("docker %s: %v\n%s\nwant a refusal naming --allow-bind-root and the namespace at fault", strings.Join(args, " "), err, tail(string(out), 10))
+		}
+	}
 }
