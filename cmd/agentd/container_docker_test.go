@@ -150,6 +150,7 @@ func TestDockerAgentInAContainer(t *testing.T) {
 	}
 	// The agent's own process dies (SIGKILL, as a crash or an OOM kill would) while c-run and
 	// c-sleep run; Docker restarts the container under the same id.
+	awaitStarted(t, agentID, tasks, 60*time.Second, name)
 	awaitRunning(t, agentID, []string{"task/c-run", "task/c-sleep"}, 60*time.Second, name)
 	pid, _ := strconv.Atoi(inspect(t, name, "{{.State.Pid}}"))
 	if pid <= 0 {
@@ -206,6 +207,39 @@ func TestDockerAgentInAContainer(t *testing.T) {
 		default:
 			t.Errorf("the engine saw %q on the agent's own container (events: %s)", action, strings.Join(strings.Fields(string(out)), " "))
 		}
+	}
+}
+
+// awaitStarted waits until every container of the tasks exists and has been started (running
+// or exited): the kill then interrupts no create or start, whose outcome Docker may still
+// change afterwards (a create rolled back), so each container must be created exactly once.
+func awaitStarted(t *testing.T, agentID string, tasks map[string][]map[string]any, within time.Duration, name string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	started := map[string]bool{} // across looks: an exited one may be cleaned meanwhile
+	for {
+		out, _ := exec.Command("docker", "ps", "-a", "--filter", "label=io.agentd.agent="+agentID,
+			"--format", `{{.Label "io.agentd.task-arn"}}/{{.Label "io.agentd.container"}} {{.State}}`).Output()
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && (f[1] == "running" || f[1] == "exited") {
+				started[f[0]] = true
+			}
+		}
+		missing := 0
+		for arn, containers := range tasks {
+			for _, c := range containers {
+				if !started[arn+"/"+c["name"].(string)] {
+					missing++
+				}
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers never started:\n%s\n%s", missing, out, tail(containerLogs(name), 40))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
+	"github.com/agentd/agentd/internal/journal"
 )
 
 // The end-to-end tests run the real binary as processes against the reference control plane
@@ -358,7 +361,24 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 	}
 	// Nothing ran twice: the journal holds one creation per container, and (on the simulated
 	// runtime, which numbers every container it ever made) the runtime agrees.
-	created := journalCreations(t, filepath.Join(dir, "data"))
+	created := map[string]int{}
+	j, err := journal.Open(filepath.Join(dir, "data", journal.FileName), journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if rep, err := forensics.Verify(j); err != nil || len(rep.Findings) > 0 {
+		t.Fatalf("journal verify: %v %v", rep.Findings, err)
+	}
+	err = j.Iterate(1, func(r event.Record) error {
+		if ev, ok := r.Event.(*event.ContainerTransitioned); ok && ev.To == event.StatusCreated {
+			created[r.Task+"/"+r.Container]++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for k, n := range created {
 		if n != 1 {
 			t.Fatalf("%s created %d times", k, n)
