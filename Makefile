@@ -8,7 +8,7 @@ LDFLAGS   := -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(
 DIST      ?= dist
 PLATFORMS ?= linux/amd64 linux/arm64
 
-.PHONY: image test-upgrade test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
+.PHONY: test-browser build test test-short test-race test-docker test-sim test-crash test-dist testbox-image run bench lint fuzz dist clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
@@ -73,6 +73,7 @@ test-crash:
 ## test-upgrade: tasks run under the previous release (built from its commit, upgrade_test.go),
 ## the binary replaced by this one while they run: every task adopted, nothing run twice, the
 ## journal upgraded in place once, the old binary refused by the upgraded journal.
+.PHONY: test-upgrade
 test-upgrade:
 	AGENTD_UPGRADE_TEST=1 $(GO) test -count=1 -timeout 20m -run TestUpgradeKeepsEveryTask -v ./cmd/agentd
 
@@ -93,6 +94,7 @@ testbox-image:
 ## no pull). A rebuild of the same tag removes the image it replaces. README "As a container"
 ## has the docker run line.
 IMAGE ?= agentd:$(VERSION)
+.PHONY: image
 image:
 	rm -rf bin/image && mkdir -p bin/image/tmp bin/image/var/lib/agentd bin/image/etc/agentd
 	chmod 1777 bin/image/tmp && chmod 0700 bin/image/var/lib/agentd
