@@ -19,23 +19,29 @@ test:
 
 ## dist: a release in $(DIST): static binaries for $(PLATFORMS) (version, commit and date
 ## stamped in; the build date is the commit's, so the same commit builds the same bytes),
-## the systemd unit and its drop-in for bind roots, the Prometheus rules and Grafana dashboard,
-## and SHA256SUMS over them all.
+## a .deb and an .rpm of each (tools/pack, with nfpm: its own module, so nfpm never enters
+## the agent's go.mod), the systemd unit and its drop-in for bind roots, the Prometheus rules
+## and Grafana dashboard, and SHA256SUMS over them all.
 dist:
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	set -e; for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
 	    -o $(DIST)/agentd-$(VERSION)-$$os-$$arch ./cmd/agentd; done
+	cd tools/pack && $(GO) run . -dist $(abspath $(DIST)) -repo $(CURDIR) -describe $(VERSION) -arch "$(foreach p,$(PLATFORMS),$(lastword $(subst /, ,$(p))))"
 	cp deploy/agentd.service deploy/agentd-bind-roots.conf deploy/prometheus-rules.yml deploy/grafana-dashboard.json $(DIST)/
-	cd $(DIST) && sha256sum agentd-* agentd.service agentd-bind-roots.conf prometheus-rules.yml grafana-dashboard.json > SHA256SUMS
+	cd $(DIST) && sha256sum agentd-* agentd_* agentd.service agentd-bind-roots.conf prometheus-rules.yml grafana-dashboard.json > SHA256SUMS
 
 ## test-browser: only the status page in headless Chromium (also part of make test).
 test-browser:
 	$(GO) test -count=1 -run TestStatusPageInABrowser -v ./cmd/agentd
 
-## test-dist: `make dist` into a temporary directory; its binaries run, are static, and say
-## this commit (slow: two cross-builds).
+## test-dist: tools/pack's own tests (versions, the unit), then `make dist` into a temporary
+## directory: its binaries run, are static, and say this commit; its .deb and .rpm read back with
+## dpkg-deb and rpm (files, modes, conffile, scripts), lintian finds no error, and the .deb
+## installs, upgrades and purges in a Debian root built by debootstrap (cached in bin/; each
+## part skips, saying why, where its tool or root is missing). Slow: two cross-builds.
 test-dist:
+	cd tools/pack && $(GO) test -count=1 ./...
 	AGENTD_DIST_TEST=1 $(GO) test -count=1 -timeout 30m -run TestDist -v ./cmd/agentd
 
 ## test-docker: integration tests against the real Docker Engine (needs `docker info` to answer).
@@ -85,6 +91,13 @@ test-otel:
 test-crash:
 	AGENTD_CRASH_LOOP=1 $(GO) test -count=1 -run 'TestCrashLoop|TestFailpoints' ./cmd/agentd
 
+## test-upgrade: tasks run under the previous release (built from its commit, upgrade_test.go),
+## the binary replaced by this one while they run: every task adopted, nothing run twice, the
+## journal upgraded in place once, the old binary refused by the upgraded journal.
+.PHONY: test-upgrade
+test-upgrade:
+	AGENTD_UPGRADE_TEST=1 $(GO) test -count=1 -timeout 20m -run TestUpgradeKeepsEveryTask -v ./cmd/agentd
+
 ## testbox-image: the test container image, built without a registry: a static binary
 ## imported as the only file of an image (no base image to pull, no BuildKit frontend). The
 ## build it replaces is removed, so repeated runs leave no dangling images.
@@ -95,6 +108,24 @@ testbox-image:
 	old=$$(docker image inspect -f '{{.Id}}' agentd-testbox:latest 2>/dev/null || true); \
 	  docker import --change 'ENTRYPOINT ["/testbox"]' bin/testbox.tar agentd-testbox:latest && \
 	  new=$$(docker image inspect -f '{{.Id}}' agentd-testbox:latest) && \
+	  if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then docker image rm "$$old" >/dev/null 2>&1 || true; fi
+
+## image: the agent as a container image $(IMAGE), built like testbox-image: the static binary,
+## an empty /tmp and a 0700 /var/lib/agentd imported as the image's only files (no base image,
+## no pull). A rebuild of the same tag removes the image it replaces. README "As a container"
+## has the docker run line.
+IMAGE ?= agentd:$(VERSION)
+.PHONY: image
+image:
+	rm -rf bin/image && mkdir -p bin/image/tmp bin/image/var/lib/agentd bin/image/etc/agentd
+	chmod 1777 bin/image/tmp && chmod 0700 bin/image/var/lib/agentd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/image/agentd ./cmd/agentd
+	tar -C bin/image --owner=0 --group=0 --numeric-owner -cf bin/agentd-image.tar agentd tmp var etc
+	old=$$(docker image inspect -f '{{.Id}}' $(IMAGE) 2>/dev/null || true); \
+	  docker import --change 'ENTRYPOINT ["/agentd"]' --change 'CMD ["run"]' \
+	    --change 'ENV AGENTD_DATA_DIR=/var/lib/agentd' --change 'LABEL org.opencontainers.image.version=$(VERSION)' \
+	    bin/agentd-image.tar $(IMAGE) && \
+	  new=$$(docker image inspect -f '{{.Id}}' $(IMAGE)) && \
 	  if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then docker image rm "$$old" >/dev/null 2>&1 || true; fi
 
 ## test-race: the packages with goroutines, under the race detector.
@@ -129,6 +160,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@out=$$($(GOIMPORTS) -local github.com/agentd/agentd -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "goimports -local github.com/agentd/agentd would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd tools/pack && $(GO) vet ./...
 
 ## fuzz: run each fuzz target for FUZZTIME (the seed corpora run in `make test`).
 FUZZTIME ?= 30s

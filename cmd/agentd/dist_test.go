@@ -18,7 +18,9 @@ import (
 // TestDist runs `make dist` into a temporary directory (make test-dist; two cross-builds are
 // too slow for make test): both binaries are static ELF files for their machine, carry this
 // commit, and the amd64 one runs and says so in `agentd version --json`; SHA256SUMS covers
-// every file and matches it; the unit file ships beside them.
+// every file and matches it; the unit file ships beside them; the .deb and .rpm of each
+// machine hold what distpkg_test.go reads back, lintian finds no error, and the .deb
+// installs, upgrades and purges in a throwaway Debian root (distinstall_test.go).
 func TestDist(t *testing.T) {
 	if os.Getenv("AGENTD_DIST_TEST") == "" {
 		t.Skip("make dist test: set AGENTD_DIST_TEST=1 (make test-dist)")
@@ -109,6 +111,27 @@ func TestDist(t *testing.T) {
 	if !listed["agentd-bind-roots.conf"] {
 		t.Error("the unit's drop-in for bind roots is not in the release")
 	}
+	hash := "" // what the package version names: the commit, unless HEAD is a tag
+	if exec.Command("git", "-C", root, "describe", "--tags", "--exact-match").Run() != nil {
+		hash = git("rev-parse", "--short", "HEAD")
+	}
+	for arch := range machines {
+		deb, rpm := distPackages(t, dist, arch)
+		bin := filepath.Join(dist, "agentd-"+describe+"-linux-"+arch)
+		for _, p := range []string{deb, rpm} {
+			if !listed[filepath.Base(p)] {
+				t.Errorf("%s is not in SHA256SUMS", filepath.Base(p))
+			}
+			if fi, err := os.Stat(p); err == nil {
+				t.Logf("%s: %d bytes", filepath.Base(p), fi.Size())
+			}
+		}
+		t.Run("deb/"+arch, func(t *testing.T) { checkDeb(t, deb, arch, hash, bin) })
+		t.Run("rpm/"+arch, func(t *testing.T) { checkRPM(t, rpm, arch, hash, bin) })
+	}
+	deb, _ := distPackages(t, dist, "amd64")
+	t.Run("lintian", func(t *testing.T) { checkLintian(t, deb) })
+	t.Run("install-upgrade-purge", func(t *testing.T) { checkInstallUpgradePurge(t, root, dist, describe) })
 }
 
 // TestVersionFallsBackToBuildInfo: without ldflags the version says what the toolchain knows

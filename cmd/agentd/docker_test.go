@@ -71,43 +71,10 @@ func TestDockerAgentEndToEnd(t *testing.T) {
 		task["arn"] = arn
 		postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": task})
 	}
-	// The guard under throttling: a container of a task the agent holds STOPPED may be gone
-	// only if the control plane had already accepted that task's STOPPED. The order of looks
-	// matters: the agent's view, then Docker, then (if the container is gone) the control plane.
-	var sawBlocked bool
-	checkGuard := func() {
-		var live struct {
-			Tasks []struct {
-				ARN        string `json:"arn"`
-				Known      string `json:"known_status"`
-				Containers []struct {
-					RuntimeID string `json:"runtime_id"`
-				} `json:"containers"`
-			}
-		}
-		if getJSON(t, api+"/v1/tasks", &live) != 200 {
-			return
-		}
-		for _, task := range live.Tasks {
-			if task.Known != "STOPPED" {
-				continue
-			}
-			for _, c := range task.Containers {
-				if c.RuntimeID == "" {
-					continue
-				}
-				if exec.Command("docker", "inspect", c.RuntimeID).Run() == nil {
-					sawBlocked = true
-					continue
-				}
-				var one cpTask
-				getJSON(t, cpURL+"/v1/tasks/"+task.ARN, &one)
-				if one.Status != "STOPPED" {
-					t.Fatalf("container %s of %s removed before the control plane accepted its STOPPED", c.RuntimeID, task.ARN)
-				}
-			}
-		}
-	}
+	// The guard under throttling (guardCheck, container_docker_test.go); api changes with
+	// each start of the agent.
+	guard := cleanupGuard(t, cpURL, api)
+	checkGuard := func() { guard.api = api; guard.check() }
 	// Kill the agent while d-sleep runs; it exits (code 7) while the agent is down.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -136,7 +103,7 @@ func TestDockerAgentEndToEnd(t *testing.T) {
 	postJSON(t, cpURL+"/v1/tasks/task/d-run/stop", nil)
 	// Everything ends cleaned, every container removed — only after its acknowledgement.
 	awaitSettled(t, cpURL, api, len(tasks), 120*time.Second, agent.log, checkGuard)
-	if !sawBlocked {
+	if !guard.sawBlocked {
 		t.Fatal("no task was ever seen stopped, unacknowledged and with its containers: the guard check above proved nothing")
 	}
 	var view struct{ Tasks []cpTask }

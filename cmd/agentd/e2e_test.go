@@ -77,7 +77,13 @@ type proc struct {
 
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(agentdBinary(t), args...)
+	return startBinary(t, agentdBinary(t), args...)
+}
+
+// startBinary is startProc with another build of agentd (an older release: upgrade_test.go).
+func startBinary(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
