@@ -23,12 +23,14 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 )
 
 // rawGet sends one request with exactly the Host header given (none at all for HTTP/1.0 when
-// host is "-"), as a rebinding page's browser or any client could, and returns the status.
+// host is "-"), as a rebinding page's browser or any client could (with Agentd-Client, so root
+// may read: only the Host is in question), and returns the status.
 func rawGet(t *testing.T, addr, host, path string) (int, string) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -40,7 +42,7 @@ func rawGet(t *testing.T, addr, host, path string) (int, string) {
 	if host == "-" {
 		fmt.Fprintf(c, "GET %s HTTP/1.0\r\n\r\n", path)
 	} else {
-		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nAgentd-Client: 1\r\nConnection: close\r\n\r\n", path, host)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
@@ -229,7 +231,8 @@ func TestLocalUserReadsOnlyTheOpenPages(t *testing.T) {
 
 func fetchBody(t *testing.T, u string) string {
 	t.Helper()
-	resp, err := http.Get(u)
+	c, _ := forensics.APIClient("")
+	resp, err := c.Get(u)
 	if err != nil {
 		t.Fatal(err)
 	}
