@@ -1,16 +1,13 @@
 package introspect_test
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentd/agentd/internal/introspect"
 )
@@ -20,25 +17,13 @@ import (
 // status, headers and body.
 func rootRequest(t *testing.T, addr, method, path string, headers ...string) (int, http.Header, string) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
-	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path)
+	var req strings.Builder
+	fmt.Fprintf(&req, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path)
 	for _, h := range headers {
-		fmt.Fprintf(c, "%s\r\n", h)
+		fmt.Fprintf(&req, "%s\r\n", h)
 	}
-	fmt.Fprint(c, "\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
-	return resp.StatusCode, resp.Header, b.String()
+	req.WriteString("\r\n")
+	return rawRequest(t, addr, req.String())
 }
 
 // TestRootWithoutClientHeaderIsALocalUser: root's loopback connection lends its trust to
