@@ -24,7 +24,7 @@ func hostStatus(t *testing.T, addr, host string) int {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "GET /v1/tasks HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host)
+	fmt.Fprintf(c, "GET /v1/tasks HTTP/1.1\r\nHost: %s\r\nAgentd-Client: 1\r\nConnection: close\r\n\r\n", host)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)

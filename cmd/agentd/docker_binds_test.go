@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +75,7 @@ func TestDockerLinkedBindSourceStopsTheTaskNamingMountAndRoot(t *testing.T) {
 	if ids := dockerPS(t, "label=io.agentd.agent="+agentID, "label=io.agentd.task-arn=task/escape"); len(ids) != 0 {
 		t.Fatalf("the refused task has containers %v", ids)
 	}
-	resp, err := http.Get(api + "/v1/tasks/task/ok/containers/app/logs")
+	resp, err := ownClient.Get(api + "/v1/tasks/task/ok/containers/app/logs")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,9 +145,13 @@ func (p *proc) kill() {
 	}
 }
 
+// ownClient reads the agent's API as its own tools do (forensics.APIClient: the Agentd-Client
+// header, without which root's loopback connection reads only the open pages).
+var ownClient, _ = forensics.APIClient("http://127.0.0.1")
+
 func getJSON(t *testing.T, url string, v any) int {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := ownClient.Get(url)
 	if err != nil {
 		return 0
 	}

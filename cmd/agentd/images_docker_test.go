@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,7 +154,7 @@ func TestDockerPrivateRegistriesThroughTheAgent(t *testing.T) {
 		base64.URLEncoding.EncodeToString([]byte(user + ":" + pass)), base64.StdEncoding.EncodeToString([]byte(pass))}
 	var answers bytes.Buffer
 	for _, path := range []string{"/v1/tasks", "/v1/tasks/task/img-a", "/v1/tasks/task/img-b", "/v1/metadata", "/metrics", "/healthz", "/", "/v1/journal/export"} {
-		resp, err := http.Get(api + path)
+		resp, err := ownClient.Get(api + path)
 		if err != nil {
 			t.Fatal(err)
 		}

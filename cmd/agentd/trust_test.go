@@ -106,7 +106,7 @@ func (r *trustRig) awaitKnown(arn string, statuses ...string) {
 
 func get(t *testing.T, url string) []byte {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := ownClient.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestTokenGuardedAPI(t *testing.T) {
 		r.api = strings.Replace(r.api, "0.0.0.0", "127.0.0.1", 1)
 	}
 	for _, p := range []string{"/healthz", "/v1/metadata", "/v1/tasks", "/v1/journal/records?from=1", "/v1/journal/export", "/metrics"} {
-		resp, err := http.Get(r.api + p)
+		resp, err := ownClient.Get(r.api + p)
 		if err != nil {
 			t.Fatal(err)
 		}

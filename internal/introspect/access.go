@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/agentd/agentd/internal/forensics"
 )
 
 // Who may read what (README "Security"):
@@ -20,7 +22,14 @@ import (
 //     browser prompts for), the unix socket (its mode, 0600 or 0660 with --api-group, decides
 //     who connects), or, on a loopback TCP listener, a connection whose socket is owned by root
 //     or by the agent's own user (read from the kernel's socket table, as SO_PEERCRED would
-//     for a unix socket): local root tools keep working with no token to hand around.
+//     for a unix socket) AND that sends the header Agentd-Client (forensics.ClientHeader): local
+//     root tools keep working with no token to hand around. The header is what keeps root's
+//     trust from being lent: root services fetch URLs others name — the Docker Engine GETs
+//     whatever token realm a registry's 401 names, and its pull error carries the answer back
+//     to the control plane — and no such fetch, no redirect, no page's <img>, <script> or form,
+//     and no cross-origin fetch (it would need a CORS preflight, which no answer here grants)
+//     carries a header of the agent's choosing. Without it, root's connection is any local
+//     user's.
 //   - Without credentials, a loopback listener serves only the open pages: /healthz,
 //     /metrics, /v1/metadata, and the status page with counts only — no task, reason, log,
 //     record or timeline. Every other path answers 401. A listener that is not loopback
@@ -76,8 +85,12 @@ func (a *API) credentials(r *http.Request) (present, ok bool) {
 }
 
 // trustedPeer reports whether r came over a loopback connection whose socket is owned by root
-// or by the agent's user (owners.go). Unknown owners are not trusted.
+// or by the agent's user (owners.go) from one of the agent's own clients (the header above,
+// any non-empty value). Unknown owners are not trusted.
 func trustedPeer(r *http.Request) bool {
+	if r.Header.Get(forensics.ClientHeader) == "" {
+		return false
+	}
 	c, _ := r.Context().Value(connKey{}).(*ownedConn)
 	return c != nil && c.trusted()
 }
@@ -102,7 +115,7 @@ func (a *API) Wrap(h http.Handler) http.Handler {
 		case a.loopback && openPaths[r.URL.Path]:
 			r = r.WithContext(context.WithValue(r.Context(), limitedKey{}, true))
 		default:
-			a.unauthorized(w, "this path needs credentials: the API token (Authorization: Bearer <the content of --api-token-file>), the unix socket, or a loopback connection from root or the agent's user")
+			a.unauthorized(w, "this path needs credentials: the API token (Authorization: Bearer <the content of --api-token-file>), the unix socket, or a loopback connection from root or the agent's user sending the header "+forensics.ClientHeader+": 1")
 			return
 		}
 		b.serve(h, w, r, full)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,36 +24,48 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 )
 
 // rawGet sends one request with exactly the Host header given (none at all for HTTP/1.0 when
-// host is "-"), as a rebinding page's browser or any client could, and returns the status.
+// host is "-"), as a rebinding page's browser or any client could (with Agentd-Client, so root
+// may read: only the Host is in question), and returns the status.
 func rawGet(t *testing.T, addr, host, path string) (int, string) {
+	t.Helper()
+	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nAgentd-Client: 1\r\nConnection: close\r\n\r\n", path, host)
+	if host == "-" {
+		req = fmt.Sprintf("GET %s HTTP/1.0\r\n\r\n", path)
+	}
+	code, h, body := rawRequest(t, addr, req)
+	if h.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("Host %q: HTTP %d without X-Content-Type-Options: nosniff", host, code)
+	}
+	return code, body
+}
+
+// rawRequest writes req, byte for byte, on a new loopback connection of this test's user and
+// returns the answer's status, headers and body.
+func rawRequest(t *testing.T, addr, req string) (int, http.Header, string) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if host == "-" {
-		fmt.Fprintf(c, "GET %s HTTP/1.0\r\n\r\n", path)
-	} else {
-		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, host)
+	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		t.Fatalf("Host %q: %v", host, err)
+		t.Fatalf("%.60q: %v", req, err)
 	}
 	defer resp.Body.Close()
-	if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
-		t.Errorf("Host %q: HTTP %d without X-Content-Type-Options: nosniff", host, resp.StatusCode)
-	}
 	var b strings.Builder
 	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
-	return resp.StatusCode, b.String()
+	return resp.StatusCode, resp.Header, b.String()
 }
 
 // TestForeignHostsAreMisdirected: a page whose name re-resolves to 127.0.0.1 (DNS rebinding)
@@ -229,7 +242,8 @@ func TestLocalUserReadsOnlyTheOpenPages(t *testing.T) {
 
 func fetchBody(t *testing.T, u string) string {
 	t.Helper()
-	resp, err := http.Get(u)
+	c, _ := forensics.APIClient("")
+	resp, err := c.Get(u)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestFollowsHaveTheirOwnPool(t *testing.T) {
 	ln, _ := serve(t, api, h)
 	logs := fmt.Sprintf("http://%s/v1/tasks/task/1/containers/app/logs", ln.Addr())
 	records := fmt.Sprintf("http://%s/v1/journal/records?from=1&wait=60", ln.Addr())
-	c := &http.Client{Timeout: 30 * time.Second}
+	c := ownClient(30 * time.Second)
 	done := make(chan int, follows+polls)
 	hold := func(url string) {
 		go func() {
@@ -95,7 +95,7 @@ func followUntilEnd(t *testing.T, limits introspect.Limits, handler http.Handler
 	t.Helper()
 	api, _ := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0", Limits: limits})
 	ln, _ := serve(t, api, handler)
-	c := &http.Client{Timeout: 30 * time.Second} // the bound of this wait: a follow never ended fails here
+	c := ownClient(30 * time.Second) // the bound of this wait: a follow never ended fails here
 	resp, err := c.Get(fmt.Sprintf("http://%s/v1/tasks/task/1/containers/app/logs?follow=1", ln.Addr()))
 	if err != nil {
 		t.Fatal(err)

@@ -280,6 +280,8 @@ func (a *API) Server(h http.Handler) *http.Server {
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		// OPTIONS * too goes through the access rules: no answer of the API grants a preflight.
+		DisableGeneralOptionsHandler: true,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},

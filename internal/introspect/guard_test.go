@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/introspect"
 )
 
@@ -31,9 +32,20 @@ func serve(t *testing.T, api *introspect.API, h http.Handler) (net.Listener, *ht
 	return ln, srv
 }
 
+// ownClient is a client of the agent's own (forensics.APIClient: every request carries the
+// Agentd-Client header) with a bound on each request.
+func ownClient(timeout time.Duration) *http.Client {
+	c, _ := forensics.APIClient("")
+	c.Timeout = timeout
+	return c
+}
+
+// status GETs url as the agent's own clients do (the Agentd-Client header, which root's
+// loopback connection needs to read more than the open pages), with the token if given.
 func status(t *testing.T, c *http.Client, url, token string) int {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set(forensics.ClientHeader, "1")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -123,7 +135,7 @@ func TestLongPollsAreBounded(t *testing.T) {
 	api, _ := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0"})
 	ln, _ := serve(t, api, h)
 	url := fmt.Sprintf("http://%s/v1/journal/records?from=1&wait=60", ln.Addr())
-	c := &http.Client{Timeout: 10 * time.Second}
+	c := ownClient(10 * time.Second)
 	const bound = 8
 	entered.Add(bound)
 	done := make(chan int, bound)
@@ -138,7 +150,7 @@ func TestLongPollsAreBounded(t *testing.T) {
 			done <- 0
 		}()
 	}
-	entered.Wait() // all eight are inside the handler
+	waitAll(t, &entered, "all eight long polls inside the handler") // bounded: a refused poll never enters
 	if code := status(t, c, url, ""); code != http.StatusServiceUnavailable {
 		t.Fatalf("long poll past the bound: HTTP %d, want 503", code)
 	}

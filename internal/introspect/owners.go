@@ -15,9 +15,9 @@ import (
 
 // On a loopback listener every connection knows the local user that opened it: the owner of
 // the client's socket in the kernel's socket table, as SO_PEERCRED tells for a unix socket.
-// Root and the agent's own user are trusted (access.go); every other user may hold at most
-// maxConnsPerUser connections at once — one more is answered 503 and closed — so no user can
-// take the API's connections or the agent's file descriptors.
+// Root and the agent's own user are trusted, with the Agentd-Client header (access.go); every
+// other user may hold at most maxConnsPerUser connections at once — one more is answered 503
+// and closed — so no user can take the API's connections or the agent's file descriptors.
 
 // connKey carries a request's connection in its context (Server's ConnContext).
 type connKey struct{}

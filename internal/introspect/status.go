@@ -23,8 +23,10 @@ import (
 // The status page at / is for a person on the host: the same facts as /healthz, /v1/tasks and
 // /metrics, drawn as one HTML page that refreshes itself. It loads nothing from outside the
 // agent (a Content-Security-Policy of 'self' says so to the browser), and its script only
-// re-fetches the page's own main part and draws nothing itself, so it works without any
-// framework and, with scripting off, still shows a correct page (just not a refreshing one).
+// re-fetches the page's own main part and the timelines' drawings and draws nothing itself, so
+// it works without any framework and, with scripting off, still shows a correct page (just not
+// a refreshing one; for root without the token, the counts only: a browser's own requests never
+// carry Agentd-Client, which root's loopback connection needs to read tasks — access.go).
 
 //go:embed status.html status.css status.js
 var statusFiles embed.FS
