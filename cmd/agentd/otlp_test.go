@@ -170,7 +170,7 @@ func TestOTLPShippingSurvivesKillAndOutage(t *testing.T) {
 }
 
 func metricsText(t *testing.T, api string) string {
-	resp, err := http.Get(api + "/metrics")
+	resp, err := ownClient.Get(api + "/metrics") // fresh, not the answer shared among callers without credentials
 	if err != nil {
 		return ""
 	}
