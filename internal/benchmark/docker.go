@@ -32,6 +32,9 @@ type DockerOptions struct {
 	Tasks       int    // lifecycles each side runs, over all rounds
 	Concurrency int    // tasks in flight at once, each side
 	Rounds      int    // the sides alternate which goes first, round by round (default 4)
+	// AgentImage, when set, adds a side: the agent as a container of this image (--net host,
+	// the engine's socket and its data dir mounted), beside the child process.
+	AgentImage string
 }
 
 // DockerResult is the same lifecycles run by a bare moby-client loop and by agentd, on the
@@ -45,6 +48,13 @@ type DockerResult struct {
 	Ratio         float64 `json:"ratio_agent_vs_bare"`
 	AgentCPUPer1k float64 `json:"agent_cpu_seconds_per_1000"` // user + system of the agentd process
 	AgentPeakMB   float64 `json:"agent_peak_rss_mb"`
+	// The agent as a container of AgentImage, when asked for: its CPU and peak memory are its
+	// cgroup's (memory counts the page cache of its journal, which a process's RSS does not).
+	AgentImage         string  `json:"agent_image,omitempty"`
+	ContainerSeconds   float64 `json:"container_seconds,omitempty"`
+	ContainerRatio     float64 `json:"ratio_container_vs_bare,omitempty"`
+	ContainerCPUPer1k  float64 `json:"container_cpu_seconds_per_1000,omitempty"`
+	ContainerPeakMemMB float64 `json:"container_peak_cgroup_memory_mb,omitempty"`
 }
 
 // Docker runs Tasks one-container lifecycles twice on the Docker Engine, Concurrency at a
@@ -53,7 +63,9 @@ type DockerResult struct {
 // plane, run, exited, reported, acknowledged, removed), in rounds that alternate which side
 // goes first, so a neighbour's load weighs on both. The engine is the limit; the ratio of the
 // summed wall times says what the agent adds. The agent's CPU time and peak RSS come from the
-// kernel's accounting of its process (a fresh one each round: its start is counted).
+// kernel's accounting of its process (a fresh one each round: its start is counted). With
+// AgentImage the agent also runs as a container of that image, a third side in the same
+// rotation, measured by its cgroup (containerAgent).
 func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 	res := DockerResult{Tasks: o.Tasks, Concurrency: o.Concurrency}
 	if o.Tasks <= 0 || o.Concurrency <= 0 {
@@ -77,11 +89,28 @@ func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 	res.Rounds = o.Rounds
 	per := o
 	per.Tasks = max(o.Tasks/o.Rounds, 1)
-	var bare, agent, cpu time.Duration
-	var peak int64
+	if o.AgentImage != "" {
+		if _, err := cli.ImageInspect(ctx, o.AgentImage); err != nil {
+			return res, fmt.Errorf("bench docker: --agent-image %s: %w (build it with `make image`)", o.AgentImage, err)
+		}
+		res.AgentImage = o.AgentImage
+	}
+	// One agent side per way of running it; the bare loop is side 0.
+	type agentSide struct {
+		launch    agentLauncher
+		took, cpu time.Duration
+		peak      int64
+	}
+	sides := []*agentSide{{launch: childAgent(o.Agentd)}}
+	if o.AgentImage != "" {
+		sides = append(sides, &agentSide{launch: containerAgent(cli, o.AgentImage)})
+	}
+	var bare time.Duration
+	n := len(sides) + 1
 	for r := 0; r < o.Rounds; r++ {
-		for side := 0; side < 2; side++ {
-			if (side+r)%2 == 0 {
+		for i := 0; i < n; i++ {
+			side := (i + r) % n // each round starts one side later
+			if side == 0 {
 				took, err := bareLoop(ctx, cli, per)
 				if err != nil {
 					return res, err
@@ -89,20 +118,29 @@ func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 				bare += took
 				continue
 			}
-			took, usage, err := agentLoop(ctx, cli, per)
+			s := sides[side-1]
+			took, cpu, peak, err := agentLoop(ctx, cli, per, s.launch)
 			if err != nil {
 				return res, err
 			}
-			agent += took
-			cpu += time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
-			peak = max(peak, usage.Maxrss)
+			s.took += took
+			s.cpu += cpu
+			s.peak = max(s.peak, peak)
 		}
 	}
 	res.Tasks = per.Tasks * o.Rounds
-	res.BareSeconds, res.AgentSeconds = bare.Seconds(), agent.Seconds()
+	per1k := func(cpu time.Duration) float64 { return cpu.Seconds() * 1000 / float64(res.Tasks) }
+	res.BareSeconds, res.AgentSeconds = bare.Seconds(), sides[0].took.Seconds()
 	res.Ratio = res.AgentSeconds / res.BareSeconds
-	res.AgentCPUPer1k = cpu.Seconds() * 1000 / float64(res.Tasks)
-	res.AgentPeakMB = float64(peak) / 1024 // kilobytes on Linux
+	res.AgentCPUPer1k = per1k(sides[0].cpu)
+	res.AgentPeakMB = float64(sides[0].peak) / (1 << 20)
+	if len(sides) > 1 {
+		c := sides[1]
+		res.ContainerSeconds = c.took.Seconds()
+		res.ContainerRatio = res.ContainerSeconds / res.BareSeconds
+		res.ContainerCPUPer1k = per1k(c.cpu)
+		res.ContainerPeakMemMB = float64(c.peak) / (1 << 20)
+	}
 	return res, nil
 }
 
@@ -174,13 +212,95 @@ func removeLabelled(cli *client.Client, label string) {
 	}
 }
 
-// agentLoop runs agentd as a child process against an in-process control plane and keeps
-// Concurrency tasks assigned until Tasks have been cleaned; a task counts as cleaned when the
-// engine reports its container destroyed.
-func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions) (time.Duration, *syscall.Rusage, error) {
+// agentArgs are the flags of the agent under test, the same whether it runs as a child
+// process or as a container.
+func agentArgs(dir, backend, agentID, host string) []string {
+	args := []string{"run", "--runtime", "docker", "--data-dir", dir, "--backend", backend, "--agent-id", agentID,
+		"--cleanup-wait", "0s", "--listen", "127.0.0.1:0", "--log-level", "warn"}
+	if host != "" {
+		args = append(args, "--docker-host", host)
+	}
+	return args
+}
+
+// agentRun is one running agent under test, however it was started.
+type agentRun struct {
+	exited  <-chan struct{} // closed when the agent has ended, by itself or by stop
+	exitErr func() error    // why it ended, once exited is closed
+	// stop ends the agent and says what it used: CPU time and peak memory in bytes.
+	stop func() (time.Duration, int64, error)
+	log  func() string // the tail of its log, for errors
+}
+
+// agentLauncher starts an agent with args, its data dir dir; cleanup (always called, even
+// after an error) removes whatever it started.
+type agentLauncher func(ctx context.Context, dir string, args []string) (run *agentRun, cleanup func(), err error)
+
+// childAgent runs the agentd binary at path as a child process; its CPU time and peak RSS
+// come from the kernel's accounting of that process.
+func childAgent(path string) agentLauncher {
+	return func(ctx context.Context, dir string, args []string) (*agentRun, func(), error) {
+		cmd := exec.CommandContext(ctx, path, args...)
+		logf, err := os.Create(filepath.Join(dir, "agentd.log"))
+		if err != nil {
+			return nil, func() {}, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			return nil, func() {}, fmt.Errorf("bench docker: start %s: %w", path, err)
+		}
+		exited := make(chan struct{})
+		var waitErr error
+		go func() { waitErr = cmd.Wait(); close(exited) }()
+		logTail := func() string { b, _ := os.ReadFile(logf.Name()); return tail(b, 2000) }
+		stopped := false
+		stop := func() (time.Duration, int64, error) {
+			if stopped {
+				return 0, 0, errors.New("bench docker: agentd already stopped")
+			}
+			stopped = true
+			peakKB := procPeakKB(cmd.Process.Pid)
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+				if waitErr != nil {
+					return 0, 0, fmt.Errorf("bench docker: agentd: %w\n%s", waitErr, logTail())
+				}
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+				return 0, 0, errors.New("bench docker: agentd did not stop within 30s of SIGTERM")
+			}
+			ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+			if ru == nil {
+				return 0, 0, errors.New("bench docker: no resource usage for the agent process")
+			}
+			if peakKB <= 0 {
+				peakKB = ru.Maxrss
+			}
+			// The kernel's ru_maxrss of a child started by vfork counts the parent's resident
+			// set at the fork (this benchmark's own, gigabytes after the recovery rows): the
+			// child's own high-water mark is its VmHWM, read just before the SIGTERM.
+			return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), peakKB * 1024, nil
+		}
+		cleanup := func() {
+			if !stopped {
+				_, _, _ = stop()
+			}
+			logf.Close()
+		}
+		return &agentRun{exited: exited, exitErr: func() error { return waitErr }, stop: stop, log: logTail}, cleanup, nil
+	}
+}
+
+// agentLoop runs an agent against an in-process control plane and keeps Concurrency tasks
+// assigned until Tasks have been cleaned; a task counts as cleaned when the engine reports
+// its container destroyed. It returns the wall time and what the agent used.
+func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, launch agentLauncher) (time.Duration, time.Duration, int64, error) {
 	dir, err := os.MkdirTemp(o.Dir, "agentd-bench-docker-")
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, 0, err
 	}
 	defer os.RemoveAll(dir)
 	agentID := fmt.Sprintf("agent-bench-%d", time.Now().UnixNano())
@@ -188,7 +308,7 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions) (time.D
 	cp := controlplane.New("", controlplane.Faults{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, 0, err
 	}
 	srv := &http.Server{Handler: cp.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -200,56 +320,11 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions) (time.D
 	events := cli.Events(ectx, client.EventsListOptions{Filters: client.Filters{}.
 		Add("type", "container").Add("event", "destroy").Add("label", docker.LabelAgent+"="+agentID)})
 
-	cmd := exec.CommandContext(ctx, o.Agentd, "run", "--runtime", "docker", "--data-dir", dir,
-		"--backend", "http://"+ln.Addr().String(), "--agent-id", agentID, "--cleanup-wait", "0s",
-		"--listen", "127.0.0.1:0", "--log-level", "warn")
-	if o.Host != "" {
-		cmd.Args = append(cmd.Args, "--docker-host", o.Host)
-	}
-	logf, err := os.Create(filepath.Join(dir, "agentd.log"))
+	run, cleanup, err := launch(ctx, dir, agentArgs(dir, "http://"+ln.Addr().String(), agentID, o.Host))
+	defer cleanup()
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, 0, err
 	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return 0, nil, fmt.Errorf("bench docker: start %s: %w", o.Agentd, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	var peakKB int64
-	stop := func() (*syscall.Rusage, error) {
-		if !stopped {
-			stopped = true
-			peakKB = procPeakKB(cmd.Process.Pid)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-		}
-		select {
-		case err := <-exited:
-			if err != nil {
-				log, _ := os.ReadFile(logf.Name())
-				return nil, fmt.Errorf("bench docker: agentd: %w\n%s", err, tail(log, 2000))
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			return nil, errors.New("bench docker: agentd did not stop within 30s of SIGTERM")
-		}
-		ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		if ru != nil && peakKB > 0 {
-			// The kernel's ru_maxrss of a child started by vfork counts the parent's resident
-			// set at the fork (this benchmark's own, gigabytes after the recovery rows): the
-			// child's own high-water mark is its VmHWM.
-			ru.Maxrss = peakKB
-		}
-		return ru, nil
-	}
-	defer func() {
-		if !stopped {
-			_, _ = stop()
-		}
-	}()
 
 	assign := func(i int) error {
 		return cp.AddTask(agentID, protocol.Task{ARN: fmt.Sprintf("task/docker-%06d", i), DesiredStatus: "RUNNING",
@@ -259,7 +334,7 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions) (time.D
 	assigned := 0
 	for ; assigned < min(o.Concurrency, o.Tasks); assigned++ {
 		if err := assign(assigned); err != nil {
-			return 0, nil, err
+			return 0, 0, 0, err
 		}
 	}
 	deadline := time.NewTimer(time.Duration(o.Tasks)*time.Second + 2*time.Minute)
@@ -270,31 +345,26 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions) (time.D
 			cleaned++
 			if assigned < o.Tasks {
 				if err := assign(assigned); err != nil {
-					return 0, nil, err
+					return 0, 0, 0, err
 				}
 				assigned++
 			}
 		case err := <-events.Err:
-			return 0, nil, fmt.Errorf("bench docker: engine events: %w", err)
-		case err := <-exited:
-			stopped = true
-			log, _ := os.ReadFile(logf.Name())
-			return 0, nil, fmt.Errorf("bench docker: agentd exited early (%v) after %d of %d tasks:\n%s", err, cleaned, o.Tasks, tail(log, 2000))
+			return 0, 0, 0, fmt.Errorf("bench docker: engine events: %w", err)
+		case <-run.exited:
+			return 0, 0, 0, fmt.Errorf("bench docker: agentd exited early (%v) after %d of %d tasks:\n%s", run.exitErr(), cleaned, o.Tasks, run.log())
 		case <-deadline.C:
-			return 0, nil, fmt.Errorf("bench docker: only %d of %d tasks cleaned in time", cleaned, o.Tasks)
+			return 0, 0, 0, fmt.Errorf("bench docker: only %d of %d tasks cleaned in time", cleaned, o.Tasks)
 		case <-ctx.Done():
-			return 0, nil, ctx.Err()
+			return 0, 0, 0, ctx.Err()
 		}
 	}
 	took := time.Since(start)
-	ru, err := stop()
+	cpu, peak, err := run.stop()
 	if err != nil {
-		return 0, nil, err
+		return 0, 0, 0, err
 	}
-	if ru == nil {
-		return 0, nil, errors.New("bench docker: no resource usage for the agent process")
-	}
-	return took, ru, nil
+	return took, cpu, peak, nil
 }
 
 func tail(b []byte, n int) string {
