@@ -60,6 +60,10 @@ type Submitter struct {
 	lastSend time.Time     // when the last report was begun
 	carried  bool          // the report in flight carries every change pending when it began
 	drained  bool          // the last report carried every pending change and settled
+	round    time.Time     // when this round of reporting began (pace.go; zero: none)
+	slot     time.Duration // learnt delay of this agent's rounds under throttling (pace.go)
+	// roundThrottled says a 429 answered a report of this round.
+	roundThrottled bool
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -204,6 +208,9 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			s.streak, s.health, s.unjournaled, s.streakTries = "", "", 0, 0
 			s.bo.Reset()
 			s.next = s.paced(now, waited)
+			if s.carried {
+				s.roundSettled(now)
+			}
 			s.drained = s.carried
 			return o
 		}
