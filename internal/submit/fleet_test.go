@@ -347,3 +347,31 @@ func modelSets() int {
 	}
 	return 3
 }
+
+// The first answer after an outage is a 429 (the fleet found the control plane back together):
+// the agent's round begins at its slot, counted from its last failed try (the return came
+// after it), not at Retry-After plus a pace — and never before Retry-After.
+func TestFirst429AfterOutageGoesAtTheSlot(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		slot, ra time.Duration
+	}{
+		{"slot after Retry-After", 4 * time.Second, 50 * time.Millisecond},
+		{"Retry-After after slot", 100 * time.Millisecond, 3 * time.Second},
+	} {
+		s := New(Policy{Seed: 9})
+		s.slot = c.slot
+		failed := refusedTimes(s, t0, 5)
+		now := s.NextAttempt()
+		sent := s.BeginAt(now, batch("c-1"))
+		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: c.ra})
+		got := s.NextAttempt()
+		if got.Before(now.Add(c.ra)) {
+			t.Errorf("%s: retries %v after the 429, before its Retry-After %v", c.name, got.Sub(now), c.ra)
+		}
+		want := failed.Add(c.slot)
+		if lo, hi := want.Add(-c.slot/10), want.Add(c.slot/10); now.Add(c.ra).Before(lo) && (got.Before(lo) || got.After(hi)) {
+			t.Errorf("%s: retries %v after the last failure; want the slot %v (±10%%)", c.name, got.Sub(failed), c.slot)
+		}
+	}
+}

@@ -23,7 +23,8 @@ import (
 //
 // The slot is where this agent's round (the reports from the moment it has something to report
 // after nothing, or the control plane came back after an outage, until all of it settled)
-// starts: the delay after which the throttle served it in its last throttled round, moved
+// starts: the delay after which the throttle served the first report of its last throttled
+// round, moved
 // halfway there each time (slotLearn), and a little earlier (slotShrink) after a round served
 // at its first try. A fleet whose agents each keep the place the throttle gave them arrives in
 // the order and at about the rate it was served, so the next storm meets tokens instead of a
@@ -89,9 +90,6 @@ func (s *Submitter) paced(now time.Time, waited time.Duration) time.Time {
 // handed one stop at once does not report at once. Changes kept waiting by a failure or a
 // backlog go when due.
 func (s *Submitter) spreadQuiet(now time.Time) bool {
-	if !s.drained && s.round.IsZero() {
-		s.round, s.roundThrottled = now, false // the agent's first round
-	}
 	if !s.drained {
 		return true
 	}
@@ -109,7 +107,9 @@ func (s *Submitter) beginRound(now time.Time) time.Time {
 	return now.Add(s.spread(s.pace))
 }
 
-// roundSettled learns the slot from a round whose last report settled at now.
+// roundSettled learns the slot from the first report of a round to settle (at now): where
+// the throttle served the round's start. The round's later reports (changes that came while
+// it was out, a backlog) go at the pace and teach the slot nothing.
 func (s *Submitter) roundSettled(now time.Time) {
 	if s.round.IsZero() || s.p.Naive {
 		return
