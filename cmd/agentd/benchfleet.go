@@ -61,7 +61,7 @@ func printFleet(res benchmark.FleetResult) {
 	o := res.Options
 	fmt.Printf("fleet: %d agents × %d tasks, one control plane throttled to %g req/s (burst %d), outage %v, journals on %s (%s)\n",
 		o.Agents, o.Tasks, o.RPS, o.Burst, o.Outage, res.JournalDir, res.JournalFS)
-	fmt.Printf("%-8s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %-18s  %-18s  %s\n", "policy", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "pace p10/p50/p90 s", "slot p10/p50/p90 s", "ideal p50/p99 s")
+	fmt.Printf("%-8s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %-18s  %s\n", "policy", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "pace p10/p50/p90 s", "ideal p50/p99 s")
 	for _, r := range res.Rows {
 		herd := "-"
 		if strings.HasPrefix(r.Scenario, "outage") {
@@ -71,9 +71,9 @@ func printFleet(res benchmark.FleetResult) {
 		if !r.Finished {
 			done = "NO"
 		}
-		fmt.Printf("%-8s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %-18s  %-18s  %.1f/%.1f\n", r.Policy, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
+		fmt.Printf("%-8s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %-18s  %.1f/%.1f\n", r.Policy, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
 			r.Requests, 100*r.ThrottledShare, r.AgentP50, r.AgentP99, r.AgentMax, herd, r.EarlyCleanups, r.SettledTwice,
-			fmt.Sprintf("%.1f/%.1f/%.1f", r.PaceP10, r.PaceP50, r.PaceP90), fmt.Sprintf("%.1f/%.1f/%.1f", r.SlotP10, r.SlotP50, r.SlotP90), r.IdealP50, r.IdealP99)
+			fmt.Sprintf("%.1f/%.1f/%.1f", r.PaceP10, r.PaceP50, r.PaceP90), r.IdealP50, r.IdealP99)
 	}
 	fmt.Printf("per agent (agentd, tasks running): %.0f KB heap, %.1f goroutines (agent and control plane sides; the control plane's server %.1f); journal verify: %d findings\n",
 		res.HeapPerAgent, res.GoroutinesPer, res.ServingPer, res.JournalIssues)

@@ -71,9 +71,6 @@ type FleetRow struct {
 	PaceP10        float64 `json:"pace_p10_seconds"`      // the agents' learnt pace when the scenario began
 	PaceP50        float64 `json:"pace_p50_seconds"`
 	PaceP90        float64 `json:"pace_p90_seconds"`
-	SlotP10        float64 `json:"slot_p10_seconds"` // the agents' learnt slots when the scenario began
-	SlotP50        float64 `json:"slot_p50_seconds"`
-	SlotP90        float64 `json:"slot_p90_seconds"`
 	Cleanups       int     `json:"cleanups"`       // containers removed (the agents cleaned up)
 	EarlyCleanups  int     `json:"early_cleanups"` // containers removed before their task's STOPPED was accepted
 	SettledTwice   int     `json:"settled_twice"`  // STOPPED changes accepted more than once, or never, or violations
@@ -267,7 +264,7 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 			res.GoroutinesPer = float64(runtime.NumGoroutine()-f.baseGor) / float64(len(f.agents))
 			res.ServingPer = float64(serving()) / float64(len(f.agents))
 		}
-		paces, slots := f.paces(ctx)
+		paces := f.paces(ctx)
 		var row FleetRow
 		switch sc {
 		case "storm":
@@ -285,7 +282,6 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 		row.Policy, row.Scenario = f.policy, sc
 		if n := len(paces); n > 0 {
 			row.PaceP10, row.PaceP50, row.PaceP90 = paces[n/10], paces[n/2], paces[n*9/10]
-			row.SlotP10, row.SlotP50, row.SlotP90 = slots[n/10], slots[n/2], slots[n*9/10]
 		}
 		f.logf("%s: %.1fs, %.2f× floor %.1fs, %d requests, %.0f%% 429", sc, row.Seconds, row.VsFloor, row.FloorSeconds, row.Requests, 100*row.ThrottledShare)
 		rows = append(rows, row)
@@ -300,16 +296,14 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 	return rows, nil
 }
 
-// paces is every agent's learnt pace and slot in seconds, each sorted.
-func (f *fleet) paces(ctx context.Context) (paces, slots []float64) {
+// paces is every agent's learnt pace in seconds, sorted.
+func (f *fleet) paces(ctx context.Context) []float64 {
+	var out []float64
 	for _, a := range f.agents {
-		_ = a.e.QueryWithReporting(ctx, func(_ *fsm.State, r engine.Reporting) {
-			paces, slots = append(paces, r.PaceSeconds), append(slots, r.SlotSeconds)
-		})
+		_ = a.e.QueryWithReporting(ctx, func(_ *fsm.State, r engine.Reporting) { out = append(out, r.PaceSeconds) })
 	}
-	slices.Sort(paces)
-	slices.Sort(slots)
-	return paces, slots
+	slices.Sort(out)
+	return out
 }
 
 // assign gives every agent o.Tasks new tasks that run until stopped and waits until the

@@ -23,9 +23,6 @@ type Reporting struct {
 	// PaceSeconds is the spacing of requests the control plane's throttle has taught the
 	// submitter (0: no throttling seen).
 	PaceSeconds float64 `json:"pace_seconds,omitempty"`
-	// SlotSeconds is where the submitter starts a round of reports, learnt from where the
-	// throttle served its last throttled round (0: none learnt).
-	SlotSeconds float64 `json:"slot_seconds,omitempty"`
 }
 
 // QueryWithReporting is Query with the submitter's state beside the projection, both read on
@@ -37,8 +34,7 @@ func (e *Engine) QueryWithReporting(ctx context.Context, f func(*fsm.State, Repo
 			streak, since := s.Streak()
 			r = Reporting{InFlight: s.InFlight(), Streak: string(streak), StreakSince: since,
 				Requests: s.Stats.Requests, Throttled: s.Stats.Throttled, Failed: s.Stats.Failed,
-				Accepted: s.Stats.Accepted, Rejected: s.Stats.Rejected, PaceSeconds: s.Pace().Seconds(),
-				SlotSeconds: s.Slot().Seconds()}
+				Accepted: s.Stats.Accepted, Rejected: s.Stats.Rejected, PaceSeconds: s.Pace().Seconds()}
 			if next := s.NextAttempt(); next.After(e.clock.Now()) {
 				r.NextAttempt = next
 			}

@@ -20,25 +20,6 @@ import (
 //   - while nothing answers, retries come at the pace: no herd at the return (the fleet
 //     failed together), and every agent finds out within about one pace, its tokens not
 //     left idle.
-//
-// The slot is where this agent's round (the reports from the moment it has something to report
-// after nothing, or the control plane came back after an outage, until all of it settled)
-// starts: the delay after which the throttle served the first report of its last throttled
-// round, moved
-// halfway there each time (slotLearn), and a little earlier (slotShrink) after a round served
-// at its first try. A fleet whose agents each keep the place the throttle gave them arrives in
-// the order and at about the rate it was served, so the next storm meets tokens instead of a
-// wave of 429s, and the slots pack towards the front while there are tokens to spare. A slot
-// is learnt from one agent's own answers — unlike a pace drawn anew each round, which every
-// agent estimates from few samples and comes out spread (short ones arrive early into 429s),
-// it needs no estimate of the fleet's depth (TestFleetModel: 429s halved at the same settle
-// time). Each round's start is jittered by ±slotJitter, so agents with equal slots part.
-const (
-	slotLearn  = 0.5
-	slotShrink = 0.9
-	slotJitter = 0.05
-)
-
 const (
 	paceGrow   = 1.3  // a repeated 429's effect on the pace
 	paceShrink = 0.9  // a report settled at its first try
@@ -49,7 +30,6 @@ const (
 // throttled is the wait after a 429 with Retry-After ra: at least ra, then a random point of
 // the pace, which a repeated 429 grows (up to Max).
 func (s *Submitter) throttled(ra time.Duration, again bool) time.Duration {
-	s.roundThrottled = true
 	switch {
 	case s.pace == 0:
 		s.pace = max(ra, s.p.Initial)
@@ -84,65 +64,29 @@ func (s *Submitter) paced(now time.Time, waited time.Duration) time.Time {
 	return time.Time{}
 }
 
-// spreadQuiet begins a round when the agent had nothing left to report (its last report
-// carried every pending change and settled): the first report goes at the agent's slot, or a
-// random point of one pace while no slot is learnt; it says whether it may go now. A fleet
-// handed one stop at once does not report at once. Changes kept waiting by a failure or a
-// backlog go when due.
+// spreadQuiet defers the first report after the agent had nothing left to report (its last
+// report carried every pending change and settled) to a random point of one pace, and says
+// whether it may go now: a fleet handed one stop at once does not report at once. Changes
+// kept waiting by a failure or a backlog go when due.
 func (s *Submitter) spreadQuiet(now time.Time) bool {
-	if !s.drained {
+	if s.pace == 0 || !s.drained {
 		return true
 	}
 	s.drained = false
-	s.next = s.beginRound(now)
+	s.next = now.Add(s.spread(s.pace))
 	return !now.Before(s.next)
 }
 
-// beginRound starts a round at now and returns when its first report may go.
-func (s *Submitter) beginRound(now time.Time) time.Time {
-	s.round, s.roundThrottled = now, false
-	if s.slot > 0 {
-		return now.Add(time.Duration(float64(s.slot) * (1 - slotJitter + 2*slotJitter*s.rng.Float64())))
-	}
-	return now.Add(s.spread(s.pace))
-}
-
-// roundSettled learns the slot from the first report of a round to settle (at now): where
-// the throttle served the round's start. The round's later reports (changes that came while
-// it was out, a backlog) go at the pace and teach the slot nothing.
-func (s *Submitter) roundSettled(now time.Time) {
-	if s.round.IsZero() || s.p.Naive {
-		return
-	}
-	took := now.Sub(s.round)
-	switch {
-	case s.roundThrottled && s.slot == 0:
-		s.slot = took
-	case s.roundThrottled:
-		s.slot += time.Duration(slotLearn * float64(took-s.slot))
-	default:
-		s.slot = time.Duration(slotShrink * float64(s.slot))
-	}
-	s.slot = min(s.slot, s.p.Max)
-	if s.slot < paceFloor {
-		s.slot = 0
-	}
-	s.round = time.Time{}
-}
-
 // Answered says the control plane answered something (a poll): an outage's backoff is over,
-// and a round begins, the report going at the agent's slot (or a random point of the pace) —
-// the whole fleet sees the control plane come back at the same moment.
+// and the report goes at a random point of the pace — the whole fleet sees the control plane
+// come back at the same moment.
 func (s *Submitter) Answered(now time.Time) {
 	if s.p.Naive || s.streak != protocol.Network || s.inflight || !now.Before(s.next) {
 		return
 	}
 	s.bo.Reset()
-	s.next = s.beginRound(now)
+	s.next = now.Add(s.spread(s.pace))
 }
-
-// Slot is the learnt delay of this agent's rounds (0: none learnt).
-func (s *Submitter) Slot() time.Duration { return s.slot }
 
 // Pace is the learnt spacing of this agent's requests (0: no throttling seen).
 func (s *Submitter) Pace() time.Duration { return s.pace }

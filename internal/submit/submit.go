@@ -8,8 +8,7 @@
 // at least the server's Retry-After after a 429 (a floor, never a target), the retry spread by
 // jitter over the agent's learnt pace (pace.go), which grows while 429s repeat and shrinks as
 // reports settle at their first try, so a fleet throttled at one moment does not come back at
-// one moment; the first report after the agent had nothing to report at its learnt slot (where
-// the throttle served its last throttled round), or spread over the pace until it has one; a
+// one moment; the first report after the agent had nothing to report spread over that pace; a
 // backoff (cenkalti/backoff/v4, never giving up) that starts afresh when a failure streak
 // changes kind, is replaced by the pace while the control plane answers nothing, and ends as
 // soon as it answers anything (Answered: a successful poll included); slow retries on refused
@@ -61,11 +60,6 @@ type Submitter struct {
 	lastSend time.Time     // when the last report was begun
 	carried  bool          // the report in flight carries every change pending when it began
 	drained  bool          // the last report carried every pending change and settled
-	round    time.Time     // when this round of reporting began (pace.go; zero: none)
-	slot     time.Duration // learnt delay of this agent's rounds under throttling (pace.go)
-	// roundThrottled says a 429 answered a report of this round.
-	roundThrottled bool
-	lastFailed     time.Time // when the last report that settled nothing was answered
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -105,8 +99,7 @@ func New(p Policy) *Submitter {
 	// replays exactly. MaxElapsedTime 0: reports awaiting acknowledgement never give up.
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.Initial), backoff.WithMaxInterval(p.Max),
 		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
-	// drained: the agent starts with nothing reported, so its first report begins a round.
-	s := &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{}, drained: true}
+	s := &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{}}
 	if p.Naive {
 		s.limit = 1
 	}
@@ -211,7 +204,6 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			s.streak, s.health, s.unjournaled, s.streakTries = "", "", 0, 0
 			s.bo.Reset()
 			s.next = s.paced(now, waited)
-			s.roundSettled(now)
 			s.drained = s.carried
 			return o
 		}
@@ -230,14 +222,6 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		if r.Outcome == protocol.Throttled {
 			s.Stats.Throttled++
 		}
-	case r.Outcome == protocol.Throttled && s.streak == protocol.Network && s.slot > 0 && !s.p.Naive:
-		// The first answer after an outage: the fleet found the control plane back at about
-		// the same moment, so a round begins — at the slot from the last failure (the return
-		// came after it), never before Retry-After.
-		s.Stats.Throttled++
-		wait = max(r.RetryAfter, s.beginRound(s.lastFailed).Sub(now))
-		s.roundThrottled = true
-		s.health = ""
 	case r.Outcome == protocol.Throttled:
 		s.Stats.Throttled++
 		wait = s.throttled(r.RetryAfter, s.streak == protocol.Throttled)
@@ -273,7 +257,6 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	}
 	s.unjournaled++
 	s.streakTries++
-	s.lastFailed = now
 	if s.lastJournaled.IsZero() || now.Sub(s.lastJournaled) >= s.p.JournalEach {
 		ids := make([]string, len(sent))
 		for i, c := range sent {
