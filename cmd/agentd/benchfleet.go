@@ -61,7 +61,7 @@ func printFleet(res benchmark.FleetResult) {
 	o := res.Options
 	fmt.Printf("fleet: %d agents × %d tasks, one control plane throttled to %g req/s (burst %d), outage %v, journals on %s (%s)\n",
 		o.Agents, o.Tasks, o.RPS, o.Burst, o.Outage, res.JournalDir, res.JournalFS)
-	fmt.Printf("%-8s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %s\n", "policy", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "pace p10/p50/p90 s")
+	fmt.Printf("%-8s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %-18s  %s\n", "policy", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "pace p10/p50/p90 s", "ideal p50/p99 s")
 	for _, r := range res.Rows {
 		herd := "-"
 		if strings.HasPrefix(r.Scenario, "outage") {
@@ -71,8 +71,9 @@ func printFleet(res benchmark.FleetResult) {
 		if !r.Finished {
 			done = "NO"
 		}
-		fmt.Printf("%-8s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %.1f/%.1f/%.1f\n", r.Policy, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
-			r.Requests, 100*r.ThrottledShare, r.AgentP50, r.AgentP99, r.AgentMax, herd, r.EarlyCleanups, r.SettledTwice, r.PaceP10, r.PaceP50, r.PaceP90)
+		fmt.Printf("%-8s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %-18s  %.1f/%.1f\n", r.Policy, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
+			r.Requests, 100*r.ThrottledShare, r.AgentP50, r.AgentP99, r.AgentMax, herd, r.EarlyCleanups, r.SettledTwice,
+			fmt.Sprintf("%.1f/%.1f/%.1f", r.PaceP10, r.PaceP50, r.PaceP90), r.IdealP50, r.IdealP99)
 	}
 	fmt.Printf("per agent (agentd, tasks running): %.0f KB heap, %.1f goroutines (agent and control plane sides; the control plane's server %.1f); journal verify: %d findings\n",
 		res.HeapPerAgent, res.GoroutinesPer, res.ServingPer, res.JournalIssues)
@@ -107,7 +108,15 @@ func fleetRows(res benchmark.FleetResult) []benchRow {
 			rows = append(rows,
 				benchRow{"fleet", name, r.VsFloor, base, 0, "≤ 1.25x", r.Finished && r.VsFloor <= 1.25},
 				benchRow{"fleet", "storm: share of requests answered 429, %", 100 * r.ThrottledShare, fmt.Sprintf("%d requests", r.Requests), 0, "≤ 25", r.ThrottledShare <= 0.25},
-				benchRow{"fleet", "storm: per-agent settle p99 ÷ median", r.AgentP99 / math0(r.AgentP50), fmt.Sprintf("p50 %.1fs, p99 %.1fs, max %.1fs", r.AgentP50, r.AgentP99, r.AgentMax), 0, "≤ 1.5", r.AgentP99 <= 1.5*r.AgentP50})
+				// The issue's target, judged as written, with the ideal schedule's ratio beside it:
+				// about 2 at the floor for any schedule (README, At fleet scale), so it cannot be met
+				// together with the floor. The restatement proposed there is the row after, judged
+				// too, so nothing is lowered: both print, both count.
+				benchRow{"fleet", "storm: per-agent settle p99 ÷ median", r.AgentP99 / math0(r.AgentP50),
+					fmt.Sprintf("p50 %.1fs, p99 %.1fs, max %.1fs; ideal schedule %.2f (p50 %.1fs, p99 %.1fs)", r.AgentP50, r.AgentP99, r.AgentMax, r.IdealP99/math0(r.IdealP50), r.IdealP50, r.IdealP99),
+					0, "≤ 1.5", r.AgentP99 <= 1.5*r.AgentP50},
+				benchRow{"fleet", "storm: per-agent settle p99 ÷ the ideal schedule's p99 (proposed restatement)", r.AgentP99 / math0(r.IdealP99),
+					fmt.Sprintf("ideal p99 %.1fs", r.IdealP99), 0, "≤ 1.5", r.AgentP99 <= 1.5*r.IdealP99})
 		case strings.HasPrefix(r.Scenario, "outage"):
 			rows = append(rows,
 				benchRow{"fleet", name, r.VsFloor, base, 0, "≤ 1.5x", r.Finished && r.VsFloor <= 1.5},

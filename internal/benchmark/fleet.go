@@ -65,6 +65,8 @@ type FleetRow struct {
 	AgentP50       float64 `json:"agent_p50_seconds"`
 	AgentP99       float64 `json:"agent_p99_seconds"`
 	AgentMax       float64 `json:"agent_max_seconds"`
+	IdealP50       float64 `json:"ideal_agent_p50_seconds"` // the same percentiles for the ideal schedule (idealAgents)
+	IdealP99       float64 `json:"ideal_agent_p99_seconds"`
 	Herd           float64 `json:"herd_factor,omitempty"` // outage: most requests in a 1-s window of the first 30 s back ÷ rps
 	PaceP10        float64 `json:"pace_p10_seconds"`      // the agents' learnt pace when the scenario began
 	PaceP50        float64 `json:"pace_p50_seconds"`
@@ -354,6 +356,22 @@ func (f *fleet) floor(changesPerAgent int) float64 {
 	return math.Max(0, float64(per*len(f.agents)-f.o.Burst)) / f.o.RPS
 }
 
+// idealAgents is the per-agent settle times' p50 and p99 (the same ranks finish takes) for the
+// ideal schedule: the throttle busy from the first instant, every agent's changes in as few
+// requests as the floor counts, agents served one after another — the burst's first at once,
+// then each 1/rps after the last. No schedule does better at the floor: the k-th agent served
+// cannot settle before (its requests and those before it − burst) ÷ rps. So p99 ÷ p50 of the
+// ideal is about 2 (200 agents, burst 20: 8.9 s ÷ 4.05 s = 2.2), and a target of p99 ≤ 1.5×
+// the median is unreachable for any schedule that also meets the floor.
+func idealAgents(agents, changesPerAgent, burst int, rps float64) (p50, p99 float64) {
+	per := (changesPerAgent + protocol.MaxChangesPerRequest - 1) / protocol.MaxChangesPerRequest
+	at := func(rank int) float64 { return math.Max(0, float64((rank+1)*per-burst)) / rps }
+	if agents == 0 || rps <= 0 {
+		return 0, 0
+	}
+	return at(agents / 2), at(int(math.Ceil(0.99*float64(agents))) - 1)
+}
+
 // limit is how long a scenario may take before it counts as not finished (the naive
 // baseline: many times its floor), and the leftovers are drained unthrottled.
 func (f *fleet) limit(floor float64) time.Duration {
@@ -365,6 +383,8 @@ func (f *fleet) limit(floor float64) time.Duration {
 func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration) (FleetRow, error) {
 	changes := 2 * f.o.Tasks // the container's STOPPED and the task's
 	row := FleetRow{Agents: len(f.agents), Changes: changes * len(f.agents), FloorSeconds: f.floor(changes)}
+	row.IdealP50, row.IdealP99 = idealAgents(len(f.agents), changes, f.o.Burst, f.o.RPS)
+	row.IdealP50, row.IdealP99 = row.IdealP50+latency.Seconds(), row.IdealP99+latency.Seconds()
 	f.plane.g.setLatency(latency)
 	defer f.plane.g.setLatency(0)
 	early, removed := f.early.Load(), f.removed.Load()
@@ -386,6 +406,7 @@ func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration)
 func (f *fleet) outage(ctx context.Context, arns []string, mode string) (FleetRow, error) {
 	changes := 2 * f.o.Tasks
 	row := FleetRow{Agents: len(f.agents), Changes: changes * len(f.agents), FloorSeconds: f.floor(changes)}
+	row.IdealP50, row.IdealP99 = idealAgents(len(f.agents), changes, f.o.Burst, f.o.RPS)
 	early, removed := f.early.Load(), f.removed.Load()
 	if mode == "refused" {
 		f.plane.down()

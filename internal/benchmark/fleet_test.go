@@ -2,6 +2,7 @@ package benchmark
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 )
@@ -43,5 +44,28 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 	}
 	if res.JournalIssues != 0 {
 		t.Errorf("journal verify: %d findings over the fleet's journals", res.JournalIssues)
+	}
+}
+
+// The ideal schedule's per-agent settle times, against which the bench prints the measured
+// ones: the k-th agent served settles at (k − burst) ÷ rps at best, so p99 ÷ p50 is about 2
+// for any schedule at the floor (a target of 1.5 cannot be met there).
+func TestIdealAgentsSettleSpreadOverTheFloor(t *testing.T) {
+	for _, c := range []struct {
+		agents, changes, burst int
+		rps, p50, p99          float64
+	}{
+		{200, 20, 20, 20, 4.05, 8.9},   // bench fleet's defaults: p99 ÷ p50 = 2.2
+		{1000, 20, 50, 50, 9.02, 18.8}, // make bench-fleet
+		{20, 6, 5, 10, 0.6, 1.5},
+		{10, 20, 20, 20, 0, 0}, // the burst serves everyone at once
+		{4, 150, 0, 1, 6, 8},   // two requests an agent
+		{0, 20, 20, 20, 0, 0},  // no agents
+		{200, 20, 20, 0, 0, 0}, // no rate: nothing to say, not a division by zero
+	} {
+		p50, p99 := idealAgents(c.agents, c.changes, c.burst, c.rps)
+		if math.Abs(p50-c.p50) > 1e-9 || math.Abs(p99-c.p99) > 1e-9 {
+			t.Errorf("idealAgents(%d agents, %d changes, burst %d, %g/s) = p50 %g, p99 %g; want %g, %g", c.agents, c.changes, c.burst, c.rps, p50, p99, c.p50, c.p99)
+		}
 	}
 }

@@ -40,6 +40,7 @@ type modelAgent struct {
 	pending []fsm.Change
 	inSent  []protocol.StateChange
 	settled time.Time // when its last change settled
+	floor   time.Time // the last 429's Retry-After: no request before this
 }
 
 type wake struct {
@@ -68,12 +69,13 @@ type fleetModel struct {
 	requests int
 	throttle int
 	sends    []time.Time // every request's arrival
+	early    int         // requests sent before their agent's Retry-After had passed
 }
 
-func newFleetModel(n int, rps float64, burst int, p Policy) *fleetModel {
+func newFleetModel(n int, rps float64, burst int, p Policy, seed uint64) *fleetModel {
 	m := &fleetModel{b: &bucket{rps: rps, burst: float64(burst), tokens: float64(burst)}, rtt: 2 * time.Millisecond, now: t0}
 	for i := 0; i < n; i++ {
-		p.Seed = uint64(i + 1)
+		p.Seed = seed + uint64(i+1)
 		m.agents = append(m.agents, &modelAgent{sub: New(p)})
 	}
 	return m
@@ -112,6 +114,9 @@ func (m *fleetModel) waves(k, n int, gap time.Duration) (time.Duration, []time.D
 			heap.Push(&m.q, wake{at: a.sub.NextAttempt(), agent: w.agent})
 			continue
 		}
+		if m.now.Before(a.floor) {
+			m.early++
+		}
 		a.inSent = a.sub.BeginAt(m.now, a.pending[:min(len(a.pending), a.sub.Want())])
 		heap.Push(&m.q, wake{at: m.now.Add(m.rtt), agent: w.agent, reply: true})
 	}
@@ -135,6 +140,7 @@ func (m *fleetModel) answer(i int, a *modelAgent) {
 	} else {
 		m.throttle++
 		r = protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: after}
+		a.floor = m.now.Add(after)
 	}
 	o := a.sub.Done(m.now, a.inSent, r)
 	if o.Settled != nil {
@@ -245,32 +251,88 @@ func TestAnsweredEndsOutageBackoff(t *testing.T) {
 	}
 }
 
+// Retry-After is a floor for a whole fleet too (invariant 13): 200 agents through the tasks
+// starting and a storm under one throttle, and no agent asks again before the Retry-After
+// its last 429 named.
+func TestFleetModelKeepsRetryAfter(t *testing.T) {
+	m := newFleetModel(200, 20, 20, Policy{}, 0)
+	m.waves(20, 3, 100*time.Millisecond)
+	m.quiet(30 * time.Second)
+	m.storm(20)
+	if m.throttle == 0 {
+		t.Fatal("no request was answered 429: the check saw nothing")
+	}
+	if m.early != 0 {
+		t.Fatalf("%d of %d requests sent before the Retry-After their agent was given", m.early, m.requests)
+	}
+}
+
 // Tuning aid, not a check: AGENTD_FLEET_MODEL=1 go test -run FleetModel -v ./internal/submit
+// Like `agentd bench fleet`: each round, the tasks start (three waves of changes, reported
+// under the throttle), then every task stops at once (the storm, measured); the pace the
+// fleet learnt carries over to the next round. Each fleet size runs with three sets of seeds,
+// and the last line per size is the mean over every round (one storm is noisy).
 func TestFleetModel(t *testing.T) {
 	if os.Getenv("AGENTD_FLEET_MODEL") == "" {
 		t.Skip("tuning aid: set AGENTD_FLEET_MODEL=1")
 	}
-	for _, n := range []int{50, 200, 1000} {
-		rps, burst := 20.0, 20
-		m := newFleetModel(n, rps, burst, Policy{})
-		for w := 0; w < 3; w++ {
-			d, _ := m.waves(20, 3, 100*time.Millisecond)
-			t.Logf("n=%d warm-up %d: %v, %d requests, %d throttled", n, w, d, m.requests, m.throttle)
-			m.quiet(30 * time.Second)
-		}
-		var paces []float64
-		for _, a := range m.agents {
-			paces = append(paces, a.sub.Pace().Seconds())
-		}
-		slices.Sort(paces)
-		t.Logf("paces: min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f", paces[0], paces[len(paces)/10], paces[len(paces)/2], paces[len(paces)*9/10], paces[len(paces)-1])
-		r0, th0 := m.requests, m.throttle
-		d, per := m.storm(20)
-		floor := (float64(n) - float64(burst)) / rps
-		req, th := m.requests-r0, m.throttle-th0
-		t.Logf("n=%d storm: %v = %.2f× floor %.1fs; %d requests, %.0f%% 429; per agent p50 %v p99 %v max %v (p99/p50 %.2f)",
-			n, d.Round(time.Millisecond), d.Seconds()/floor, floor, req, 100*float64(th)/float64(req), per[len(per)/2].Round(time.Millisecond),
-			per[int(math.Ceil(0.99*float64(len(per))))-1].Round(time.Millisecond), per[len(per)-1].Round(time.Millisecond),
-			per[int(math.Ceil(0.99*float64(len(per))))-1].Seconds()/per[len(per)/2].Seconds())
+	for _, n := range modelSizes() {
+		fleetModelRounds(t, n, false)
 	}
+	// The same fleets with every agent's pace set to the fleet's N ÷ R before each storm: what
+	// the submitter's schedule does when the estimate is right and shared (no agent knows N).
+	for _, n := range modelSizes()[:min(2, len(modelSizes()))] {
+		fleetModelRounds(t, n, true)
+	}
+}
+
+// fleetModelRounds runs three fleets of n agents through four rounds each and logs every
+// storm and their mean; oracle sets every pace to N ÷ R before each storm.
+func fleetModelRounds(t *testing.T, n int, oracle bool) {
+	rps, burst := 20.0, 20
+	floor := (float64(n) - float64(burst)) / rps
+	var sumX, sumTh, sumRatio, storms float64
+	for set := 0; set < modelSets(); set++ {
+		m := newFleetModel(n, rps, burst, Policy{}, uint64(set*n))
+		for round := 1; round <= 4; round++ {
+			m.waves(20, 3, 100*time.Millisecond)
+			m.quiet(30 * time.Second)
+			if oracle {
+				for _, a := range m.agents {
+					a.sub.pace = time.Duration(float64(n) / rps * float64(time.Second))
+				}
+			}
+			var paces []float64
+			for _, a := range m.agents {
+				paces = append(paces, a.sub.Pace().Seconds())
+			}
+			slices.Sort(paces)
+			r0, th0 := m.requests, m.throttle
+			d, per := m.storm(20)
+			m.quiet(30 * time.Second)
+			req, th := m.requests-r0, m.throttle-th0
+			p50, p99 := per[len(per)/2].Seconds(), per[int(math.Ceil(0.99*float64(len(per))))-1].Seconds()
+			sumX, sumTh, sumRatio, storms = sumX+d.Seconds()/floor, sumTh+float64(th)/float64(req), sumRatio+p99/p50, storms+1
+			t.Logf("n=%d seeds %d round %d storm: %.2f× floor %.1fs; %d requests, %2.0f%% 429; per agent p50 %5.1fs p99 %5.1fs (p99/p50 %.2f); pace before p10/p50/p90 %.1f/%.1f/%.1f",
+				n, set, round, d.Seconds()/floor, floor, req, 100*float64(th)/float64(req), p50, p99, p99/p50,
+				paces[len(paces)/10], paces[len(paces)/2], paces[len(paces)*9/10])
+		}
+	}
+	t.Logf("n=%d (oracle pace %v) mean of %.0f storms: %.2f× floor, %.0f%% 429, p99/p50 %.2f", n, oracle, storms, sumX/storms, 100*sumTh/storms, sumRatio/storms)
+}
+
+// modelSizes and modelSets: AGENTD_FLEET_MODEL=200 runs only the bench's default fleet, with
+// more seeds (a sharper mean for tuning).
+func modelSizes() []int {
+	if os.Getenv("AGENTD_FLEET_MODEL") == "200" {
+		return []int{200}
+	}
+	return []int{50, 200, 1000}
+}
+
+func modelSets() int {
+	if os.Getenv("AGENTD_FLEET_MODEL") == "200" {
+		return 8
+	}
+	return 3
 }
