@@ -298,8 +298,9 @@ func (s *Sim) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	err := s.withFault(ctx, "create", name, func() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, cid := range sortedKeys(s.state.Containers) {
-			c := s.state.Containers[cid]
+		// At most one container holds a name, so the map's order cannot change the answer; no
+		// sort here (it cost every create O(n log n) under the lock: bench lifecycle 1,800 → 480 tasks/s).
+		for _, c := range s.state.Containers {
 			switch {
 			case c.Name != name:
 			case c.Agent == s.agent && c.Task == spec.Task && c.Container == spec.Container.Name:
