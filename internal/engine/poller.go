@@ -15,7 +15,7 @@ import (
 // so the control plane's return is known at once rather than a long poll later; and an answer
 // to a report ends the poller's own backoff (answered).
 func (e *Engine) poller(ctx context.Context) {
-	defer e.wg.Done()
+	defer e.inbox.wg.Done()
 	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+2)
 	var streak string // the kind of the current failure streak ("" while polls work)
 	var failures int
@@ -29,7 +29,7 @@ func (e *Engine) poller(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
-		case <-e.answered:
+		case <-e.inbox.answered:
 			bo.reset() // a report was answered: the control plane is back
 		}
 	}
@@ -59,7 +59,7 @@ func (e *Engine) poller(ctx context.Context) {
 		}
 		if len(payloads) == 0 {
 			select {
-			case e.inputs <- PollInput{}: // an answer: the reporter's outage is over
+			case e.inbox.in <- PollInput{}: // an answer: the reporter's outage is over
 			case <-ctx.Done():
 				return
 			}
@@ -72,7 +72,7 @@ func (e *Engine) poller(ctx context.Context) {
 		// so no payload is journaled behind a later one of the same poll that failed.
 		done := make(chan error, 1)
 		select {
-		case e.inputs <- PollInput{Payloads: payloads, Done: done}:
+		case e.inbox.in <- PollInput{Payloads: payloads, Done: done}:
 		case <-ctx.Done():
 			return
 		}

@@ -114,6 +114,37 @@ func (e *Engine) record(recs ...event.Record) {
 	}
 }
 
+// afterApply keeps the engine's bookkeeping in step with the projection: held exits go
+// where the core says (fsm.State.HeldExitAfter).
+func (e *Engine) afterApply(r event.Record) {
+	if r.Task != "" {
+		e.sched.mark(r.Task)
+	}
+	e.exits.after(e.st, r)
+	switch ev := r.Event.(type) {
+	case *event.TaskAdded:
+		e.log.Info().Str("task", r.Task).Str("desired", string(ev.Desired)).Msg("task assigned")
+	case *event.TaskRejected:
+		e.log.Warn().Str("task", r.Task).Str("problem", ev.Reason).Msg("invalid task recorded STOPPED")
+	case *event.StoppedAcked:
+		if t := e.st.Tasks[r.Task]; t != nil {
+			e.scheduleCleanup(t)
+			e.metrics.blockedOnAck.Observe(r.Time.Sub(t.StoppedAt).Seconds())
+		}
+	case *event.CleanupStarted:
+		e.log.Info().Str("task", r.Task).Msg("cleanup started")
+	case *event.TaskCleaned:
+		e.metrics.cleanups.Inc()
+		e.log.Info().Str("task", r.Task).Msg("task cleaned")
+		// What the engine kept about the task goes with it: backoffs of calls it no longer
+		// needs (held exits: above).
+		e.calls.forget(r.Task)
+		e.sched.forget(r.Task)
+	case *event.TaskTransitioned:
+		e.log.Info().Str("task", r.Task).Str("from", string(ev.From)).Str("to", string(ev.To)).Str("reason", ev.Reason).Msg("task transitioned")
+	}
+}
+
 // endBurst commits the burst's records in one append — with the snapshot, when one is due —
 // then releases its effects in the fixed order; if the commit fails it drops them, rebuilds the
 // projection from the journal and returns the error.
@@ -140,7 +171,7 @@ func (e *Engine) endBurst() (Ready, error) {
 		failpoint.Hit("engine-after-commit-before-apply") // durable; nothing acted on yet
 	}
 	if snap != nil {
-		e.snapSeq = snap.at
+		e.upkeep.snapSeq = snap.at
 		e.log.Debug().Uint64("at", snap.at).Int("bytes", len(snap.data)).Msg("snapshot stored")
 		ready.Compact = e.planCompaction()
 	}
@@ -158,8 +189,8 @@ func (e *Engine) dropBurst(b *burst, err error) {
 	for _, d := range b.done {
 		d <- err
 	}
-	e.retryExits = append(e.retryExits, b.exits...)
-	e.journalRetry = e.clock.Now().Add(time.Second)
+	e.exits.refused = append(e.exits.refused, b.exits...)
+	e.sched.journalRetry = e.clock.Now().Add(time.Second)
 	for _, u := range b.undo {
 		u()
 	}
@@ -210,10 +241,9 @@ func (e *Engine) rebuild() error {
 		return err
 	}
 	e.st = l.State
-	e.due = dueHeap{}
-	clear(e.wakes) // every task is decided again, and asks for its wakes again
+	e.sched.reset() // every task is decided again, and asks for its wakes again
 	for _, t := range e.st.SortedTasks() {
-		e.dirty[t.ARN] = true
+		e.sched.mark(t.ARN)
 		if t.Known == event.StatusStoppedAcked {
 			e.scheduleCleanup(t)
 		}

@@ -43,12 +43,12 @@ func (e *Engine) handleReport(now time.Time, in ReportInput) {
 	o := e.sub.Done(now, in.Sent, in.Result)
 	if in.Result.HTTPStatus != 0 {
 		select {
-		case e.answered <- struct{}{}: // the control plane answers: the poller need not wait
+		case e.inbox.answered <- struct{}{}: // the control plane answers: the poller need not wait
 		default:
 		}
 	}
 	for _, c := range in.Sent {
-		e.dirty[c.TaskARN] = true // a settled STOPPED makes stopped_acked due
+		e.sched.mark(c.TaskARN) // a settled STOPPED makes stopped_acked due
 	}
 	e.metrics.reports.WithLabelValues(string(in.Result.Outcome)).Inc()
 	if o.Log != "" {
