@@ -24,7 +24,7 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	if e.calls.backingOff(now, key) {
 		return
 	}
-	switch w := e.calls.out.Gate(a); w.Reason {
+	switch w := e.burst.out.Gate(a); w.Reason {
 	case fsm.Go:
 	case fsm.WaitImageGone:
 		e.images.pullsHeld[a.Task] = true // decided again when the image removals end
@@ -35,8 +35,7 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	default:
 		return // the outcome it waits for makes the task dirty: decided again then
 	}
-	e.calls.out.Add(key)
-	e.onDrop(func() { e.calls.out.End(key) })
+	e.burst.out.Add(key)    // out once the burst's commit returns (begin); until then, in its layer
 	e.record(a.Intent()...) // journaled with the burst, before the call can be made
 	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
 }
@@ -199,7 +198,7 @@ func (e *Engine) freeRemovalSlot(now time.Time) {
 	if e.calls.removalQ.Len() == 0 {
 		return
 	}
-	if arn := e.calls.removalQ.Next(e.st, now, e.fcfg(), e.calls.view(now, e.quarantine.tasks)); arn != "" {
+	if arn := e.calls.removalQ.Next(e.st, now, e.fcfg(), e.calls.view(now, *e.inFlight(), e.quarantine.tasks)); arn != "" {
 		e.sched.mark(arn)
 	}
 }

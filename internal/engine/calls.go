@@ -84,8 +84,8 @@ func (c *calls) forget(arn string) {
 
 // view is what is out as the removal queue reads it: with the calls backing off now and the
 // tasks quarantined (fsm.RemovalQueue.Next).
-func (c *calls) view(now time.Time, quarantined map[string]string) fsm.InFlight {
-	v := c.out
+func (c *calls) view(now time.Time, out fsm.InFlight, quarantined map[string]string) fsm.InFlight {
+	v := out
 	v.Quarantined, v.Backoff = quarantined, map[fsm.ActionKey]bool{}
 	for k, r := range c.retryAt {
 		if r.at.After(now) {

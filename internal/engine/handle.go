@@ -20,7 +20,11 @@ func (e *Engine) handle(in Input) {
 			e.handlePayload(now, PayloadInput{Payload: p})
 		}
 		if in.Done != nil {
-			e.burst.done = append(e.burst.done, in.Done)
+			w := waiting{done: in.Done}
+			for _, p := range in.Payloads {
+				w.ids = append(w.ids, p.MessageID)
+			}
+			e.burst.waiting = append(e.burst.waiting, w)
 		}
 	case ActionResult:
 		e.handleAction(now, in)
@@ -58,6 +62,6 @@ func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
 		e.burst.ready.Acks = append(e.burst.ready.Acks, p.MessageID)
 	}
 	if in.Done != nil {
-		e.burst.done = append(e.burst.done, in.Done)
+		e.burst.waiting = append(e.burst.waiting, waiting{ids: []string{p.MessageID}, done: in.Done})
 	}
 }

@@ -54,8 +54,7 @@ func (e *Engine) imageCollector() docker.ImageCollector {
 	return ic
 }
 
-// imageCycleDue reports whether a collection cycle should ask for the disk space now, and
-// marks it asked.
+// imageCycleDue reports whether a collection cycle should ask for the disk space now.
 func (e *Engine) imageCycleDue(now time.Time) bool {
 	if e.cfg.Images.Interval <= 0 || e.imageCollector() == nil || e.images.asking || e.recon.pending {
 		return false
@@ -66,9 +65,7 @@ func (e *Engine) imageCycleDue(now time.Time) bool {
 	if e.images.at.After(now) {
 		return false
 	}
-	e.images.asking = true
-	e.onDrop(func() { e.images.asking = false })
-	return true
+	return true // asking is recorded once the burst's commit returns (begin)
 }
 
 // askImageSpace is the executor's work for a cycle's disk question.
@@ -88,7 +85,7 @@ func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
 	e.images.asking = false
 	e.images.at = now.Add(e.cfg.Images.Interval)
 	cfg := fsm.ImageConfig{MinAge: e.cfg.Images.MinAge, PerCycle: e.cfg.Images.PerCycle, LowFreePercent: e.cfg.Images.LowFreePercent}
-	p := e.st.PlanImageCycle(now, cfg, fsm.ImageCycle{Free: in.Free, Total: in.Total, SpaceErr: in.Err != nil, Deferred: e.images.deferred, Refused: e.images.refused}, e.calls.out)
+	p := e.st.PlanImageCycle(now, cfg, fsm.ImageCycle{Free: in.Free, Total: in.Total, SpaceErr: in.Err != nil, Deferred: e.images.deferred, Refused: e.images.refused}, *e.inFlight())
 	e.images.deferred = p.Deferred
 	if p.Defer {
 		e.images.at = now.Add(min(e.cfg.Images.Interval, imageCycleRetry))
@@ -129,7 +126,7 @@ func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
 		e.log.Warn().Str("image", a.RuntimeID).Str("error", r.Err).Msg("image not removed; the next cycle may try again")
 	}
 	e.record(v.Records...)
-	if !e.calls.out.Out(fsm.ActRemoveImage) { // the pulls Gate held may go
+	if !e.inFlight().Out(fsm.ActRemoveImage) { // the pulls Gate held may go
 		for arn := range e.images.pullsHeld {
 			e.sched.mark(arn)
 		}

@@ -123,7 +123,8 @@ func (e *Engine) NextWake() time.Time {
 }
 
 // react decides until nothing more follows from the journal alone: the core's records are
-// applied at once; runtime actions and the next report go into the burst's Ready.
+// applied at once; runtime actions and the questions of the runtime go into the burst's
+// Ready, and the burst may report once its commit returns.
 func (e *Engine) react() {
 	now := e.clock.Now()
 	e.sched.takeDue(now)
@@ -147,17 +148,15 @@ func (e *Engine) react() {
 		}
 	}
 	if e.recon.due(now) {
-		e.recon.asking = true
-		e.onDrop(func() { e.recon.asking = false })
 		e.burst.ready.Reconcile = e.probes()
 		if e.burst.ready.Reconcile == nil {
-			e.burst.ready.Reconcile = []probe{}
+			e.burst.ready.Reconcile = []Probe{}
 		}
 	}
 	if e.imageCycleDue(now) {
 		e.burst.ready.ImageSpace = true
 	}
-	e.report(now)
+	e.burst.reports = true // the report is chosen once the commit returns (endBurst)
 	e.metrics.update(e)
 }
 

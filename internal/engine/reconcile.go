@@ -65,15 +65,15 @@ func (e *Engine) reconciled(now time.Time, observed []fsm.Observed) {
 	}
 }
 
-// probe is a container reconcile must ask about beyond the runtime's list: one created but
-// never journaled (found by name), or one known by id (gone, or just not listed).
-type probe struct {
-	task, container, id string
+// Probe is a container reconcile must ask about beyond the runtime's list: one created but
+// never journaled (found by name, ID ""), or one known by id (gone, or just not listed).
+type Probe struct {
+	Task, Container, ID string
 }
 
 // probes are read from the projection on the loop, so that observe can run anywhere.
-func (e *Engine) probes() []probe {
-	var out []probe
+func (e *Engine) probes() []Probe {
+	var out []Probe
 	for _, t := range e.st.SortedTasks() {
 		if t.Known.Rank() >= event.StatusStopped.Rank() {
 			continue
@@ -82,9 +82,9 @@ func (e *Engine) probes() []probe {
 			switch {
 			case (c.Known == event.StatusPulled || c.Known == event.StatusCreated) && c.RuntimeID == "":
 				// created but never journaled; CREATED without an id: made again after a rollback
-				out = append(out, probe{task: t.ARN, container: c.Name})
+				out = append(out, Probe{Task: t.ARN, Container: c.Name})
 			case c.RuntimeID != "" && (c.Known == event.StatusCreated || c.Known == event.StatusRunning):
-				out = append(out, probe{task: t.ARN, container: c.Name, id: c.RuntimeID})
+				out = append(out, Probe{Task: t.ARN, Container: c.Name, ID: c.RuntimeID})
 			}
 		}
 	}
@@ -94,7 +94,7 @@ func (e *Engine) probes() []probe {
 // observe asks the runtime what it holds of this agent's containers, for reconcile: every
 // container it lists; a container created but never journaled, found by name; and, for each
 // container known by id that the runtime does not list, whether it is gone.
-func observe(ctx context.Context, rt docker.Runtime, probes []probe) ([]fsm.Observed, error) {
+func observe(ctx context.Context, rt docker.Runtime, probes []Probe) ([]fsm.Observed, error) {
 	owned, err := rt.List(ctx)
 	if err != nil {
 		return nil, err
@@ -107,15 +107,15 @@ func observe(ctx context.Context, rt docker.Runtime, probes []probe) ([]fsm.Obse
 	}
 	for _, p := range probes {
 		switch {
-		case p.id == "":
-			if s, err := rt.Find(ctx, p.task, p.container); err == nil && !listed[s.ID] {
+		case p.ID == "":
+			if s, err := rt.Find(ctx, p.Task, p.Container); err == nil && !listed[s.ID] {
 				listed[s.ID] = true
 				out = append(out, observed(s))
 			}
-		case !listed[p.id]:
-			_, err := rt.Inspect(ctx, p.id)
+		case !listed[p.ID]:
+			_, err := rt.Inspect(ctx, p.ID)
 			if errors.Is(err, docker.ErrNotFound) {
-				out = append(out, fsm.Observed{ID: p.id, Task: p.task, Container: p.container, Gone: true})
+				out = append(out, fsm.Observed{ID: p.ID, Task: p.Task, Container: p.Container, Gone: true})
 			} else if errors.Is(err, docker.ErrUnavailable) {
 				return nil, err
 			}
