@@ -8,9 +8,9 @@
 // for its start, a removal for a create, a pull for image removals), when a removal queues for
 // a slot and whom a freed slot goes to (fsm.RemovalQueue); the core says when a held exit is
 // handed in again or dropped (HeldExitAfter) and plans each image cycle (PlanImageCycle:
-// deferral while pulls are out, sit-outs, low disk). The engine owns time, I/O, slots, retries
-// and the bookkeeping of what is in flight — and, still, one rule: what compaction may forget
-// (compact.go, PlanCompaction), which issue 23 asks to move beside the projection.
+// deferral while pulls are out, sit-outs, low disk) and what a compaction may forget
+// (PlanCompaction, over the journal's facts the engine reads for it). The engine owns time,
+// I/O, slots, retries and the bookkeeping of what is in flight.
 //
 // # The burst protocol
 //
