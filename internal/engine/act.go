@@ -205,6 +205,6 @@ func (e *Engine) freeRemovalSlot(now time.Time) {
 
 // backoffAction schedules a failed call again, later each time it fails.
 func (e *Engine) backoffAction(now time.Time, key fsm.ActionKey, cause string) {
-	r := e.calls.failed(now, key)
+	r := e.calls.failed(now, key, e.rng)
 	e.log.Warn().Str("error", cause).Str("action", key.String()).Int("tries", r.tries).Dur("retry_in", r.at.Sub(now)).Msg("runtime call failed; will retry")
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/agentd/agentd/internal/fsm"
@@ -20,10 +21,12 @@ type calls struct {
 	stopPulls context.CancelFunc
 }
 
-// retry is a failed runtime call's backoff: when it may go again, and how often it failed.
+// retry is a failed runtime call's backoff: when it may go again, how often it failed, and
+// its wait's shape (backoff.go).
 type retry struct {
 	at    time.Time
 	tries int
+	bo    *seeded
 }
 
 func newCalls(removalSlots int) calls {
@@ -61,11 +64,15 @@ func (c *calls) next() time.Time {
 	return next
 }
 
-// failed schedules a call again, later each time it fails, and returns its backoff.
-func (c *calls) failed(now time.Time, key fsm.ActionKey) retry {
+// failed schedules a call again, later each time it fails, and returns its backoff; the
+// jitter is the loop's generator's (rng), so a seeded run replays.
+func (c *calls) failed(now time.Time, key fsm.ActionKey, rng *rand.Rand) retry {
 	r := c.retryAt[key]
+	if r.bo == nil {
+		r.bo = newBackoff(200*time.Millisecond, 30*time.Second, rng)
+	}
 	r.tries++
-	r.at = now.Add(exponential(r.tries, 200*time.Millisecond, 30*time.Second))
+	r.at = now.Add(r.bo.NextBackOff())
 	c.retryAt[key] = r
 	return r
 }

@@ -11,7 +11,7 @@ import (
 // ends, with backoff, until ctx ends. It owns the exit stream's health slot.
 func (e *Engine) watchExits(ctx context.Context) {
 	defer e.inbox.wg.Done()
-	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+3)
+	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+3))
 	cursor := e.exits.from
 	for ctx.Err() == nil {
 		began := time.Now()
@@ -35,14 +35,14 @@ func (e *Engine) watchExits(ctx context.Context) {
 			if time.Since(began) < time.Second {
 				e.setHealth(HealthExitStream, "the runtime's event stream keeps breaking (is the engine down?)")
 			} else {
-				bo.reset()
+				bo.Reset()
 			}
 			e.log.Warn().Msg("runtime event stream ended; resubscribing from the last exit seen")
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(bo.next()):
+		case <-time.After(bo.NextBackOff()):
 		}
 	}
 }
@@ -68,7 +68,7 @@ func healthWatcher(rt docker.Runtime) docker.HealthWatcher {
 // records a verdict only when it changed.
 func (e *Engine) watchHealth(ctx context.Context, hw docker.HealthWatcher) {
 	defer e.inbox.wg.Done()
-	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+4)
+	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+4))
 	for ctx.Err() == nil {
 		ch, err := hw.Health(ctx)
 		if err == nil {
@@ -79,14 +79,14 @@ func (e *Engine) watchHealth(ctx context.Context, hw docker.HealthWatcher) {
 					return
 				}
 			}
-			bo.reset()
+			bo.Reset()
 		} else {
 			e.log.Warn().Err(err).Msg("runtime health stream unavailable; retrying")
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(bo.next()):
+		case <-time.After(bo.NextBackOff()):
 		}
 	}
 }

@@ -16,11 +16,11 @@ import (
 // to a report ends the poller's own backoff (answered).
 func (e *Engine) poller(ctx context.Context) {
 	defer e.inbox.wg.Done()
-	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+2)
+	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+2))
 	var streak string // the kind of the current failure streak ("" while polls work)
 	var failures int
 	fail := func(err error, kind, what string) {
-		wait := bo.next()
+		wait := bo.NextBackOff()
 		failures++
 		if kind != streak {
 			e.log.Warn().Err(err).Dur("retry_in", wait).Msg(what)
@@ -30,7 +30,7 @@ func (e *Engine) poller(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(wait):
 		case <-e.inbox.answered:
-			bo.reset() // a report was answered: the control plane is back
+			bo.Reset() // a report was answered: the control plane is back
 		}
 	}
 	for ctx.Err() == nil {
@@ -63,7 +63,7 @@ func (e *Engine) poller(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			}
-			bo.reset()
+			bo.Reset()
 			continue
 		}
 		// The whole poll goes to the loop as one input, so its payloads are journaled in one
@@ -96,6 +96,6 @@ func (e *Engine) poller(ctx context.Context) {
 				e.log.Warn().Err(err).Strs("messages", ack).Msg("ack failed; the control plane will re-send and the journal de-duplicates")
 			}
 		}
-		bo.reset()
+		bo.Reset()
 	}
 }

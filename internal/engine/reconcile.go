@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
@@ -18,7 +19,7 @@ type reconciler struct {
 	pending bool      // the runtime is not reconciled yet
 	asking  bool      // a reconcile's question is out
 	at      time.Time // when to ask again
-	tries   int
+	bo      *seeded   // the wait before asking again (backoff.go)
 }
 
 // due reports whether the runtime should be asked again now.
@@ -32,18 +33,20 @@ func (r *reconciler) next() time.Time {
 	return time.Time{}
 }
 
-// failed schedules the next question, later each time.
-func (r *reconciler) failed(now time.Time) {
+// failed schedules the next question, later each time, its jitter from the loop's rng.
+func (r *reconciler) failed(now time.Time, rng *rand.Rand) {
 	r.asking = false
-	r.tries++
-	r.at = now.Add(exponential(r.tries, time.Second, 30*time.Second))
+	if r.bo == nil {
+		r.bo = newBackoff(time.Second, 30*time.Second, rng)
+	}
+	r.at = now.Add(r.bo.NextBackOff())
 }
 
 // handleReconcile records what the runtime answered when asked again; every task is decided
 // again, since decisions were held back while unreconciled.
 func (e *Engine) handleReconcile(now time.Time, in ReconcileInput) {
 	if in.Err != nil {
-		e.recon.failed(now)
+		e.recon.failed(now, e.rng)
 		e.setHealth(HealthRuntime, "not reconciled yet: "+in.Err.Error())
 		return
 	}
