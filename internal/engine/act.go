@@ -89,8 +89,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 			// start is journaled: say so now. A start that answered an error may yet have run
 			// the container (it ended before the answer): the runtime's start time says so.
 			if st, ierr := rt.Inspect(ctx, id); ierr == nil {
-				res.Bindings = st.Bindings
-				res.Exited, res.ExitCode, res.OOMKilled = st.Exited, st.ExitCode, st.OOMKilled
+				res.Saw(observed(st))
 				res.Ran, res.StartedAt = err != nil && !st.StartedAt.IsZero(), st.StartedAt
 			}
 		}
@@ -98,7 +97,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		if err = rt.Stop(ctx, id, stopTimeout); err == nil || errors.Is(err, docker.ErrNotFound) {
 			var st docker.State
 			if st, err = rt.Inspect(ctx, id); err == nil {
-				res.Exited, res.ExitCode, res.OOMKilled = st.Exited, st.ExitCode, st.OOMKilled
+				res.Saw(observed(st))
 			}
 		}
 	case fsm.ActInspect:
@@ -108,7 +107,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		} else {
 			st, err = rt.Inspect(ctx, id)
 		}
-		res.Running, res.Exited, res.ExitCode, res.OOMKilled, res.Bindings = st.Running, st.Exited, st.ExitCode, st.OOMKilled, st.Bindings
+		res.Saw(observed(st))
 	case fsm.ActRemove:
 		if id == "" {
 			// Never journaled an id (a crash after create, or a stop before it): find it by name.

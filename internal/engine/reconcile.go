@@ -127,6 +127,8 @@ func observe(ctx context.Context, rt docker.Runtime, probes []Probe) ([]fsm.Obse
 	return out, nil
 }
 
+// observed is a container as the runtime shows it, in the core's terms: the one mapping of
+// the runtime's state, for reconcile and for the calls that look (start, stop, inspect).
 func observed(s docker.State) fsm.Observed {
-	return fsm.Observed{ID: s.ID, Task: s.Task, Container: s.Container, Running: s.Running, Exited: s.Exited, ExitCode: s.ExitCode, OOMKilled: s.OOMKilled}
+	return fsm.Observed{ID: s.ID, Task: s.Task, Container: s.Container, Running: s.Running, Exited: s.Exited, ExitCode: s.ExitCode, OOMKilled: s.OOMKilled, Bindings: s.Bindings}
 }
