@@ -44,8 +44,9 @@ func (e *Engine) handle(in Input) {
 	}
 }
 
-// handlePayload journals a payload's records; the poller acknowledges it once they are
-// durable (a duplicate at once: the journal holds it already).
+// handlePayload journals a payload's records and puts its id in the burst's Acks: answered
+// once the commit holding them returns, the poller acknowledges it (a duplicate's, too: the
+// journal holds it already).
 func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
 	p := in.Payload
 	v := e.st.Step(now, fsm.PayloadArrived{MessageID: p.MessageID, Tasks: p.Tasks, Rules: e.cfg.TaskRules})

@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// poller long-polls the control plane, hands each payload to the loop, and acknowledges it
-// only once the loop says it is journaled. Poll errors (not JSON, too large, refused, broken)
+// poller long-polls the control plane, hands each poll's payloads to the loop, and
+// acknowledges them only once the loop answers: journaled, and among its burst's Acks. Poll errors (not JSON, too large, refused, broken)
 // are retried with backoff and logged once per streak of one kind, with their cause; the agent
 // keeps running. Every answered poll, even an empty one, goes to the loop: it ends the
 // reporter's outage backoff (submit.Answered). After a failed poll the next asks for no wait,
