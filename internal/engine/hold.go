@@ -22,6 +22,17 @@ type exitHold struct {
 	from int64
 }
 
+// resumeAt sets where the exit stream resumes: from the journaled cursor (the last exit the
+// journal holds from the stream), but never from later than a little before recovery began:
+// reconciliation covered the time the agent was down, and the overlap covers the moments
+// between reconciling and subscribing. Exits are journaled once however often they are seen.
+func (h *exitHold) resumeAt(journaled int64, recovering time.Time) {
+	h.from = recovering.Add(-time.Second).UnixNano()
+	if journaled > 0 && journaled < h.from {
+		h.from = journaled
+	}
+}
+
 // after moves the held exits a record decides: handed in again or dropped.
 func (h *exitHold) after(st *fsm.State, r event.Record) {
 	for id, x := range h.held {

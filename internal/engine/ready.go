@@ -239,9 +239,12 @@ func (e *Engine) release(r Ready, payloads []waiting) {
 	if len(r.Report) > 0 {
 		e.exec.Go(e.sendReport(r.Report))
 	}
-	acked := make(map[string]bool, len(r.Acks))
-	for _, m := range r.Acks {
-		acked[m] = true
+	var acked map[string]bool
+	if len(payloads) > 0 {
+		acked = make(map[string]bool, len(r.Acks))
+		for _, m := range r.Acks {
+			acked[m] = true
+		}
 	}
 	for _, w := range payloads {
 		var err error

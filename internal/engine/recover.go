@@ -26,14 +26,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 		return fmt.Errorf("engine: recover: %w", err)
 	}
 	e.st, e.upkeep.snapSeq = l.State, l.FromSnap
-	// The exit stream resumes from the journaled cursor (the last exit the journal holds from
-	// the stream), but never from later than a little before recovery began: reconciliation
-	// covered the time the agent was down, and the overlap covers the moments between
-	// reconciling and subscribing. Exits are journaled once however often they are seen.
-	e.exits.from = startedAt.Add(-time.Second).UnixNano()
-	if c := e.st.ExitCursor; c > 0 && c < e.exits.from {
-		e.exits.from = c
-	}
+	e.exits.resumeAt(e.st.ExitCursor, startedAt)
 	want := e.cfg.AgentID
 	if want == "" {
 		want = e.st.AgentID // a journal from before the id was kept in its meta

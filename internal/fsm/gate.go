@@ -35,7 +35,7 @@ func NewInFlight(removalSlots int) InFlight {
 // out, so the second call of a burst waits for the first like any other, and adds them to
 // what is out only once the burst's commit has returned.
 func Over(base *InFlight) InFlight {
-	return InFlight{calls: map[ActionKey]bool{}, RemovalSlots: base.RemovalSlots, n: map[ActionKind]int{}, under: base}
+	return InFlight{RemovalSlots: base.RemovalSlots, under: base} // its maps come with its first Add
 }
 
 // Add records a call made.
