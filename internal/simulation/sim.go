@@ -36,6 +36,7 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 const agentID = "agent-sim"
@@ -109,7 +110,7 @@ type sim struct {
 	cp     *controlplane.Server
 	cpH    http.Handler
 	j      *journal.Journal
-	rt     *docker.Sim
+	rt     *simruntime.Runtime
 	e      *engine.Engine
 	queue  workQueue
 	n      int
@@ -272,14 +273,14 @@ func (s *sim) start() error {
 	if _, err := engine.ResolveAgentID(context.Background(), s.j, agentID); err != nil {
 		return err
 	}
-	if s.rt, err = docker.NewSim(s.o.Dir, agentID, func() time.Time { return s.clock.now }); err != nil {
+	if s.rt, err = simruntime.Open(s.o.Dir, agentID, func() time.Time { return s.clock.now }); err != nil {
 		return err
 	}
 	// Docker's sharp edges, drawn from the seed: a call that times out or breaks after it
 	// took effect, and one that fails before it does because the engine is away.
-	s.rt.SetFaults(func(op, id string) docker.SimFault {
+	s.rt.SetFaults(func(op, id string) simruntime.Fault {
 		if !s.faults {
-			return docker.SimFault{}
+			return simruntime.Fault{}
 		}
 		if op == "list" && s.runtimeDown {
 			// The engine is away at the agent's start: reconcile finds nothing until it is
@@ -288,16 +289,16 @@ func (s *sim) start() error {
 				s.runtimeDown = false
 				s.log("the runtime answers again")
 			} else {
-				return docker.SimFault{NoEffect: true, Err: docker.ErrUnavailable}
+				return simruntime.Fault{NoEffect: true, Err: docker.ErrUnavailable}
 			}
 		}
 		switch k := s.rng.IntN(100); {
 		case k < 3:
-			return docker.SimFault{Err: context.DeadlineExceeded}
+			return simruntime.Fault{Err: context.DeadlineExceeded}
 		case k < 5:
-			return docker.SimFault{NoEffect: true, Err: docker.ErrUnavailable}
+			return simruntime.Fault{NoEffect: true, Err: docker.ErrUnavailable}
 		}
-		return docker.SimFault{}
+		return simruntime.Fault{}
 	})
 	s.registries()
 	s.queue = nil
