@@ -4,3 +4,9 @@ package docker
 
 // Host is the engine's address.
 func (e *Engine) Host() string { return e.host }
+
+// Testbox is the test image (make testbox-image), for the contract test (package docker_test).
+var Testbox = testbox
+
+// RemoveAgentContainers removes every container and bind volume of an agent id.
+var RemoveAgentContainers = removeAgentContainers

@@ -60,26 +60,6 @@ func TestSimSecondStartIsRefusedAndDockerStartRunsAgain(t *testing.T) {
 	}
 }
 
-// A stop decided while a start is in flight can land first: like Docker's, it finds nothing
-// running and does nothing, and the start then runs the container.
-func TestSimStopBeforeStartIsLost(t *testing.T) {
-	s, _ := newTestRuntime(t)
-	ctx := context.Background()
-	id, err := s.Create(ctx, docker.CreateSpec{Task: "task/race", Container: event.ContainerSpec{Name: "app", Image: "img"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Stop(ctx, id, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := s.Inspect(ctx, id); !st.Running {
-		t.Fatalf("%+v; want running: the stop that came first stopped nothing", st)
-	}
-}
-
 // A call can time out and still take effect, or be slow past its caller's deadline.
 func TestSimCallsTimeOutAndStillTakeEffect(t *testing.T) {
 	s, _ := newTestRuntime(t)
