@@ -20,6 +20,17 @@ type clock struct {
 func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *clock) add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
+// newTestRuntime is a simulated runtime on a clock the test moves.
+func newTestRuntime(t *testing.T) (*Runtime, *clock) {
+	t.Helper()
+	c := &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
+	s, err := Open(t.TempDir(), "agent-1", c.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
 func run(t *testing.T, s *Runtime, task string, cmd ...string) string {
 	t.Helper()
 	ctx := context.Background()

@@ -10,16 +10,6 @@ import (
 	"github.com/agentd/agentd/internal/event"
 )
 
-func newTestRuntime(t *testing.T) (*Runtime, *clock) {
-	t.Helper()
-	c := &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
-	s, err := Open(t.TempDir(), "agent-1", c.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c
-}
-
 // The simulated runtime behaves like Docker where it matters: its Docker-like start runs an exited container
 // again (a new incarnation, the earlier exit kept in the stream), and Start applies the same
 // guard as the Docker runtime. Before, its start of an exited container was a silent no-op,

@@ -13,16 +13,6 @@ import (
 	"github.com/agentd/agentd/internal/event"
 )
 
-func newSimAt(t *testing.T) (*Runtime, *clock) {
-	t.Helper()
-	c := &clock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
-	s, err := Open(t.TempDir(), "agent-1", c.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c
-}
-
 func runSpec(t *testing.T, s *Runtime, task string, spec event.ContainerSpec) string {
 	t.Helper()
 	ctx := context.Background()
@@ -41,7 +31,7 @@ func runSpec(t *testing.T, s *Runtime, task string, spec event.ContainerSpec) st
 }
 
 func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
-	s, _ := newSimAt(t)
+	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	a := runSpec(t, s, "task/a", event.ContainerSpec{Command: []string{"serve", "8080"},
 		Ports: []event.PortMapping{{ContainerPort: 8080}, {ContainerPort: 9090, HostPort: 9090, HostIP: "127.0.0.1"}}})
@@ -78,7 +68,7 @@ func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
 }
 
 func TestSimKillsAnAllocOverItsMemoryLimit(t *testing.T) {
-	s, _ := newSimAt(t)
+	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	over := runSpec(t, s, "task/over", event.ContainerSpec{Command: []string{"alloc", "128"}, MemoryMiB: 64})
 	under := runSpec(t, s, "task/under", event.ContainerSpec{Command: []string{"alloc", "16"}, MemoryMiB: 64})
@@ -98,7 +88,7 @@ func TestSimKillsAnAllocOverItsMemoryLimit(t *testing.T) {
 }
 
 func TestSimStopTimeoutDecidesBetweenExit0And137(t *testing.T) {
-	s, _ := newSimAt(t)
+	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	sec := func(n int) *int { return &n }
 	cases := []struct {
@@ -125,7 +115,7 @@ func TestSimStopTimeoutDecidesBetweenExit0And137(t *testing.T) {
 }
 
 func TestSimHealthVerdicts(t *testing.T) {
-	s, c := newSimAt(t)
+	s, c := newTestRuntime(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	good := runSpec(t, s, "task/good", event.ContainerSpec{Command: []string{"serve", "8080"},
@@ -167,7 +157,7 @@ func TestSimHealthVerdicts(t *testing.T) {
 }
 
 func TestSimLogsAreMultiplexedLikeDockers(t *testing.T) {
-	s, _ := newSimAt(t)
+	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	id := runSpec(t, s, "task/a", event.ContainerSpec{Command: []string{"exit", "3"}})
 	rc, err := s.Logs(ctx, id, docker.LogOptions{Tail: -1})
