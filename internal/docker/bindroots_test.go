@@ -215,3 +215,52 @@ func TestNestedBindRootsAreRefused(t *testing.T) {
 		t.Error("one directory as two roots: accepted")
 	}
 }
+
+// TestABindRootLocalUsersCanReachIsRefused: a task with a writable bind writes as root, so a
+// root any local user can walk to could hand them a setuid-root program. A root is taken only
+// when it, or a directory above it, is closed to group and others and owned by root or the
+// agent; otherwise the start is refused, naming the root and the fix.
+func TestABindRootLocalUsersCanReachIsRefused(t *testing.T) {
+	base := t.TempDir()
+	top := filepath.Dir(base) // the test's own directory under $TMPDIR, 0700
+	t.Cleanup(func() { os.Chmod(top, 0o700) })
+	cases := []struct {
+		name           string
+		top, base, dir os.FileMode
+		refused        bool
+	}{
+		{"closed above", 0o700, 0o755, 0o755, false},
+		{"the root itself closed", 0o755, 0o755, 0o700, false},
+		{"group may search the root only", 0o755, 0o755, 0o750, true},
+		{"others may search the root only", 0o755, 0o755, 0o701, true},
+		{"open all the way", 0o755, 0o755, 0o755, true},
+	}
+	for i, c := range cases {
+		dir := filepath.Join(base, strconv.Itoa(i))
+		must(t, os.Mkdir(dir, 0o700))
+		must(t, os.Chmod(dir, c.dir))
+		must(t, os.Chmod(base, c.base))
+		must(t, os.Chmod(top, c.top))
+		roots, err := OpenBindRoots([]string{dir})
+		switch {
+		case c.refused && (err == nil || !strings.Contains(err.Error(), "--allow-bind-root \""+dir+"\": local users can reach it") || !strings.Contains(err.Error(), "setuid")):
+			t.Errorf("%s: %v; want the root refused as reachable", c.name, err)
+		case !c.refused && err != nil:
+			t.Errorf("%s: %v; want it taken", c.name, err)
+		}
+		if err == nil {
+			roots.Close()
+		}
+	}
+	if os.Geteuid() == 0 { // a closed directory another user owns: its owner could open it again
+		must(t, os.Chmod(top, 0o755))
+		must(t, os.Chmod(base, 0o755))
+		dir := filepath.Join(base, "nobodys")
+		must(t, os.Mkdir(dir, 0o700))
+		must(t, os.Chown(dir, 65534, 65534))
+		if roots, err := OpenBindRoots([]string{dir}); err == nil {
+			roots.Close()
+			t.Error("a root closed only by a directory uid 65534 owns was taken")
+		}
+	}
+}

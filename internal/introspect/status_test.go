@@ -42,6 +42,8 @@ func TestStatusPage(t *testing.T) {
 	// Runtime calls are held, never made: task/live stays NONE however fast the loop runs.
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
 	e.RegisterStateCollector()
+	e.RegisterDegradedSource(engine.HealthOTLP)
+	e.SetDegraded(engine.HealthOTLP, "the OTLP endpoint answered 503")
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
 	get := func(path string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
@@ -69,7 +71,9 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("Content-Security-Policy %q: want nothing from elsewhere and no inline script", csp)
 	}
 	for _, want := range []string{`id="count-STOPPED" data-value="1"`, `id="count-NONE" data-value="1"`, `id="count-CLEANED" data-value="0"`,
-		`data-source="runtime"`, `data-source="credentials"`, `id="blocked-count" data-value="1"`, `<script src="/status.js"`, `href="/status.css"`} {
+		`data-source="runtime"`, `data-source="credentials"`, `id="blocked-count" data-value="1"`, `<script src="/status.js"`, `href="/status.css"`,
+		// Shipping's trouble degrades the agent without making it unhealthy: a warning, not red.
+		`<td>otlp</td><td class="warn">degraded: the OTLP endpoint answered 503</td>`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
 		}
