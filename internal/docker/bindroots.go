@@ -244,9 +244,10 @@ func (r *BindRoots) openBind(i int, m event.Mount) (*os.File, error) {
 	return f, nil
 }
 
-// checkBindSources resolves every bind source of a container beneath its root and lets go of
-// it: the simulated runtime's check, the Docker runtime's rule (it mounts nothing).
-func checkBindSources(r *BindRoots, mounts []event.Mount) error {
+// CheckSources resolves every bind source of a container beneath its root and lets go of
+// it: the Docker runtime's rule, for a runtime that mounts nothing (the simulated one). A nil
+// r allows no bind mount.
+func (r *BindRoots) CheckSources(mounts []event.Mount) error {
 	for i, m := range mounts {
 		if m.Type != event.MountBind {
 			continue

@@ -12,12 +12,12 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 func get(t *testing.T, h http.Handler, path string) (int, map[string]any) {
@@ -71,7 +71,7 @@ func TestNothingAnswersFromAHalfRecoveredState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
 	e.RegisterStateCollector()
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})

@@ -12,12 +12,12 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // With -tags corebug the core makes a stopped_acked the projection refuses for a STOPPED task
@@ -32,7 +32,7 @@ func TestAQuarantinedTaskIsShownAndNamed(t *testing.T) {
 	if _, err := j.Append(context.Background(), event.Record{Time: time.Now(), Task: "task/gone", Event: &event.TaskRejected{Reason: "containers: none"}}); err != nil {
 		t.Fatal(err)
 	}
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
 	if err := e.Recover(context.Background()); err != nil {

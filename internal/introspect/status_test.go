@@ -12,12 +12,12 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // TestStatusPage: the page answers 503 with "recovering" before recovery and never shows a
@@ -38,7 +38,7 @@ func TestStatusPage(t *testing.T) {
 		event.Record{Time: now, Task: hostile, Event: &event.TaskRejected{Reason: "<script>alert(2)</script>"}}); err != nil {
 		t.Fatal(err)
 	}
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	// Runtime calls are held, never made: task/live stays NONE however fast the loop runs.
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
 	e.RegisterStateCollector()
@@ -131,7 +131,7 @@ func TestTimelineReadsABoundedSpan(t *testing.T) {
 		recs = append(recs, add(fmt.Sprintf("task/after-%d", i)))
 	}
 	j, dir := journalWith(t, recs...)
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
 	running(t, e)
 	draw := func(bound int) *httptest.ResponseRecorder {

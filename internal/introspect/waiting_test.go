@@ -17,6 +17,7 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // TestAWaitingContainerSaysWhatItWaitsFor: web, created, waits for db to turn HEALTHY while db
@@ -30,7 +31,7 @@ func TestAWaitingContainerSaysWhatItWaitsFor(t *testing.T) {
 	}
 	defer j.Close()
 	ctx := context.Background()
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	defer rt.Close()
 	timeout := 3600
 	db := event.ContainerSpec{Name: "db", Image: "db", Essential: true, Command: []string{"run"},
