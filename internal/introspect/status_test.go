@@ -1,11 +1,9 @@
 package introspect_test
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
-	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
@@ -24,20 +21,12 @@ import (
 // half-recovered state; after it, the counts of the projection, escaped task names, a policy
 // that forbids anything from elsewhere, the refresh fragment and the timeline drawing.
 func TestStatusPage(t *testing.T) {
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
 	now := time.Now()
 	spec := []event.ContainerSpec{{Name: "app", Image: "web", Essential: true}}
 	hostile := `task/<img/src=x/onerror=alert(1)>`
-	if _, err := j.Append(context.Background(),
+	j, dir := journalWith(t,
 		event.Record{Time: now, Task: "task/live", Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}},
-		event.Record{Time: now, Task: hostile, Event: &event.TaskRejected{Reason: "<script>alert(2)</script>"}}); err != nil {
-		t.Fatal(err)
-	}
+		event.Record{Time: now, Task: hostile, Event: &event.TaskRejected{Reason: "<script>alert(2)</script>"}})
 	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	// Runtime calls are held, never made: task/live stays NONE however fast the loop runs.
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
@@ -53,13 +42,7 @@ func TestStatusPage(t *testing.T) {
 	if w := get("/"); w.Code != 503 || !strings.Contains(w.Body.String(), "recovering") || strings.Contains(w.Body.String(), "task/live") {
 		t.Fatalf("before recovery: HTTP %d\n%s", w.Code, w.Body.String())
 	}
-	if err := e.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	running(t, e)
 
 	w := get("/")
 	page := w.Body.String()
