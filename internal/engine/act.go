@@ -15,35 +15,34 @@ import (
 // call out, or for a removal slot: fsm/gate.go).
 func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	key := a.Key()
-	if e.reconcilePending {
+	if e.recon.pending {
 		return // the runtime is not reconciled yet: the task is decided again once it is
 	}
-	if a.Task != "" && e.quarantined[a.Task] != "" {
+	if a.Task != "" && e.quarantine.of(a.Task) != "" {
 		return // no further actions for a quarantined task (quarantine.go)
 	}
-	if r, ok := e.retryAt[key]; ok && r.at.After(now) {
+	if e.calls.backingOff(now, key) {
 		return
 	}
-	switch w := e.out.Gate(a); w.Reason {
+	switch w := e.burst.out.Gate(a); w.Reason {
 	case fsm.Go:
 	case fsm.WaitImageGone:
-		e.pullsHeld[a.Task] = true // decided again when the image removals end
+		e.images.pullsHeld[a.Task] = true // decided again when the image removals end
 		return
 	case fsm.WaitSlot:
-		e.removalQ.Wait(a.Task) // handed a slot when one frees (freeRemovalSlot)
+		e.calls.removalQ.Wait(a.Task) // handed a slot when one frees (freeRemovalSlot)
 		return
 	default:
 		return // the outcome it waits for makes the task dirty: decided again then
 	}
-	e.out.Add(key)
-	e.onDrop(func() { e.out.End(key) })
+	e.burst.out.Add(key)    // out once the burst's commit returns (begin); until then, in its layer
 	e.record(a.Intent()...) // journaled with the burst, before the call can be made
 	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
 }
 
 // runtimeCall is the executor's work for one action: the call, its outcome sorted by kind.
 func (e *Engine) runtimeCall(a fsm.Action) func() Input {
-	rt, stopTimeout, pulls := e.rt, e.cfg.StopTimeout, e.pullCtx
+	rt, stopTimeout, pulls := e.rt, e.cfg.StopTimeout, e.calls.pullCtx
 	return func() Input {
 		failpoint.Hit("engine-after-apply-before-runtime-call")
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout+2*time.Minute)
@@ -90,8 +89,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 			// start is journaled: say so now. A start that answered an error may yet have run
 			// the container (it ended before the answer): the runtime's start time says so.
 			if st, ierr := rt.Inspect(ctx, id); ierr == nil {
-				res.Bindings = st.Bindings
-				res.Exited, res.ExitCode, res.OOMKilled = st.Exited, st.ExitCode, st.OOMKilled
+				res.Saw(observed(st))
 				res.Ran, res.StartedAt = err != nil && !st.StartedAt.IsZero(), st.StartedAt
 			}
 		}
@@ -99,7 +97,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		if err = rt.Stop(ctx, id, stopTimeout); err == nil || errors.Is(err, docker.ErrNotFound) {
 			var st docker.State
 			if st, err = rt.Inspect(ctx, id); err == nil {
-				res.Exited, res.ExitCode, res.OOMKilled = st.Exited, st.ExitCode, st.OOMKilled
+				res.Saw(observed(st))
 			}
 		}
 	case fsm.ActInspect:
@@ -109,7 +107,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		} else {
 			st, err = rt.Inspect(ctx, id)
 		}
-		res.Running, res.Exited, res.ExitCode, res.OOMKilled, res.Bindings = st.Running, st.Exited, st.ExitCode, st.OOMKilled, st.Bindings
+		res.Saw(observed(st))
 	case fsm.ActRemove:
 		if id == "" {
 			// Never journaled an id (a crash after create, or a stop before it): find it by name.
@@ -161,12 +159,12 @@ func plainFailure(err error) bool {
 func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	a, r := in.Action, in.Result
 	key := a.Key()
-	e.out.End(key)
+	e.calls.out.End(key)
 	if a.Kind == fsm.ActRemoveImage {
 		e.imageRemovalEnded(now, a, r)
 		return
 	}
-	e.dirty[a.Task] = true // decided again: an outcome that settles nothing may still free a next step
+	e.sched.mark(a.Task) // decided again: an outcome that settles nothing may still free a next step
 	if a.Kind == fsm.ActRemove {
 		// The slot is handed on once this outcome is recorded: the hand-off must see this
 		// container removed (or backing off), not as a removal still to make.
@@ -183,7 +181,7 @@ func (e *Engine) handleAction(now time.Time, in ActionResult) {
 		e.backoffAction(now, key, r.Err)
 		return
 	}
-	delete(e.retryAt, key)
+	e.calls.succeeded(key)
 	if r.Kind == fsm.Failed && len(v.Records) > 0 {
 		e.log.Warn().Str("action", key.String()).Str("error", r.Err).Msg("runtime call failed; the container is recorded STOPPED")
 	}
@@ -196,27 +194,16 @@ func (e *Engine) handleAction(now time.Time, in ActionResult) {
 // freeRemovalSlot gives an ended removal's slot to the task the core's queue names
 // (fsm.RemovalQueue.Next: the longest waiting that can still use it).
 func (e *Engine) freeRemovalSlot(now time.Time) {
-	if e.removalQ.Len() == 0 {
+	if e.calls.removalQ.Len() == 0 {
 		return
 	}
-	view := e.out
-	view.Quarantined, view.Backoff = e.quarantined, map[fsm.ActionKey]bool{}
-	for k, r := range e.retryAt {
-		if r.at.After(now) {
-			view.Backoff[k] = true
-		}
-	}
-	if arn := e.removalQ.Next(e.st, now, e.fcfg, view); arn != "" {
-		e.dirty[arn] = true
+	if arn := e.calls.removalQ.Next(e.st, now, e.fcfg(), e.calls.view(now, *e.inFlight(), e.quarantine.tasks)); arn != "" {
+		e.sched.mark(arn)
 	}
 }
 
 // backoffAction schedules a failed call again, later each time it fails.
 func (e *Engine) backoffAction(now time.Time, key fsm.ActionKey, cause string) {
-	r := e.retryAt[key]
-	r.tries++
-	wait := exponential(r.tries, 200*time.Millisecond, 30*time.Second)
-	r.at = now.Add(wait)
-	e.retryAt[key] = r
-	e.log.Warn().Str("error", cause).Str("action", key.String()).Int("tries", r.tries).Dur("retry_in", wait).Msg("runtime call failed; will retry")
+	r := e.calls.failed(now, key, e.rng)
+	e.log.Warn().Str("error", cause).Str("action", key.String()).Int("tries", r.tries).Dur("retry_in", r.at.Sub(now)).Msg("runtime call failed; will retry")
 }

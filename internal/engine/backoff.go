@@ -3,40 +3,46 @@ package engine
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/cenkalti/backoff/v4"
 )
 
-// backoff is the engine's one exponential wait: first, doubling per try, capped at max, with
-// ±50% jitter drawn from its own seeded generator (nil: none) — so a fleet that failed
-// together does not retry together, and a seeded run replays. One per retrying loop: a
-// generator is not safe to share between goroutines.
-type backoff struct {
-	first, max time.Duration
-	tries      int
-	rng        *rand.Rand
+// Every retry in the engine waits by one shape: cenkalti/backoff's exponential (doubling from
+// first, capped at max, never giving up: MaxElapsedTime 0 — the loops it paces end with their
+// context or with a success), with ±50% jitter so a fleet that failed together does not retry
+// together. The library draws its jitter from the global math/rand, which no seed replays
+// (LIBRARY-NOTES.md), so the shape runs without randomization of its own and seeded adds the
+// jitter from a generator the engine seeds: a seeded run — the simulation — replays exactly.
+//
+// Used for: the poller and the exit and health streams (each its own generator: they run on
+// goroutines of their own), and runtime calls and reconcile retries (the loop's generator:
+// the loop owns them).
+
+// jitter is the spread of each wait: it is drawn from [1-jitter, 1+jitter] of the shape's.
+const jitter = 0.5
+
+// seeded is an exponential backoff whose jitter comes from rng.
+type seeded struct {
+	shape *backoff.ExponentialBackOff
+	rng   *rand.Rand
 }
 
-func newBackoff(first, max time.Duration, seed uint64) *backoff {
-	return &backoff{first: first, max: max, rng: rand.New(rand.NewPCG(seed, seed>>1|1))}
+var _ backoff.BackOff = (*seeded)(nil)
+
+func newBackoff(first, max time.Duration, rng *rand.Rand) *seeded {
+	return &seeded{rng: rng, shape: backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(first), backoff.WithMaxInterval(max), backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))}
 }
 
-// next is the wait before the next try.
-func (b *backoff) next() time.Duration {
-	b.tries++
-	d := exponential(b.tries, b.first, b.max)
-	if b.rng != nil {
-		d = time.Duration(float64(d) * (0.5 + b.rng.Float64()))
-	}
-	return d
+// seededRand is a generator for one goroutine's backoff.
+func seededRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed>>1|1)) }
+
+// NextBackOff is the wait before the next try.
+func (b *seeded) NextBackOff() time.Duration {
+	d := b.shape.NextBackOff()
+	return time.Duration(float64(d) * (1 - jitter + 2*jitter*b.rng.Float64()))
 }
 
-// reset starts over after a success.
-func (b *backoff) reset() { b.tries = 0 }
-
-// exponential is first·2^(tries-1), capped at max.
-func exponential(tries int, first, max time.Duration) time.Duration {
-	d := first
-	for i := 1; i < tries && d < max; i++ {
-		d *= 2
-	}
-	return min(d, max)
-}
+// Reset starts over after a success.
+func (b *seeded) Reset() { b.shape.Reset() }

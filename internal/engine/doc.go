@@ -8,9 +8,9 @@
 // for its start, a removal for a create, a pull for image removals), when a removal queues for
 // a slot and whom a freed slot goes to (fsm.RemovalQueue); the core says when a held exit is
 // handed in again or dropped (HeldExitAfter) and plans each image cycle (PlanImageCycle:
-// deferral while pulls are out, sit-outs, low disk). The engine owns time, I/O, slots, retries
-// and the bookkeeping of what is in flight — and, still, one rule: what compaction may forget
-// (compact.go, PlanCompaction), which issue 23 asks to move beside the projection.
+// deferral while pulls are out, sit-outs, low disk) and what a compaction may forget
+// (PlanCompaction, over the journal's facts the engine reads for it). The engine owns time,
+// I/O, slots, retries and the bookkeeping of what is in flight.
 //
 // # The burst protocol
 //
@@ -24,19 +24,25 @@
 //     its task quarantined (quarantine.go), so a bug never makes an agent that cannot restart.
 //  2. Decide runs over the tasks the records touched and over those whose timers are due: it
 //     returns more records (applied the same way) and runtime actions. Effects — runtime
-//     actions, the next state-change report, payload acknowledgements, a compaction — are
-//     kept in the burst's Ready as plain data, never started.
+//     actions, payload acknowledgements, a compaction, the questions of the runtime — are
+//     kept in the burst's Ready as plain data, never started. The calls a burst decides sit
+//     in a layer over those out (fsm.Over), so the Gate holds the second call of a burst
+//     like any other, yet nothing about them is recorded as out.
 //  3. The burst's records are appended in one commit (one fsync pair for all of them); when a
 //     snapshot is due, it and its snapshot_taken record go in that same commit.
-//  4. Only once that commit has returned are the effects released, in a fixed order: the
-//     report first (the request slot is what throttling makes scarce), then the payload
-//     answers (the poller acknowledges what the commit holds), then the runtime actions (pulls on slots of their own, so a slow
-//     registry never holds up a stop), then the compaction and the image collection's question
-//     of the runtime's free disk space (images.go).
+//  4. Only once that commit has returned is the report chosen, from the durable outbox, and
+//     the bookkeeping of the effects recorded (the calls out, the questions asked, the report
+//     begun); then the effects are released in the order of Ready's fields: the report first
+//     (the request slot is what throttling makes scarce), then the acknowledgements (the
+//     payloads whose ids are all among Acks are answered, and the poller acknowledges them),
+//     then the runtime actions (pulls on slots of their own, so a slow registry never holds
+//     up a stop), then the compaction, then the questions of the runtime: its free disk
+//     space for an image collection cycle (images.go), and what it holds (reconcile.go).
 //  5. If the commit fails, the effects are dropped — they were decided on state that never
-//     became true — their bookkeeping (in flight, report begun) is reverted, the projection
-//     is rebuilt from the journal by the one load path (Load), and exits journaled in the
-//     burst are kept to be handed in again, since nothing else re-derives them.
+//     became true, and nothing about them was recorded, so nothing is undone — the payloads
+//     are answered with the error, the projection is rebuilt from the journal by the one load
+//     path (Load), and exits journaled in the burst are kept to be handed in again, since
+//     nothing else re-derives them.
 //
 // Recovery, reconciliation, snapshots and shutdown are bursts too, so there is one commit path.
 //

@@ -10,16 +10,9 @@ import (
 // watchExits follows the runtime's exit stream and resubscribes from the last cursor when it
 // ends, with backoff, until ctx ends. It owns the exit stream's health slot.
 func (e *Engine) watchExits(ctx context.Context) {
-	defer e.wg.Done()
-	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+3)
-	// Resume from the journaled cursor (the last exit the journal holds from the stream), but
-	// never from later than a little before recovery began: reconciliation covered the time
-	// the agent was down, and the overlap covers the moments between reconciling and
-	// subscribing. Exits are journaled once however often they are seen.
-	cursor := e.startedAt.Add(-time.Second).UnixNano()
-	if c := e.journaledCursor; c > 0 && c < cursor {
-		cursor = c
-	}
+	defer e.inbox.wg.Done()
+	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+3))
+	cursor := e.exits.from
 	for ctx.Err() == nil {
 		began := time.Now()
 		ch, err := e.rt.Exits(ctx, cursor)
@@ -31,7 +24,7 @@ func (e *Engine) watchExits(ctx context.Context) {
 			for x := range ch {
 				cursor = max(cursor, x.Cursor)
 				select {
-				case e.inputs <- ExitInput{Exit: x}:
+				case e.inbox.in <- ExitInput{Exit: x}:
 				case <-ctx.Done():
 					return
 				}
@@ -42,14 +35,14 @@ func (e *Engine) watchExits(ctx context.Context) {
 			if time.Since(began) < time.Second {
 				e.setHealth(HealthExitStream, "the runtime's event stream keeps breaking (is the engine down?)")
 			} else {
-				bo.reset()
+				bo.Reset()
 			}
 			e.log.Warn().Msg("runtime event stream ended; resubscribing from the last exit seen")
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(bo.next()):
+		case <-time.After(bo.NextBackOff()):
 		}
 	}
 }
@@ -74,26 +67,26 @@ func healthWatcher(rt docker.Runtime) docker.HealthWatcher {
 // with backoff, until ctx ends. Every subscription repeats the current verdicts; the core
 // records a verdict only when it changed.
 func (e *Engine) watchHealth(ctx context.Context, hw docker.HealthWatcher) {
-	defer e.wg.Done()
-	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+4)
+	defer e.inbox.wg.Done()
+	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+4))
 	for ctx.Err() == nil {
 		ch, err := hw.Health(ctx)
 		if err == nil {
 			for h := range ch {
 				select {
-				case e.inputs <- HealthInput{Change: h}:
+				case e.inbox.in <- HealthInput{Change: h}:
 				case <-ctx.Done():
 					return
 				}
 			}
-			bo.reset()
+			bo.Reset()
 		} else {
 			e.log.Warn().Err(err).Msg("runtime health stream unavailable; retrying")
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(bo.next()):
+		case <-time.After(bo.NextBackOff()):
 		}
 	}
 }

@@ -23,6 +23,23 @@ type ImageGC struct {
 	InitialInterval time.Duration // first cycle after start (default Interval)
 }
 
+// imageCycle is the collection cycle's own state. It guards that one disk question is out at a
+// time, that cycles come every Interval (sooner again when the core put one off), that what
+// the core asks to be remembered between cycles is (cycles put off in a row, images sitting
+// out after a refused removal), and that a pull the Gate held while image removals were out
+// is decided again once they end.
+type imageCycle struct {
+	at        time.Time            // the next cycle (zero: not scheduled yet)
+	asking    bool                 // a cycle's disk question is out
+	deferred  int                  // cycles put off in a row because pulls were out
+	pullsHeld map[string]bool      // tasks whose pull waits for image removals in flight
+	refused   map[string]time.Time // images the runtime refused to remove, by id: when
+}
+
+func newImageCycle() imageCycle {
+	return imageCycle{pullsHeld: map[string]bool{}, refused: map[string]time.Time{}}
+}
+
 // ImageSpaceInput is the runtime's disk space, asked for by a collection cycle.
 type ImageSpaceInput struct {
 	Free, Total uint64
@@ -37,21 +54,18 @@ func (e *Engine) imageCollector() docker.ImageCollector {
 	return ic
 }
 
-// imageCycleDue reports whether a collection cycle should ask for the disk space now, and
-// marks it asked.
+// imageCycleDue reports whether a collection cycle should ask for the disk space now.
 func (e *Engine) imageCycleDue(now time.Time) bool {
-	if e.cfg.Images.Interval <= 0 || e.imageCollector() == nil || e.imagesAsking || e.reconcilePending {
+	if e.cfg.Images.Interval <= 0 || e.imageCollector() == nil || e.images.asking || e.recon.pending {
 		return false
 	}
-	if e.imagesAt.IsZero() {
-		e.imagesAt = now.Add(e.cfg.Images.InitialInterval)
+	if e.images.at.IsZero() {
+		e.images.at = now.Add(e.cfg.Images.InitialInterval)
 	}
-	if e.imagesAt.After(now) {
+	if e.images.at.After(now) {
 		return false
 	}
-	e.imagesAsking = true
-	e.onDrop(func() { e.imagesAsking = false })
-	return true
+	return true // asking is recorded once the burst's commit returns (begin)
 }
 
 // askImageSpace is the executor's work for a cycle's disk question.
@@ -68,17 +82,17 @@ func (e *Engine) askImageSpace() func() Input {
 // handleImageSpace runs a cycle: the core plans it (fsm.State.PlanImageCycle: deferral while
 // pulls are out, sit-outs, low disk), the engine dispatches the removals and keeps the times.
 func (e *Engine) handleImageSpace(now time.Time, in ImageSpaceInput) {
-	e.imagesAsking = false
-	e.imagesAt = now.Add(e.cfg.Images.Interval)
+	e.images.asking = false
+	e.images.at = now.Add(e.cfg.Images.Interval)
 	cfg := fsm.ImageConfig{MinAge: e.cfg.Images.MinAge, PerCycle: e.cfg.Images.PerCycle, LowFreePercent: e.cfg.Images.LowFreePercent}
-	p := e.st.PlanImageCycle(now, cfg, fsm.ImageCycle{Free: in.Free, Total: in.Total, SpaceErr: in.Err != nil, Deferred: e.imagesDeferred, Refused: e.imagesRefused}, e.out)
-	e.imagesDeferred = p.Deferred
+	p := e.st.PlanImageCycle(now, cfg, fsm.ImageCycle{Free: in.Free, Total: in.Total, SpaceErr: in.Err != nil, Deferred: e.images.deferred, Refused: e.images.refused}, *e.inFlight())
+	e.images.deferred = p.Deferred
 	if p.Defer {
-		e.imagesAt = now.Add(min(e.cfg.Images.Interval, imageCycleRetry))
+		e.images.at = now.Add(min(e.cfg.Images.Interval, imageCycleRetry))
 		return
 	}
 	for _, id := range p.Forget {
-		delete(e.imagesRefused, id)
+		delete(e.images.refused, id)
 	}
 	if in.Err != nil {
 		e.log.Warn().Err(in.Err).Msg("image collection: cannot read the runtime's free disk space; collecting by age only")
@@ -106,16 +120,16 @@ func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
 		e.log.Info().Str("image", a.RuntimeID).Msg("image removed")
 	} else if r.Kind != fsm.Succeeded {
 		if v.SitOut {
-			e.imagesRefused[a.RuntimeID] = now
+			e.images.refused[a.RuntimeID] = now
 		}
 		e.metrics.imageRemovalFailures.Inc()
 		e.log.Warn().Str("image", a.RuntimeID).Str("error", r.Err).Msg("image not removed; the next cycle may try again")
 	}
 	e.record(v.Records...)
-	if !e.out.Out(fsm.ActRemoveImage) { // the pulls Gate held may go
-		for arn := range e.pullsHeld {
-			e.dirty[arn] = true
+	if !e.inFlight().Out(fsm.ActRemoveImage) { // the pulls Gate held may go
+		for arn := range e.images.pullsHeld {
+			e.sched.mark(arn)
 		}
-		clear(e.pullsHeld)
+		clear(e.images.pullsHeld)
 	}
 }

@@ -1,11 +1,31 @@
 package engine
 
 import (
+	"sync"
+	"sync/atomic"
+
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
 )
+
+// inbox is how inputs reach the loop: the goroutines that hand them in (the poller, the exit
+// and health watchers, the executor's work), counted by wg, send on in; queries run on the
+// loop's goroutine. It guards that the projection has one owner: nothing outside the loop
+// touches it except through a query, and none is taken before recovery ends (ready).
+type inbox struct {
+	in       chan Input
+	queries  chan query
+	answered chan struct{} // a report was answered: the poller's backoff is over (poller.go)
+	ready    atomic.Bool   // recovery has finished and the loop runs
+	wg       sync.WaitGroup
+}
+
+type query struct {
+	f    func(*fsm.State)
+	done chan struct{}
+}
 
 // Input is something that happened, for the loop to hand to the core.
 type Input interface{ isInput() }

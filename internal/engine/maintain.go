@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
@@ -12,6 +13,14 @@ import (
 // costs more than the history they save replaying, however much state a host keeps.
 func SnapshotInterval(st *fsm.State, every uint64) uint64 {
 	return max(every, 4*uint64(len(st.Tasks)+len(st.Tombstones)))
+}
+
+// upkeep is the journal's upkeep: where the last snapshot stands, and whether a compaction
+// runs. It guards that a snapshot comes every SnapshotInterval records and that one
+// compaction runs at a time.
+type upkeep struct {
+	snapSeq    uint64 // the newest snapshot's sequence number
+	compacting bool   // a compaction runs on the executor
 }
 
 // pendingSnapshot is a snapshot the burst commits with its records.
@@ -25,7 +34,7 @@ type pendingSnapshot struct {
 // snapshot_taken in the burst: the snapshot, that record and the burst's other records go in
 // the burst's one commit (doc.go), both or neither, numbered like every other record.
 func (e *Engine) snapshotIfDue() *pendingSnapshot {
-	if e.st.LastSeq-e.snapSeq < SnapshotInterval(e.st, e.cfg.SnapshotEvery) {
+	if e.st.LastSeq-e.upkeep.snapSeq < SnapshotInterval(e.st, e.cfg.SnapshotEvery) {
 		return nil
 	}
 	at := e.st.LastSeq
@@ -46,10 +55,10 @@ func (e *Engine) snapshotIfDue() *pendingSnapshot {
 // The deletions run on the executor in commits of their own, so appends wait at most one
 // short commit; the compaction_done record follows as an input.
 func (e *Engine) planCompaction() *CompactionPlan {
-	if e.compacting || (e.cfg.Retention < 0 && e.cfg.JournalMaxBytes <= 0) {
+	if e.upkeep.compacting || (e.cfg.Retention < 0 && e.cfg.JournalMaxBytes <= 0) {
 		return nil
 	}
-	plan, err := PlanCompaction(e.st, e.j, e.clock.Now(), e.cfg.Retention, e.snapSeq, e.cfg.JournalMaxBytes)
+	plan, err := PlanCompaction(e.st, e.j, e.clock.Now(), e.cfg.Retention, e.upkeep.snapSeq, e.cfg.JournalMaxBytes)
 	if err != nil {
 		e.log.Warn().Err(err).Msg("compaction skipped")
 		return nil
@@ -66,8 +75,21 @@ func (e *Engine) planCompaction() *CompactionPlan {
 	if plan.Empty() {
 		return nil
 	}
-	e.compacting = true
+	e.upkeep.compacting = true
 	return &plan
+}
+
+// handleCompact journals a finished compaction's record.
+func (e *Engine) handleCompact(now time.Time, in CompactInput) {
+	e.upkeep.compacting = false
+	if in.Err != nil {
+		e.log.Warn().Err(in.Err).Msg("compaction failed; the next snapshot tries again")
+		return
+	}
+	// Lost with a failed commit, the next compaction repeats it (the records are gone already).
+	e.record(e.st.Step(now, fsm.CompactionFinished{Done: in.Done}).Records...)
+	e.metrics.droppedEarly.Add(float64(len(in.Done.Early)))
+	e.log.Info().Int("records", in.Done.Records).Int("tasks", len(in.Done.Tasks)).Int("messages", len(in.Done.Messages)).Int("histories_dropped_early", len(in.Done.Early)).Msg("journal compacted")
 }
 
 // compaction is the executor's work for one compaction.

@@ -5,37 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/agentd/agentd/internal/protocol"
 )
 
-// poller long-polls the control plane, hands each payload to the loop, and acknowledges it
-// only once the loop says it is journaled. Poll errors (not JSON, too large, refused, broken)
-// are retried with backoff and logged once per streak of one kind, with their cause; the agent
-// keeps running. Every answered poll, even an empty one, goes to the loop: it ends the
-// reporter's outage backoff (submit.Answered). After a failed poll the next asks for no wait,
-// so the control plane's return is known at once rather than a long poll later; and an answer
-// to a report ends the poller's own backoff (answered).
+// poller long-polls the control plane, hands each poll's payloads to the loop, and
+// acknowledges them only once the loop answers: journaled, and among its burst's Acks. Poll
+// errors (not JSON, too large, refused, broken) are retried with backoff and logged once per
+// streak of one kind, with their cause; the agent keeps running. Every answered poll, even an
+// empty one, goes to the loop: it ends the reporter's outage backoff (submit.Answered). After
+// a failed poll the next asks for no wait, so the control plane's return is known at once
+// rather than a long poll later; and an answer to a report ends the poller's own backoff
+// (answered).
 func (e *Engine) poller(ctx context.Context) {
-	defer e.wg.Done()
-	bo := newBackoff(250*time.Millisecond, 30*time.Second, e.cfg.Seed+2)
-	var streak string // the kind of the current failure streak ("" while polls work)
-	var failures int
-	fail := func(err error, kind, what string) {
-		wait := bo.next()
-		failures++
-		if kind != streak {
-			e.log.Warn().Err(err).Dur("retry_in", wait).Msg(what)
-			streak = kind
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		case <-e.answered:
-			bo.reset() // a report was answered: the control plane is back
-		}
-	}
+	defer e.inbox.wg.Done()
+	s := pollStreak{e: e, bo: newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+2))}
 	for ctx.Err() == nil {
 		wait := e.cfg.PollWait
-		if streak != "" {
+		if s.kind != "" {
 			wait = 0
 		}
 		payloads, err := e.cp.Poll(ctx, wait)
@@ -46,56 +33,105 @@ func (e *Engine) poller(ctx context.Context) {
 			var answered interface{ HTTPStatus() int }
 			if errors.As(err, &answered) && answered.HTTPStatus() != 0 {
 				e.metrics.pollErrors.WithLabelValues("http").Inc()
-				fail(err, fmt.Sprintf("HTTP %d", answered.HTTPStatus()), "poll failed")
+				s.fail(ctx, err, fmt.Sprintf("HTTP %d", answered.HTTPStatus()), "poll failed")
 			} else {
 				e.metrics.pollErrors.WithLabelValues("transport").Inc()
-				fail(err, "transport", "poll failed")
+				s.fail(ctx, err, "transport", "poll failed")
 			}
 			continue
 		}
-		if streak != "" {
-			e.log.Info().Int("failures", failures).Msg("polls answered again")
-			streak, failures = "", 0
-		}
-		if len(payloads) == 0 {
-			select {
-			case e.inputs <- PollInput{}: // an answer: the reporter's outage is over
-			case <-ctx.Done():
-				return
-			}
-			bo.reset()
-			continue
-		}
+		s.answered()
 		// The whole poll goes to the loop as one input, so its payloads are journaled in one
 		// burst and one commit — not a commit each, which made admitting tasks cost a commit
 		// per task and bounded a busy host by its fsync latency — and all or none, in order,
-		// so no payload is journaled behind a later one of the same poll that failed.
-		done := make(chan error, 1)
-		select {
-		case e.inputs <- PollInput{Payloads: payloads, Done: done}:
-		case <-ctx.Done():
+		// so no payload is journaled behind a later one of the same poll that failed. An
+		// empty poll goes too: an answer, the reporter's outage is over.
+		journaled, err := e.handOver(ctx, payloads)
+		switch {
+		case ctx.Err() != nil:
 			return
-		}
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			return
-		}
-		if err != nil {
-			fail(errors.New("journal refused a poll's payloads"), "journal", "payloads not journaled; not acknowledged")
+		case err != nil:
+			s.fail(ctx, errors.New("journal refused a poll's payloads"), "journal", "payloads not journaled; not acknowledged")
 			continue
+		case journaled:
+			e.acknowledge(ctx, payloads)
 		}
-		var ack []string
-		for _, p := range payloads {
-			if p.MessageID != "" {
-				ack = append(ack, p.MessageID)
-			}
+		s.bo.Reset()
+	}
+}
+
+// pollStreak is the poller's failures in a row: their kind ("" while polls work), how many,
+// and the backoff between them.
+type pollStreak struct {
+	e        *Engine
+	bo       *seeded
+	kind     string
+	failures int
+}
+
+// fail waits out the backoff after a failed poll, logging once per streak of one kind; a
+// report answered meanwhile ends the wait (the control plane is back).
+func (s *pollStreak) fail(ctx context.Context, err error, kind, what string) {
+	wait := s.bo.NextBackOff()
+	s.failures++
+	if kind != s.kind {
+		s.e.log.Warn().Err(err).Dur("retry_in", wait).Msg(what)
+		s.kind = kind
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(wait):
+	case <-s.e.inbox.answered:
+		s.bo.Reset()
+	}
+}
+
+// answered ends a streak: a poll was answered.
+func (s *pollStreak) answered() {
+	if s.kind != "" {
+		s.e.log.Info().Int("failures", s.failures).Msg("polls answered again")
+		s.kind, s.failures = "", 0
+	}
+}
+
+// handOver gives a poll's payloads to the loop and waits for its answer (journaled: there
+// were payloads and the loop answered nil).
+func (e *Engine) handOver(ctx context.Context, payloads []protocol.Payload) (bool, error) {
+	in := PollInput{Payloads: payloads}
+	var done chan error
+	if len(payloads) > 0 {
+		done = make(chan error, 1)
+		in.Done = done
+	}
+	select {
+	case e.inbox.in <- in:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	if done == nil {
+		return false, nil
+	}
+	select {
+	case err := <-done:
+		return err == nil, err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// acknowledge tells the control plane the payloads are journaled; a failure only means it
+// re-sends them, and the journal de-duplicates.
+func (e *Engine) acknowledge(ctx context.Context, payloads []protocol.Payload) {
+	var ack []string
+	for _, p := range payloads {
+		if p.MessageID != "" {
+			ack = append(ack, p.MessageID)
 		}
-		if len(ack) > 0 {
-			if err := e.cp.Ack(ctx, ack); err != nil && ctx.Err() == nil {
-				e.log.Warn().Err(err).Strs("messages", ack).Msg("ack failed; the control plane will re-send and the journal de-duplicates")
-			}
-		}
-		bo.reset()
+	}
+	if len(ack) == 0 {
+		return
+	}
+	if err := e.cp.Ack(ctx, ack); err != nil && ctx.Err() == nil {
+		e.log.Warn().Err(err).Strs("messages", ack).Msg("ack failed; the control plane will re-send and the journal de-duplicates")
 	}
 }

@@ -31,6 +31,46 @@ import (
 // their task: they were decided together, on the state the refused one would have made.
 var errDecidedWithRefused = errors.New("decided together with a refused record of its task")
 
+// quarantine is the tasks a refused record concerned, and the last refusal of a record
+// without a task. It guards that nothing more is decided or called for a quarantined task.
+type quarantine struct {
+	tasks    map[string]string // why each task is quarantined (made at the first refusal)
+	taskless string            // the last refused record without a task
+}
+
+// of is why a task is quarantined ("" when it is not).
+func (q *quarantine) of(arn string) string { return q.tasks[arn] }
+
+// add quarantines the task of a refused record (or notes a refusal without a task).
+func (q *quarantine) add(rec event.Record, typ string, err error) {
+	if q.tasks == nil {
+		q.tasks = map[string]string{} // reads of a nil map are ""
+	}
+	if rec.Task == "" {
+		q.taskless = fmt.Sprintf("a %s record refused: %v", typ, err)
+	} else if _, ok := q.tasks[rec.Task]; !ok {
+		q.tasks[rec.Task] = fmt.Sprintf("quarantined: the core made a %s record the projection refused (%v); no further actions for this task", typ, err)
+	}
+}
+
+// problem words the core slot: every quarantined task, by ARN, then the last refusal of a
+// record without a task.
+func (q *quarantine) problem() string {
+	arns := make([]string, 0, len(q.tasks))
+	for arn := range q.tasks {
+		arns = append(arns, arn)
+	}
+	slices.Sort(arns)
+	var parts []string
+	if len(arns) > 0 {
+		parts = append(parts, "tasks stuck in quarantine after the core made a record the projection refused: "+strings.Join(arns, ", "))
+	}
+	if q.taskless != "" {
+		parts = append(parts, q.taskless)
+	}
+	return strings.Join(parts, "; ")
+}
+
 // refuse drops a record the projection refused and quarantines its task.
 func (e *Engine) refuse(rec event.Record, err error) {
 	e.metrics.coreRefused.Inc()
@@ -40,35 +80,10 @@ func (e *Engine) refuse(rec event.Record, err error) {
 	}
 	e.log.Error().Err(err).Str("type", typ).Str("task", rec.Task).Str("container", rec.Container).
 		Msg("BUG: the projection refused a record the core made; dropped before the commit, its task quarantined")
-	if e.quarantined == nil {
-		e.quarantined = map[string]string{} // made at the first refusal: reads of a nil map are ""
-	}
-	if rec.Task == "" {
-		e.coreRefusal = fmt.Sprintf("a %s record refused: %v", typ, err)
-	} else if _, ok := e.quarantined[rec.Task]; !ok {
-		e.quarantined[rec.Task] = fmt.Sprintf("quarantined: the core made a %s record the projection refused (%v); no further actions for this task", typ, err)
-	}
-	e.setHealth(HealthCore, e.coreProblem())
-}
-
-// coreProblem words the core slot: every quarantined task, by ARN, then the last refusal of a
-// record without a task.
-func (e *Engine) coreProblem() string {
-	arns := make([]string, 0, len(e.quarantined))
-	for arn := range e.quarantined {
-		arns = append(arns, arn)
-	}
-	slices.Sort(arns)
-	var parts []string
-	if len(arns) > 0 {
-		parts = append(parts, "tasks stuck in quarantine after the core made a record the projection refused: "+strings.Join(arns, ", "))
-	}
-	if e.coreRefusal != "" {
-		parts = append(parts, e.coreRefusal)
-	}
-	return strings.Join(parts, "; ")
+	e.quarantine.add(rec, typ, err)
+	e.setHealth(HealthCore, e.quarantine.problem())
 }
 
 // Quarantined is why a task is quarantined ("" when it is not). Call it on the loop's
 // goroutine: inside a Query, or between steps of a single-goroutine driver.
-func (e *Engine) Quarantined(arn string) string { return e.quarantined[arn] }
+func (e *Engine) Quarantined(arn string) string { return e.quarantine.of(arn) }

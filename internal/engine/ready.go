@@ -14,20 +14,21 @@ import (
 )
 
 // Ready is what one burst decided, as plain data: the records to journal, then the effects
-// they allow. Nothing in it has happened yet when it is made; Step returns it after the
-// commit, with Err set (and no effects) if the commit failed.
+// they allow, in the order they are released (doc.go). Nothing in it has happened yet when
+// it is made, and nothing about its effects is recorded before its commit returns; Step
+// returns it after the commit, with Err set (and no effects) if the commit failed.
 type Ready struct {
 	Records []event.Record         // journaled in one commit, in this order
 	Report  []protocol.StateChange // the next state-change request (none: nothing to send now)
-	Acks    []string               // payloads (message ids) the poller may acknowledge
+	Acks    []string               // payloads (message ids) answered as journaled: the poller acknowledges them
 	Actions []fsm.Action           // runtime calls
 	Compact *CompactionPlan        // a compaction to run
-	// Reconcile asks the runtime again what it holds (non-nil: ask), after it did not
-	// answer at recovery: the containers to probe beyond its list.
-	Reconcile []probe
 	// ImageSpace asks the runtime how full its disk is, for an image collection cycle.
 	ImageSpace bool
-	Err        error // the commit failed: nothing was released
+	// Reconcile asks the runtime again what it holds (non-nil: ask), after it did not
+	// answer at recovery: the containers to probe beyond its list.
+	Reconcile []Probe
+	Err       error // the commit failed: nothing was released
 }
 
 // String lists the Ready one item a line, for scripts and logs.
@@ -52,34 +53,47 @@ func (r Ready) String() string {
 	if r.Compact != nil {
 		fmt.Fprintf(&b, "compact up to %d: %d tasks, %d messages\n", r.Compact.UpTo, len(r.Compact.Tasks), len(r.Compact.Messages))
 	}
-	if r.Reconcile != nil {
-		fmt.Fprintf(&b, "reconcile (%d containers to probe)\n", len(r.Reconcile))
-	}
 	if r.ImageSpace {
 		b.WriteString("ask the runtime's disk space (image collection)\n")
+	}
+	if r.Reconcile != nil {
+		fmt.Fprintf(&b, "reconcile (%d containers to probe)\n", len(r.Reconcile))
 	}
 	return b.String()
 }
 
-// burst is one round of the loop (see doc.go): the Ready being made, the payload answers
-// waiting for its commit, and how to undo the bookkeeping of its effects if they are dropped.
+// burst is one round of the loop (see doc.go): the Ready being made, the payloads waiting
+// for its acknowledgements, and the calls it decided, in a layer over what is out.
 type burst struct {
-	ready Ready
-	next  uint64          // the sequence number the next record gets
-	done  []chan<- error  // payload answers, sent once the commit has returned
-	exits []docker.Exit   // exits journaled in this burst, handed in again if the commit fails
-	undo  []func()        // bookkeeping of held-back effects, reverted if they are dropped
-	ctx   context.Context // for the commit
+	ready   Ready
+	next    uint64          // the sequence number the next record gets
+	waiting []waiting       // payloads of the burst, answered by its Acks once the commit returned
+	exits   []docker.Exit   // exits journaled in this burst, handed in again if the commit fails
+	out     fsm.InFlight    // the calls decided in this burst over those out (fsm.Over)
+	reports bool            // the burst decided (react): it may send the next report
+	ctx     context.Context // for the commit
+}
+
+// waiting is a poller's payloads awaiting their answer: nil once every one of them is among
+// the burst's Acks.
+type waiting struct {
+	ids  []string // message ids ("" for a payload without one)
+	done chan<- error
 }
 
 // beginBurst opens a burst. The loop is the only appender, so it numbers records itself and
 // the journal checks the numbers on Append.
 func (e *Engine) beginBurst(ctx context.Context) {
-	e.burst = &burst{next: e.j.LastSeq() + 1, ctx: ctx}
+	e.burst = &burst{next: e.j.LastSeq() + 1, ctx: ctx, out: fsm.Over(&e.calls.out)}
 }
 
-// onDrop registers how to revert the bookkeeping of an effect held back in the burst.
-func (e *Engine) onDrop(f func()) { e.burst.undo = append(e.burst.undo, f) }
+// inFlight is what the core's rules read as out: within a burst, the calls it decided too.
+func (e *Engine) inFlight() *fsm.InFlight {
+	if e.burst != nil {
+		return &e.burst.out
+	}
+	return &e.calls.out
+}
 
 // record stamps (now, where unset), numbers and applies records and keeps them for the
 // burst's commit. A record the projection refuses is dropped before the commit — never
@@ -114,9 +128,42 @@ func (e *Engine) record(recs ...event.Record) {
 	}
 }
 
+// afterApply keeps the engine's bookkeeping in step with the projection: held exits go
+// where the core says (fsm.State.HeldExitAfter).
+func (e *Engine) afterApply(r event.Record) {
+	if r.Task != "" {
+		e.sched.mark(r.Task)
+	}
+	e.exits.after(e.st, r)
+	switch ev := r.Event.(type) {
+	case *event.TaskAdded:
+		e.log.Info().Str("task", r.Task).Str("desired", string(ev.Desired)).Msg("task assigned")
+	case *event.TaskRejected:
+		e.log.Warn().Str("task", r.Task).Str("problem", ev.Reason).Msg("invalid task recorded STOPPED")
+	case *event.StoppedAcked:
+		if t := e.st.Tasks[r.Task]; t != nil {
+			e.scheduleCleanup(t)
+			e.metrics.blockedOnAck.Observe(r.Time.Sub(t.StoppedAt).Seconds())
+		}
+	case *event.CleanupStarted:
+		e.log.Info().Str("task", r.Task).Msg("cleanup started")
+	case *event.TaskCleaned:
+		e.metrics.cleanups.Inc()
+		e.log.Info().Str("task", r.Task).Msg("task cleaned")
+		// What the engine kept about the task goes with it: backoffs of calls it no longer
+		// needs (held exits: above).
+		e.calls.forget(r.Task)
+		e.sched.forget(r.Task)
+	case *event.TaskTransitioned:
+		e.log.Info().Str("task", r.Task).Str("from", string(ev.From)).Str("to", string(ev.To)).Str("reason", ev.Reason).Msg("task transitioned")
+	}
+}
+
 // endBurst commits the burst's records in one append — with the snapshot, when one is due —
-// then releases its effects in the fixed order; if the commit fails it drops them, rebuilds the
-// projection from the journal and returns the error.
+// then, once the commit has returned, chooses the report from the durable outbox, records
+// the bookkeeping of the effects (calls out, questions asked, report begun) and releases them
+// in the fixed order. If the commit fails it drops the effects — nothing about them was
+// recorded — rebuilds the projection from the journal and returns the error.
 func (e *Engine) endBurst() (Ready, error) {
 	b := e.burst
 	snap := e.snapshotIfDue()
@@ -140,43 +187,73 @@ func (e *Engine) endBurst() (Ready, error) {
 		failpoint.Hit("engine-after-commit-before-apply") // durable; nothing acted on yet
 	}
 	if snap != nil {
-		e.snapSeq = snap.at
+		e.upkeep.snapSeq = snap.at
 		e.log.Debug().Uint64("at", snap.at).Int("bytes", len(snap.data)).Msg("snapshot stored")
 		ready.Compact = e.planCompaction()
 	}
-	e.release(ready, b.done)
+	if b.reports {
+		ready.Report = e.report(e.clock.Now())
+	}
+	e.begin(ready)
+	e.release(ready, b.waiting)
 	return ready, nil
 }
 
-// dropBurst handles a failed commit: the effects never leave, their bookkeeping is undone,
-// the payloads are answered with the error (not acknowledged), and exits are kept.
+// begin records, once the commit holding their decisions has returned, what a durable
+// burst's effects are about to do: the calls it makes are out, its questions of the runtime
+// are asked. (The report's is recorded as it is chosen: report.)
+func (e *Engine) begin(r Ready) {
+	for _, a := range r.Actions {
+		e.calls.out.Add(a.Key())
+	}
+	if r.Reconcile != nil {
+		e.recon.asking = true
+	}
+	if r.ImageSpace {
+		e.images.asking = true
+	}
+}
+
+// dropBurst handles a failed commit: the effects never leave (and nothing about them was
+// recorded), the payloads are answered with the error (not acknowledged), and exits are kept.
 func (e *Engine) dropBurst(b *burst, err error) {
 	e.setHealth(HealthJournal, err.Error())
 	e.metrics.journalErrors.Inc()
 	e.log.Error().Err(err).Int("records", len(b.ready.Records)).Msg("burst not journaled; its effects are dropped and the projection rebuilt from the journal")
-	e.metrics.payloads.WithLabelValues("journal_failed").Add(float64(len(b.done)))
-	for _, d := range b.done {
-		d <- err
+	e.metrics.payloads.WithLabelValues("journal_failed").Add(float64(len(b.waiting)))
+	for _, w := range b.waiting {
+		w.done <- err
 	}
-	e.retryExits = append(e.retryExits, b.exits...)
-	e.journalRetry = e.clock.Now().Add(time.Second)
-	for _, u := range b.undo {
-		u()
-	}
+	e.exits.refused = append(e.exits.refused, b.exits...)
+	e.sched.journalRetry = e.clock.Now().Add(time.Second)
 	if rerr := e.rebuild(); rerr != nil {
 		e.log.Error().Err(rerr).Msg("cannot rebuild the projection from the journal")
 	}
 }
 
-// release starts a durable burst's effects in the order doc.go states: the report, then the
-// payload answers (the poller acknowledges those the commit holds), then runtime actions, then
-// compaction and the questions of the runtime.
-func (e *Engine) release(r Ready, done []chan<- error) {
+// release starts a durable burst's effects in the order doc.go states, one Ready field after
+// the other: the report, then the acknowledgements (the payloads whose ids are all among
+// Acks are answered, and the poller acknowledges them), then runtime actions, then the
+// compaction and the questions of the runtime (its disk space, what it holds).
+func (e *Engine) release(r Ready, payloads []waiting) {
 	if len(r.Report) > 0 {
 		e.exec.Go(e.sendReport(r.Report))
 	}
-	for _, d := range done {
-		d <- nil
+	var acked map[string]bool
+	if len(payloads) > 0 {
+		acked = make(map[string]bool, len(r.Acks))
+		for _, m := range r.Acks {
+			acked[m] = true
+		}
+	}
+	for _, w := range payloads {
+		var err error
+		for _, id := range w.ids {
+			if id != "" && !acked[id] {
+				err = fmt.Errorf("payload %s: journaled but not acknowledged", id)
+			}
+		}
+		w.done <- err
 	}
 	for _, a := range r.Actions {
 		if se, ok := e.exec.(slowExecutor); ok && a.Kind == fsm.ActPull {
@@ -210,10 +287,9 @@ func (e *Engine) rebuild() error {
 		return err
 	}
 	e.st = l.State
-	e.due = dueHeap{}
-	clear(e.wakes) // every task is decided again, and asks for its wakes again
+	e.sched.reset() // every task is decided again, and asks for its wakes again
 	for _, t := range e.st.SortedTasks() {
-		e.dirty[t.ARN] = true
+		e.sched.mark(t.ARN)
 		if t.Known == event.StatusStoppedAcked {
 			e.scheduleCleanup(t)
 		}

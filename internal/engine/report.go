@@ -9,20 +9,17 @@ import (
 	"github.com/agentd/agentd/internal/protocol"
 )
 
-// report puts the next state-change request into the burst's Ready when the submitter allows
-// and something is unsent.
-func (e *Engine) report(now time.Time) {
+// report is the next state-change request, when the submitter allows and something is
+// unsent (nil: none now). It runs once a burst's commit has returned, so it chooses from the
+// durable outbox, and the submitter records the report begun only when it is really sent.
+func (e *Engine) report(now time.Time) []protocol.StateChange {
 	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 || !e.sub.Ready(now) {
-		return
+		return nil
 	}
 	// The submitter chooses from the oldest pending changes: fewer after a refused report, and
 	// never a change it holds (refused alone) nor one queued behind it in its task.
-	report := e.sub.BeginAt(now, e.st.Pending(e.sub.Want()))
-	if report == nil {
-		return // every candidate is held; NextAttempt says when one is due
-	}
-	e.burst.ready.Report = report
-	e.onDrop(e.sub.Abort)
+	// Every candidate held: nil, and NextAttempt says when one is due.
+	return e.sub.BeginAt(now, e.st.Pending(e.sub.Want()))
 }
 
 // sendReport is the executor's work for one report.
@@ -43,12 +40,12 @@ func (e *Engine) handleReport(now time.Time, in ReportInput) {
 	o := e.sub.Done(now, in.Sent, in.Result)
 	if in.Result.HTTPStatus != 0 {
 		select {
-		case e.answered <- struct{}{}: // the control plane answers: the poller need not wait
+		case e.inbox.answered <- struct{}{}: // the control plane answers: the poller need not wait
 		default:
 		}
 	}
 	for _, c := range in.Sent {
-		e.dirty[c.TaskARN] = true // a settled STOPPED makes stopped_acked due
+		e.sched.mark(c.TaskARN) // a settled STOPPED makes stopped_acked due
 	}
 	e.metrics.reports.WithLabelValues(string(in.Result.Outcome)).Inc()
 	if o.Log != "" {
@@ -60,9 +57,8 @@ func (e *Engine) handleReport(now time.Time, in ReportInput) {
 	}
 	// Lost with a failed commit: the changes are sent again, same ids.
 	e.record(e.st.Step(now, fsm.ReportAnswered{Sent: in.Sent, Settled: o.Settled, Attempt: o.Attempt}).Records...)
-	// The next batch goes out with this burst, before the decisions this answer unlocks are
-	// acted on: under throttling the request slot is the scarce thing, not the disk.
-	e.report(now)
+	// The next batch goes out with this burst (endBurst), before the decisions this answer
+	// unlocks are acted on: under throttling the request slot is the scarce thing, not the disk.
 	switch problem, credentials := e.sub.Health(); {
 	case problem == "":
 		e.clearHealth(HealthControlPlane)

@@ -123,10 +123,6 @@ func (s *State) Decide(now time.Time, cfg Config, arns ...string) Decisions {
 	return d
 }
 
-var nextUp = map[event.Status]event.Status{
-	event.StatusNone: event.StatusPulled, event.StatusPulled: event.StatusCreated, event.StatusCreated: event.StatusRunning,
-}
-
 func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 	rec := func(container string, e event.Event) {
 		d.Records = append(d.Records, event.Record{Time: now, Task: t.ARN, Container: container, Event: e})

@@ -20,11 +20,22 @@ type InFlight struct {
 	Backoff     map[ActionKey]bool
 	Quarantined map[string]string
 	n           map[ActionKind]int
+	// under is what is out beneath a layer of calls decided and not yet made (Over): the
+	// rules read both.
+	under *InFlight
 }
 
 // NewInFlight is an empty view with a bound on removals out at once (0: none).
 func NewInFlight(removalSlots int) InFlight {
 	return InFlight{calls: map[ActionKey]bool{}, RemovalSlots: removalSlots, n: map[ActionKind]int{}}
+}
+
+// Over is an empty layer over base, with base's slots: the rules read the calls of both, Add
+// and End touch the layer only. The engine decides a burst's calls in a layer over what is
+// out, so the second call of a burst waits for the first like any other, and adds them to
+// what is out only once the burst's commit has returned.
+func Over(base *InFlight) InFlight {
+	return InFlight{RemovalSlots: base.RemovalSlots, under: base} // its maps come with its first Add
 }
 
 // Add records a call made.
@@ -38,7 +49,7 @@ func (f *InFlight) Add(k ActionKey) {
 	}
 }
 
-// End records a call answered (or dropped with its burst).
+// End records a call answered.
 func (f *InFlight) End(k ActionKey) {
 	if f.calls[k] {
 		delete(f.calls, k)
@@ -47,10 +58,19 @@ func (f *InFlight) End(k ActionKey) {
 }
 
 // Has reports whether a call is out.
-func (f InFlight) Has(k ActionKey) bool { return f.calls[k] }
+func (f InFlight) Has(k ActionKey) bool { return f.calls[k] || f.under != nil && f.under.Has(k) }
 
 // Out reports whether a call of a kind is out, on any container or image.
-func (f InFlight) Out(kind ActionKind) bool { return f.n[kind] > 0 }
+func (f InFlight) Out(kind ActionKind) bool { return f.count(kind) > 0 }
+
+// count is how many calls of a kind are out.
+func (f InFlight) count(kind ActionKind) int {
+	n := f.n[kind]
+	if f.under != nil {
+		n += f.under.count(kind)
+	}
+	return n
+}
 
 // WaitReason says why a decided action does not go now.
 type WaitReason int
@@ -79,19 +99,19 @@ type Hold struct {
 //   - no more container removals are out than RemovalSlots.
 func (f InFlight) Gate(a Action) Hold {
 	key := a.Key()
-	if f.calls[key] {
+	if f.Has(key) {
 		return Hold{Reason: WaitOut, For: key}
 	}
 	if other, ok := waitsFor[a.Kind]; ok {
 		k := ActionKey{Kind: other, Task: a.Task, Container: a.Container}
-		if f.calls[k] {
+		if f.Has(k) {
 			return Hold{Reason: WaitCall, For: k}
 		}
 	}
 	if a.Kind == ActPull && f.Out(ActRemoveImage) {
 		return Hold{Reason: WaitImageGone, For: ActionKey{Kind: ActRemoveImage}}
 	}
-	if a.Kind == ActRemove && f.RemovalSlots > 0 && f.n[ActRemove] >= f.RemovalSlots {
+	if a.Kind == ActRemove && f.RemovalSlots > 0 && f.count(ActRemove) >= f.RemovalSlots {
 		return Hold{Reason: WaitSlot}
 	}
 	return Hold{}
@@ -142,7 +162,7 @@ func (s *State) wantsRemoval(arn string, now time.Time, cfg Config, f InFlight) 
 		return false
 	}
 	for _, a := range s.Decide(now, cfg, arn).Actions {
-		if a.Kind == ActRemove && !f.calls[a.Key()] && !f.Backoff[a.Key()] {
+		if a.Kind == ActRemove && !f.Has(a.Key()) && !f.Backoff[a.Key()] {
 			return true
 		}
 	}

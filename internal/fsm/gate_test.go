@@ -16,6 +16,7 @@ func TestGate(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		out   []fsm.ActionKey
+		layer []fsm.ActionKey // decided earlier in the same burst, not made yet (fsm.Over)
 		slots int
 		a     fsm.Action
 		want  fsm.WaitReason
@@ -44,13 +45,25 @@ func TestGate(t *testing.T) {
 			a: act(fsm.ActRemove, "t", "c"), want: fsm.WaitSlot},
 		{name: "no bound: removals go", out: []fsm.ActionKey{key(fsm.ActRemove, "u", "c"), key(fsm.ActRemove, "v", "c")},
 			a: act(fsm.ActRemove, "t", "c"), want: fsm.Go},
+		{name: "a call decided earlier in the burst: never twice", layer: []fsm.ActionKey{key(fsm.ActStop, "t", "c")},
+			a: act(fsm.ActStop, "t", "c"), want: fsm.WaitOut, waits: key(fsm.ActStop, "t", "c")},
+		{name: "an inspect waits for a start decided in the same burst", layer: []fsm.ActionKey{key(fsm.ActStart, "t", "c")},
+			a: act(fsm.ActInspect, "t", "c"), want: fsm.WaitCall, waits: key(fsm.ActStart, "t", "c")},
+		{name: "a pull waits for an image removal decided in the same burst", layer: []fsm.ActionKey{key(fsm.ActRemoveImage, "", "sha256:x")},
+			a: act(fsm.ActPull, "t", "c"), want: fsm.WaitImageGone, waits: fsm.ActionKey{Kind: fsm.ActRemoveImage}},
+		{name: "slots count the burst's removals beside those out", slots: 2, out: []fsm.ActionKey{key(fsm.ActRemove, "u", "c")},
+			layer: []fsm.ActionKey{key(fsm.ActRemove, "v", "c")}, a: act(fsm.ActRemove, "t", "c"), want: fsm.WaitSlot},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := fsm.NewInFlight(tc.slots)
 			for _, k := range tc.out {
 				f.Add(k)
 			}
-			if got := f.Gate(tc.a); got.Reason != tc.want || got.For != tc.waits {
+			burst := fsm.Over(&f)
+			for _, k := range tc.layer {
+				burst.Add(k)
+			}
+			if got := burst.Gate(tc.a); got.Reason != tc.want || got.For != tc.waits {
 				t.Fatalf("Gate(%s) with %v out = %+v; want reason %d waiting for %v", tc.a.Key(), tc.out, got, tc.want, tc.waits)
 			}
 		})

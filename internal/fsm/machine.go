@@ -12,8 +12,9 @@ import (
 
 // The lifecycles as looplab/fsm tables. An event is named after the status it leads to, so a
 // journaled transition "from → to" is checked by firing event "to" in state "from". The tables
-// say what may follow what; which of those moves the core makes next is decide.go's (nextUp
-// for a task's forward steps), and apply.go narrows CREATED → CREATED to after a rollback.
+// say what may follow what, and are the one place the lifecycle is written: the task's steps
+// on its way up (nextUp) are read from them; which of the allowed moves the core makes next is
+// decide.go's, and apply.go narrows CREATED → CREATED to after a rollback.
 //
 // Task:      NONE → PULLED → CREATED → RUNNING → STOPPED → STOPPED_ACKED → CLEANING → CLEANED,
 //
@@ -43,6 +44,27 @@ var (
 		{Name: string(event.StatusStopped), Src: []string{"NONE", "PULLED", "CREATED", "RUNNING"}, Dst: "STOPPED"},
 	}
 )
+
+// nextUp is a task's next step on its way up to RUNNING, by status: read from the task table,
+// the transition from a status to the one ranked next above it (event.Status.Rank), up to
+// RUNNING; everything after RUNNING the core decides from settlements and acknowledgements.
+var nextUp = upSteps(taskEvents)
+
+func upSteps(evs lfsm.Events) map[event.Status]event.Status {
+	up := map[event.Status]event.Status{}
+	for _, ev := range evs {
+		to := event.Status(ev.Dst)
+		if to.Rank() > event.StatusRunning.Rank() {
+			continue
+		}
+		for _, src := range ev.Src {
+			if from := event.Status(src); from.Rank()+1 == to.Rank() {
+				up[from] = to
+			}
+		}
+	}
+	return up
+}
 
 func cleaningSources() []string {
 	if !ackGuard {

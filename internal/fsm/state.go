@@ -5,7 +5,9 @@
 // answer, what the runtime holds after a restart) to the records that say so (Step), and
 // decides, given a "now" passed in, what should happen next (Decide) and, given what the
 // engine has out as data (InFlight), which decided call may go now and which waits for what
-// (Gate, RemovalQueue, HeldExitAfter, PlanImageCycle: gate.go, runtime.go, images.go).
+// (Gate, RemovalQueue, HeldExitAfter, PlanImageCycle: gate.go, runtime.go, images.go), and
+// what a compaction may forget, given what the engine read of the journal file
+// (PlanCompaction: compact.go).
 //
 // It promises:
 //   - Purity: no I/O, no clock, no goroutines, no logging. Replay and live operation run the

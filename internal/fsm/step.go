@@ -100,7 +100,13 @@ type Observed struct {
 	Running, Exited     bool
 	ExitCode            int
 	OOMKilled           bool
-	Gone                bool // asked for by id: the runtime has no such container
+	Bindings            []event.NetworkBinding // the host ports bound for it (read from calls' outcomes only)
+	Gone                bool                   // asked for by id: the runtime has no such container
+}
+
+// Saw puts what the runtime showed of the call's container into its outcome.
+func (r *Result) Saw(o Observed) {
+	r.Running, r.Exited, r.ExitCode, r.OOMKilled, r.Bindings = o.Running, o.Exited, o.ExitCode, o.OOMKilled, o.Bindings
 }
 
 // CompactionFinished is a compaction of the journal that has run; its record closes it.

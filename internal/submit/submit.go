@@ -145,14 +145,6 @@ func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.S
 	return out
 }
 
-// Abort forgets a report that was begun but never sent (the engine dropped it).
-func (s *Submitter) Abort() {
-	if s.inflight {
-		s.inflight = false
-		s.Stats.Requests--
-	}
-}
-
 // Outcome is what the engine does with an answer.
 type Outcome struct {
 	Settled *event.ChangesSettled  // journal this (only the ids that were sent)

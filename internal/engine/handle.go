@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/agentd/agentd/internal/fsm"
+)
+
+// handle hands one input to the core and records its verdict.
+func (e *Engine) handle(in Input) {
+	now := e.clock.Now()
+	switch in := in.(type) {
+	case PayloadInput:
+		e.handlePayload(now, in)
+	case PollInput:
+		if e.sub != nil {
+			e.sub.Answered(now) // the control plane answers: an outage's backoff is over
+		}
+		for _, p := range in.Payloads {
+			e.handlePayload(now, PayloadInput{Payload: p})
+		}
+		if in.Done != nil {
+			w := waiting{done: in.Done}
+			for _, p := range in.Payloads {
+				w.ids = append(w.ids, p.MessageID)
+			}
+			e.burst.waiting = append(e.burst.waiting, w)
+		}
+	case ActionResult:
+		e.handleAction(now, in)
+	case ExitInput:
+		e.handleExit(now, in)
+	case HealthInput:
+		h := in.Change
+		e.record(e.st.Step(now, fsm.HealthObserved{Task: h.Task, Container: h.Container, RuntimeID: h.ID, Health: h.Health}).Records...)
+	case ReportInput:
+		e.handleReport(now, in)
+	case CompactInput:
+		e.handleCompact(now, in)
+	case ImageSpaceInput:
+		e.handleImageSpace(now, in)
+	case ReconcileInput:
+		e.handleReconcile(now, in)
+	}
+}
+
+// handlePayload journals a payload's records and puts its id in the burst's Acks: answered
+// once the commit holding them returns, the poller acknowledges it (a duplicate's, too: the
+// journal holds it already).
+func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
+	p := in.Payload
+	v := e.st.Step(now, fsm.PayloadArrived{MessageID: p.MessageID, Tasks: p.Tasks, Rules: e.cfg.TaskRules})
+	for _, s := range v.Skipped {
+		e.log.Warn().Str("message", p.MessageID).Str("problem", s).Msg("skipped")
+	}
+	if v.Duplicate {
+		e.metrics.payloads.WithLabelValues("duplicate").Inc()
+	} else if len(v.Records) > 0 {
+		e.metrics.payloads.WithLabelValues("journaled").Inc()
+	}
+	e.record(v.Records...)
+	if p.MessageID != "" {
+		e.burst.ready.Acks = append(e.burst.ready.Acks, p.MessageID)
+	}
+	if in.Done != nil {
+		e.burst.waiting = append(e.burst.waiting, waiting{ids: []string{p.MessageID}, done: in.Done})
+	}
+}

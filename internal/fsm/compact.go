@@ -1,0 +1,176 @@
+package fsm
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// CompactionPlan is what one compaction drops: the history of tasks cleaned longer ago than
+// the retention, and records without a task older than it, up to the fallback snapshot's
+// sequence number. The compaction_done record it makes forgets those tombstones and message ids —
+// but never the id of a payload that holds a live task: the control plane may re-send such a
+// payload, and its tasks cleaned long ago must then not run again (issue 13, item 3).
+type CompactionPlan struct {
+	UpTo     uint64   // the cut goes no further than this: the oldest snapshot kept (the fallback)
+	Cut      uint64   // records without a task at or before this go
+	Tasks    []string // tombstoned tasks whose whole history goes
+	Messages []string // message ids forgotten
+	// Early are cleaned tasks within the retention whose history goes because the journal
+	// passed its budget, oldest cleaned first; their tombstones stay (event.CompactionDone.Early).
+	Early []string
+	// OverBudget says why the journal stays over its budget even with every cleaned task's
+	// history gone: the live tasks' history alone needs more ("" when it fits).
+	OverBudget string
+	InUse      int64 // the journal's bytes in use when planned (0: no budget)
+	drop       map[string]bool
+}
+
+// JournalFacts is what planning a compaction needs to know of the journal file, read by the
+// engine: the core reads no file.
+type JournalFacts struct {
+	Snapshots  []uint64 // the snapshots kept, ascending
+	Newest     uint64   // the snapshot just taken
+	HorizonSeq uint64   // the last record at or before the retention horizon (now − retention)
+	InUse      int64    // bytes in use (read only under a budget)
+}
+
+// CompactionPolicy is what an operator sets: how long cleaned tasks' history is kept (< 0:
+// forever) and the journal's size limit (--journal-max-bytes; ≤ 0: none).
+type CompactionPolicy struct {
+	Retention time.Duration
+	MaxBytes  int64
+}
+
+// budgetAim is how far below the budget an over-budget compaction aims: past it, cleaned
+// tasks' histories are dropped before their retention ends, the oldest cleaned first, until
+// an estimate of what they hold brings the journal to this share of the budget — so one
+// compaction makes room for more than the next snapshot interval's records.
+const budgetAim = 0.8
+
+// PlanCompaction decides a compaction from the projection and what the journal holds; it is
+// pure. Two rules keep recovery independent of what compaction did:
+//
+//   - The cut never passes the oldest snapshot the journal keeps, not just the newest: should
+//     the newest prove damaged, recovery falls back to the older one and replays from there,
+//     so every record after it must still be there. (Cutting up to the newest made a damaged
+//     newest snapshot a crash-loop: replay from the fallback met tasks whose history was gone.)
+//   - A task goes only if its whole history is at or before the cut (its cleaning record is),
+//     so no task is ever left with half a history.
+//
+// Every tombstone past the retention goes in one round, however many: a fixed bound per round
+// falls behind any churn that cleans more tasks than the bound between two snapshots, and then
+// the file and recovery grow with history. The compaction_done record this makes lists at most
+// the tombstones the snapshot before it holds in full, so it is never bigger than that snapshot.
+//
+// A budget adds the early drops; the time cut and the message ids forgotten stay the
+// retention's, so every tombstone and payload id the guard needs stays.
+func (s *State) PlanCompaction(now time.Time, pol CompactionPolicy, f JournalFacts) CompactionPlan {
+	p := CompactionPlan{drop: map[string]bool{}}
+	for _, seq := range f.Snapshots {
+		if seq <= f.Newest {
+			p.UpTo = seq // ascending: the first is the fallback
+			break
+		}
+	}
+	if p.UpTo == 0 {
+		return p
+	}
+	if pol.Retention >= 0 { // negative: kept forever, only the budget drops history
+		horizon := now.Add(-pol.Retention)
+		p.Cut = min(f.HorizonSeq, p.UpTo)
+		for arn, ts := range s.Tombstones {
+			if ts.CleanedAt().Before(horizon) && ts.CleanSeq <= p.Cut {
+				p.Tasks = append(p.Tasks, arn)
+			}
+		}
+	}
+	held := map[string]bool{} // payloads that hold a live task: a re-send of one must stay recognised
+	for _, t := range s.Tasks {
+		for _, m := range t.Messages {
+			held[m] = true
+		}
+	}
+	for m, seq := range s.Messages {
+		if seq <= p.Cut && !held[m] {
+			p.Messages = append(p.Messages, m)
+		}
+	}
+	slices.Sort(p.Tasks)
+	slices.Sort(p.Messages)
+	for _, t := range p.Tasks {
+		p.drop[t] = true
+	}
+	if pol.MaxBytes > 0 {
+		p.overBudget(s, f.InUse, pol.MaxBytes)
+	}
+	return p
+}
+
+// overBudget plans the early drops when the journal's bytes in use pass maxBytes. What a
+// task's history holds is estimated as the bytes in use over the tasks that have one (live,
+// or tombstoned with their history): records without a task go with the oldest dropped.
+func (p *CompactionPlan) overBudget(s *State, inUse, maxBytes int64) {
+	p.InUse = inUse
+	if inUse <= maxBytes {
+		return
+	}
+	type cand struct {
+		arn string
+		seq uint64
+	}
+	var cands []cand
+	withHistory := len(s.Tasks)
+	for arn, ts := range s.Tombstones {
+		if ts.HistoryDropped || p.drop[arn] {
+			continue
+		}
+		withHistory++
+		if ts.CleanSeq <= p.UpTo {
+			cands = append(cands, cand{arn, ts.CleanSeq})
+		}
+	}
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seq, b.seq) })
+	perTask := inUse / int64(max(withHistory, 1))
+	need := inUse - int64(budgetAim*float64(maxBytes))
+	n := min(len(cands), int((need+perTask-1)/max(perTask, 1)))
+	for _, c := range cands[:n] {
+		p.Early = append(p.Early, c.arn)
+		p.drop[c.arn] = true
+	}
+	if n > 0 {
+		p.Cut = max(p.Cut, min(cands[n-1].seq, p.UpTo)) // their payloads and reports go with them
+	}
+	if left := inUse - int64(n)*perTask; n == len(cands) && left > maxBytes {
+		p.OverBudget = fmt.Sprintf("journal holds %d bytes, %d after dropping every cleaned task's history: more than --journal-max-bytes %d; the live tasks' history alone needs more", inUse, left, maxBytes)
+	}
+	slices.Sort(p.Early)
+}
+
+// Empty reports whether there is nothing to forget.
+func (p CompactionPlan) Empty() bool {
+	return len(p.Tasks) == 0 && len(p.Messages) == 0 && len(p.Early) == 0
+}
+
+// Drops is the compaction's predicate over a record's task, type and sequence number. A
+// task's records go with its task, whatever their age, so a kept task's history is always
+// whole. agent_started records stay: they are few, and a replay from the start needs the
+// journal id they carry. Other records without a task (payloads as received, failed report
+// attempts, snapshot and compaction marks) change no task's state: only their age counts.
+func (p CompactionPlan) Drops(task string, typ event.Type, seq uint64) bool {
+	switch {
+	case task != "":
+		return p.drop[task]
+	case typ == event.TypeAgentStarted:
+		return false
+	}
+	return seq <= p.Cut
+}
+
+// Done is the record that closes the compaction.
+func (p CompactionPlan) Done(records int) *event.CompactionDone {
+	return &event.CompactionDone{UpToSeq: p.UpTo, Tasks: p.Tasks, Messages: p.Messages, Early: p.Early, Records: records}
+}

@@ -1,0 +1,102 @@
+package fsm_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+)
+
+// What a compaction may forget, planned from the projection and the journal's facts alone:
+// each row is a rule recovery or the duplicate guard depends on, and what breaking it loses.
+func TestPlanCompaction(t *testing.T) {
+	now := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
+	old, recent := now.Add(-10*24*time.Hour), now.Add(-time.Hour)
+	tomb := func(cleaned time.Time, seq uint64) *fsm.Tombstone {
+		return &fsm.Tombstone{CleanedNs: cleaned.UnixNano(), CleanSeq: seq, StopSeq: seq - 1}
+	}
+	week := fsm.CompactionPolicy{Retention: 7 * 24 * time.Hour}
+	for _, tc := range []struct {
+		name       string
+		tombs      map[string]*fsm.Tombstone
+		messages   map[string]uint64
+		live       []string // message ids a live task holds
+		pol        fsm.CompactionPolicy
+		facts      fsm.JournalFacts
+		wantUpTo   uint64
+		wantTasks  []string
+		wantMsgs   []string
+		wantEarly  []string
+		overBudget bool
+	}{
+		{name: "no snapshot kept at or before the newest: nothing", pol: week,
+			tombs: map[string]*fsm.Tombstone{"a": tomb(old, 5)}, facts: fsm.JournalFacts{Snapshots: []uint64{300}, Newest: 200, HorizonSeq: 300}},
+		{name: "past the retention and before the cut: its history goes", pol: week,
+			tombs: map[string]*fsm.Tombstone{"a": tomb(old, 50), "b": tomb(recent, 60)}, facts: fsm.JournalFacts{Snapshots: []uint64{200}, Newest: 200, HorizonSeq: 150},
+			wantUpTo: 200, wantTasks: []string{"a"}},
+		{name: "the cut never passes the oldest snapshot kept (the fallback)", pol: week,
+			tombs: map[string]*fsm.Tombstone{"a": tomb(old, 90), "b": tomb(old, 150)}, facts: fsm.JournalFacts{Snapshots: []uint64{100, 200}, Newest: 200, HorizonSeq: 300},
+			wantUpTo: 100, wantTasks: []string{"a"}},
+		{name: "a payload that holds a live task stays recognised", pol: week, live: []string{"m-live"},
+			messages: map[string]uint64{"m-live": 10, "m-old": 11, "m-new": 180}, facts: fsm.JournalFacts{Snapshots: []uint64{200}, Newest: 200, HorizonSeq: 150},
+			wantUpTo: 200, wantMsgs: []string{"m-old"}},
+		{name: "kept forever: nothing goes by time", pol: fsm.CompactionPolicy{Retention: -1},
+			tombs: map[string]*fsm.Tombstone{"a": tomb(old, 50)}, messages: map[string]uint64{"m": 10}, facts: fsm.JournalFacts{Snapshots: []uint64{200}, Newest: 200},
+			wantUpTo: 200},
+		{name: "over budget: the oldest cleaned go early, their tombstones kept", pol: fsm.CompactionPolicy{Retention: -1, MaxBytes: 1000},
+			tombs: map[string]*fsm.Tombstone{"a": tomb(recent, 50), "b": tomb(recent, 40), "c": tomb(recent, 60), "d": tomb(recent, 70)},
+			facts: fsm.JournalFacts{Snapshots: []uint64{200}, Newest: 200, InUse: 1200}, wantUpTo: 200, wantEarly: []string{"a", "b"}}, // 300 bytes a history; 400 to go to reach 80%,
+		{name: "within budget: nothing early", pol: fsm.CompactionPolicy{Retention: -1, MaxBytes: 1000},
+			tombs: map[string]*fsm.Tombstone{"a": tomb(recent, 50)}, facts: fsm.JournalFacts{Snapshots: []uint64{200}, Newest: 200, InUse: 900}, wantUpTo: 200},
+		{name: "live history alone over budget: said why", pol: fsm.CompactionPolicy{Retention: -1, MaxBytes: 1000}, live: []string{"m"},
+			facts: fsm.JournalFacts{Snapshots: []uint64{200}, Newest: 200, InUse: 5000}, wantUpTo: 200, overBudget: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := fsm.New()
+			for arn, ts := range tc.tombs {
+				st.Tombstones[arn] = ts
+			}
+			for m, seq := range tc.messages {
+				st.Messages[m] = seq
+			}
+			if len(tc.live) > 0 {
+				st.Tasks["live"] = &fsm.Task{ARN: "live", Messages: tc.live}
+			}
+			p := st.PlanCompaction(now, tc.pol, tc.facts)
+			if p.UpTo != tc.wantUpTo || !slices.Equal(p.Tasks, tc.wantTasks) || !slices.Equal(p.Messages, tc.wantMsgs) || !slices.Equal(p.Early, tc.wantEarly) || (p.OverBudget != "") != tc.overBudget {
+				t.Fatalf("plan = up to %d, tasks %v, messages %v, early %v, over budget %q; want up to %d, tasks %v, messages %v, early %v, over budget %v",
+					p.UpTo, p.Tasks, p.Messages, p.Early, p.OverBudget, tc.wantUpTo, tc.wantTasks, tc.wantMsgs, tc.wantEarly, tc.overBudget)
+			}
+			if tc.overBudget && !strings.Contains(p.OverBudget, "--journal-max-bytes") {
+				t.Fatalf("over budget %q does not name the flag", p.OverBudget)
+			}
+		})
+	}
+}
+
+// The predicate keeps a kept task's history whole and every agent_started.
+func TestCompactionDrops(t *testing.T) {
+	now := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
+	st := fsm.New()
+	st.Tombstones["gone"] = &fsm.Tombstone{CleanedNs: now.Add(-30 * 24 * time.Hour).UnixNano(), CleanSeq: 50, StopSeq: 49}
+	p := st.PlanCompaction(now, fsm.CompactionPolicy{Retention: time.Hour}, fsm.JournalFacts{Snapshots: []uint64{100}, Newest: 100, HorizonSeq: 60})
+	for _, tc := range []struct {
+		task string
+		typ  event.Type
+		seq  uint64
+		want bool
+	}{
+		{"gone", event.TypeTaskTransitioned, 80, true},  // with its task, whatever its age
+		{"kept", event.TypeTaskTransitioned, 10, false}, // a kept task's history stays whole
+		{"", event.TypeAgentStarted, 10, false},         // a replay from the start needs it
+		{"", event.TypePayloadReceived, 60, true},       // old enough
+		{"", event.TypePayloadReceived, 61, false},      // after the cut
+	} {
+		if got := p.Drops(tc.task, tc.typ, tc.seq); got != tc.want {
+			t.Errorf("Drops(%q, %s, %d) = %v; want %v", tc.task, tc.typ, tc.seq, got, tc.want)
+		}
+	}
+}
