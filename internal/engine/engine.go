@@ -40,7 +40,7 @@ var WallClock Clock = wallClock{}
 // with the invariant it guards: the burst being made (ready.go), what to decide again and
 // when (schedule.go), the runtime calls out and backing off (calls.go), exits not yet
 // journaled (hold.go), reconciling the runtime (reconcile.go), the image collection cycle
-// (images.go), quarantined tasks (quarantine.go), snapshots and compaction (maintain.go), and
+// (images.go), quarantined tasks (quarantine.go), snapshots and compaction (upkeep.go), and
 // how inputs reach the loop (input.go).
 type Engine struct {
 	cfg   Config
