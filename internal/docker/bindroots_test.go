@@ -230,7 +230,9 @@ func TestABindRootLocalUsersCanReachIsRefused(t *testing.T) {
 		refused        bool
 	}{
 		{"closed above", 0o700, 0o755, 0o755, false},
-		{"the root itself closed", 0o755, 0o755, 0o700, false},
+		{"its parent closed", 0o755, 0o700, 0o755, false},
+		// a task binding the root itself, writable, could chmod it open: only above counts
+		{"the root itself closed", 0o755, 0o755, 0o700, true},
 		{"group may search the root only", 0o755, 0o755, 0o750, true},
 		{"others may search the root only", 0o755, 0o755, 0o701, true},
 		{"open all the way", 0o755, 0o755, 0o755, true},
@@ -261,6 +263,48 @@ func TestABindRootLocalUsersCanReachIsRefused(t *testing.T) {
 		if roots, err := OpenBindRoots([]string{dir}); err == nil {
 			roots.Close()
 			t.Error("a root closed only by a directory uid 65534 owns was taken")
+		}
+	}
+}
+
+// TestABindRootOthersCouldRedirectIsRefused: a root named through a directory another user
+// can write (or owns) is theirs to point elsewhere before the next start — a link there turned
+// toward /root/.ssh would pass every other check (closed above, root's own) and hand tasks
+// root's keys. Such a root is refused, naming the directory; one through a link in a directory
+// only root can write is taken.
+func TestABindRootOthersCouldRedirectIsRefused(t *testing.T) {
+	base := t.TempDir() // closed above: its parent is 0700
+	must(t, os.Chmod(base, 0o755))
+	target := filepath.Join(base, "closed", "root")
+	must(t, os.MkdirAll(target, 0o755))
+	must(t, os.Chmod(filepath.Dir(target), 0o700))
+	shared := filepath.Join(base, "shared")
+	must(t, os.Mkdir(shared, 0o700))
+	must(t, os.Chmod(shared, 0o777))
+	must(t, os.Symlink(target, filepath.Join(shared, "root")))
+	private := filepath.Join(base, "private")
+	must(t, os.Mkdir(private, 0o755))
+	must(t, os.Symlink(target, filepath.Join(private, "root")))
+
+	if roots, err := OpenBindRoots([]string{filepath.Join(shared, "root")}); err == nil {
+		roots.Close()
+		t.Errorf("a root linked from a directory others can write was taken")
+	} else if !strings.Contains(err.Error(), "directory "+shared+" on its path") {
+		t.Errorf("refused as %v; want the writable directory named", err)
+	}
+	roots, err := OpenBindRoots([]string{filepath.Join(private, "root")})
+	if err != nil {
+		t.Fatalf("a root linked from a directory only root can write: %v; want it taken", err)
+	}
+	roots.Close()
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(base, "theirs")
+		must(t, os.Mkdir(theirs, 0o755))
+		must(t, os.Symlink(target, filepath.Join(theirs, "root")))
+		must(t, os.Chown(theirs, 65534, 65534))
+		if roots, err := OpenBindRoots([]string{filepath.Join(theirs, "root")}); err == nil {
+			roots.Close()
+			t.Errorf("a root linked from a directory uid 65534 owns was taken")
 		}
 	}
 }
