@@ -19,7 +19,7 @@ import (
 // remove it). The last component itself is not judged: its caller checks what it opened.
 //
 // Errors name the directory at fault; the caller names the setting. A path that does not
-// resolve is left for the caller's open to report.
+// resolve is refused (a missing entry wraps os.ErrNotExist).
 func CheckPathTrusted(path string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -39,12 +39,14 @@ func CheckPathTrusted(path string) error {
 			continue
 		}
 		var ds, es syscall.Stat_t
-		if err := syscall.Lstat(dir, &ds); err != nil {
-			return nil
-		}
 		entry := filepath.Join(dir, c)
+		if err := syscall.Lstat(dir, &ds); err != nil {
+			return &os.PathError{Op: "lstat", Path: dir, Err: err}
+		}
 		if err := syscall.Lstat(entry, &es); err != nil {
-			return nil
+			// Refused, not left to the open: in a directory others may write to, the entry
+			// could appear between this check and the open.
+			return &os.PathError{Op: "lstat", Path: entry, Err: err}
 		}
 		if !trusted(ds.Uid) {
 			return fmt.Errorf("directory %s on its path belongs to uid %d, who could put another file or a link in place of %s (want root or uid %d)", dir, ds.Uid, entry, euid)
@@ -59,7 +61,7 @@ func CheckPathTrusted(path string) error {
 			}
 			target, err := os.Readlink(entry)
 			if err != nil {
-				return nil
+				return err
 			}
 			if filepath.IsAbs(target) {
 				dir = "/"

@@ -48,16 +48,17 @@ func OpenBindRoots(paths []string) (*BindRoots, error) {
 			return nil, fmt.Errorf("--allow-bind-root %q: want an absolute directory", p)
 		}
 		clean := filepath.Clean(p)
-		if err := datadir.CheckPathTrusted(clean); err != nil {
-			r.Close()
-			return nil, fmt.Errorf("--allow-bind-root %q: %w (at the next start it could name another directory)", p, err)
-		}
 		fd, err := unix.Open(clean, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("--allow-bind-root %q: %w (want an existing directory)", p, err)
 		}
 		f := os.NewFile(uintptr(fd), clean)
+		if err := datadir.CheckPathTrusted(clean); err != nil {
+			f.Close()
+			r.Close()
+			return nil, fmt.Errorf("--allow-bind-root %q: %w (at the next start it could name another directory)", p, err)
+		}
 		resolved, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 		if err != nil || !filepath.IsAbs(resolved) {
 			f.Close()
