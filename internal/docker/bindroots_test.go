@@ -257,9 +257,11 @@ func TestABindRootLocalUsersCanReachIsRefused(t *testing.T) {
 	if os.Geteuid() == 0 { // a closed directory another user owns: its owner could open it again
 		must(t, os.Chmod(top, 0o755))
 		must(t, os.Chmod(base, 0o755))
-		dir := filepath.Join(base, "nobodys")
-		must(t, os.Mkdir(dir, 0o700))
-		must(t, os.Chown(dir, 65534, 65534))
+		closed := filepath.Join(base, "nobodys")
+		dir := filepath.Join(closed, "root") // closed above, but by uid 65534's directory
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.Chmod(closed, 0o700))
+		must(t, os.Chown(closed, 65534, 65534))
 		if roots, err := OpenBindRoots([]string{dir}); err == nil {
 			roots.Close()
 			t.Error("a root closed only by a directory uid 65534 owns was taken")
