@@ -89,6 +89,25 @@ func TestAStartIsInspectedOnlyForItsPorts(t *testing.T) {
 		t.Fatalf("container transitions %v: want PULLED, CREATED, RUNNING, STOPPED", seen)
 	}
 
+	// Killed by the kernel as it starts (over its memory limit): no inspect either, and the
+	// exit stream's OOM kill still gives its STOPPED the OutOfMemory reason.
+	clear(rt.calls)
+	hog := ctr("hog", "alloc", "64")
+	hog.MemoryMiB = 32
+	r.assign("task/oom", "RUNNING", hog)
+	r.advance(time.Second)
+	if rt.calls["inspect"] != 0 {
+		t.Fatalf("runtime calls of an OOM-killed task without ports: %v, want no inspect", rt.calls)
+	}
+	oom := false
+	for _, rec := range r.records("task/oom", event.TypeContainerTransitioned) {
+		ct := rec.Event.(*event.ContainerTransitioned)
+		oom = oom || (ct.To == event.StatusStopped && ct.Reason == event.OutOfMemoryReason)
+	}
+	if !oom {
+		t.Fatal("a container OOM-killed at its start: no STOPPED with the OutOfMemory reason")
+	}
+
 	clear(rt.calls)
 	web := ctr("web", "serve", "8080")
 	web.Ports = []event.PortMapping{{ContainerPort: 8080}}

@@ -152,6 +152,7 @@ type Engine struct {
 	stopPulls        context.CancelFunc
 
 	inputs   chan Input
+	linger   linger // how long a burst waits for calls about to end (linger.go)
 	queries  chan query
 	answered chan struct{} // a report was answered: the poller's backoff is over (poller.go)
 	ready    atomic.Bool

@@ -130,7 +130,9 @@ func (e *Engine) endBurst() (Ready, error) {
 		} else {
 			_, err = e.j.Append(b.ctx, ready.Records...)
 		}
-		e.metrics.commitLatency.Observe(time.Since(start).Seconds())
+		took := time.Since(start)
+		e.metrics.commitLatency.Observe(took.Seconds())
+		e.linger.committed(took)
 		if err != nil {
 			e.dropBurst(b, err)
 			return Ready{Records: ready.Records, Err: err}, err
