@@ -23,7 +23,9 @@ func drained(inputs chan Input, l *linger) <-chan []Input {
 	return out
 }
 
-func outcome(k fsm.ActionKind) ActionResult { return ActionResult{Action: fsm.Action{Kind: k, Task: "t"}} }
+func outcome(k fsm.ActionKind) ActionResult {
+	return ActionResult{Action: fsm.Action{Kind: k, Task: "t"}}
+}
 
 // A burst waits for the outcome of a fast call still running, so both share one commit.
 func TestABurstWaitsForACallAboutToEnd(t *testing.T) {
