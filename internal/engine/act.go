@@ -43,9 +43,8 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 
 // runtimeCall is the executor's work for one action: the call, its outcome sorted by kind.
 func (e *Engine) runtimeCall(a fsm.Action) func() Input {
-	rt, stopTimeout, pulls, lin := e.rt, e.cfg.StopTimeout, e.pullCtx, &e.linger
+	rt, stopTimeout, pulls := e.rt, e.cfg.StopTimeout, e.pullCtx
 	return func() Input {
-		lin.started(a.Kind) // running now: a burst may wait for its outcome (linger.go)
 		failpoint.Hit("engine-after-apply-before-runtime-call")
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout+2*time.Minute)
 		if _, ok := rt.(docker.ImagePuller); ok && a.Kind == fsm.ActPull {

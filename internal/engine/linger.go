@@ -18,7 +18,11 @@ import (
 // minutes or a stop timeout), a report or a poll; and at most half the last commit's time
 // (≤ maxLinger) in all, the same bound as the journal's own group commit (journal/append.go).
 type linger struct {
-	running atomic.Int64  // fast runtime calls started whose outcome the loop has not taken
+	// running counts the fast runtime calls released whose outcome the loop has not taken:
+	// counted from their release, not from when their goroutine first runs — the loop is
+	// back for its next input before the calls it just released have begun, and a count of
+	// calls begun made most bursts close at once (bench lifecycle: 86% of them).
+	running atomic.Int64
 	wait    time.Duration // half the last commit's time, at most maxLinger
 }
 
@@ -33,7 +37,7 @@ func lingersFor(k fsm.ActionKind) bool {
 	return false
 }
 
-// started counts a call that began running; taken, its outcome reaching the loop.
+// started counts a call released to run; taken, its outcome reaching the loop.
 func (l *linger) started(k fsm.ActionKind) {
 	if lingersFor(k) {
 		l.running.Add(1)

@@ -181,6 +181,7 @@ func (e *Engine) release(r Ready, done []chan<- error) {
 		d <- nil
 	}
 	for _, a := range r.Actions {
+		e.linger.started(a.Kind) // out now: a burst may wait for its outcome (linger.go)
 		if se, ok := e.exec.(slowExecutor); ok && a.Kind == fsm.ActPull {
 			se.GoSlow(e.runtimeCall(a))
 			continue
