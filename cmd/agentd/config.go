@@ -210,6 +210,25 @@ func (f *configFile) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (an
 		return fmt.Errorf("%s: key %q: %s", f.path, key, fmt.Sprintf(format, a...))
 	}
 	target := flag.Target.Type()
+	if target.Kind() == reflect.Slice { // a repeatable flag: a list of strings, or one string
+		list, ok := raw.([]any)
+		if s, one := raw.(string); one {
+			list, ok = []any{s}, true
+		}
+		if !ok {
+			return nil, bad("want a %s, not a JSON %s", jsonKind(target), jsonTypeName(raw))
+		}
+		for i, el := range list {
+			if _, ok := el.(string); !ok {
+				return nil, bad("item %d: want a string, not a JSON %s", i, jsonTypeName(el))
+			}
+		}
+		probe := reflect.New(target).Elem()
+		if err := flag.Parse(kong.ScanFromTokens(kong.Token{Type: kong.FlagValueToken, Value: list}), probe); err != nil {
+			return nil, bad("%s", strings.TrimPrefix(err.Error(), "--"+flag.Name+": "))
+		}
+		return list, nil
+	}
 	var text string
 	switch v := raw.(type) {
 	case string:
@@ -260,6 +279,8 @@ func jsonKind(t reflect.Type) string {
 		return "boolean (true or false)"
 	case isNumber(t):
 		return "number"
+	case t.Kind() == reflect.Slice:
+		return `list of strings such as ["/srv/a", "/srv/b"]`
 	default:
 		return "string"
 	}

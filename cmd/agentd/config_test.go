@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,6 +158,8 @@ func TestConfigErrors(t *testing.T) {
 		{"a key twice", `{"backend": "http://x:1", "cleanup_wait": "1h", "backend": "http://y:1"}`, []string{`key "backend" appears twice`, "keep one"}},
 		{"a key twice, escaped", `{"backend": "http://x:1", "back\u0065nd": "http://y:1"}`, []string{`key "backend" appears twice`}},
 		{"a nested key twice", `{"backend": {"url": 1, "url": 2}}`, []string{`key "url" appears twice in "backend"`}},
+		{"a list with a number", `{"backend": "http://x:1", "api_host": ["a.example", 3]}`, []string{`key "api_host"`, "item 1: want a string"}},
+		{"an object for a list", `{"backend": "http://x:1", "allow_bind_root": {"a": 1}}`, []string{`key "allow_bind_root"`, "want a list of strings", "not a JSON object"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			file := writeFile(t, "agentd.json", c.text)
@@ -188,6 +191,20 @@ func TestConfigErrors(t *testing.T) {
 	t.Setenv("AGENTD_CLEANUP_WAIT", "5m")
 	if r, _, err := parseRun(t, "/nonexistent", "--config", file); err != nil || r.CleanupWait != 5*time.Minute {
 		t.Errorf("file value overridden by the environment: %v, %v", err, r.CleanupWait)
+	}
+}
+
+// TestConfigLists: a repeatable setting is a JSON list in the file (or one string), each item
+// taken whole: a comma in a path is part of it, not a separator.
+func TestConfigLists(t *testing.T) {
+	clearEnv(t)
+	file := writeFile(t, "agentd.json", `{"backend": "http://x:1", "allow_bind_root": ["/srv/a,b", "/srv/c"], "api_host": "agent.example"}`)
+	r, _, err := parseRun(t, "/nonexistent", "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.AllowBindRoot, []string{"/srv/a,b", "/srv/c"}) || !slices.Equal(r.APIHost, []string{"agent.example"}) {
+		t.Errorf("allow_bind_root %q, api_host %q; want the file's lists, items whole", r.AllowBindRoot, r.APIHost)
 	}
 }
 

@@ -380,7 +380,7 @@ func containerSeesTheEnginesDisk(t *testing.T, image, stamp string) {
 func containerBindRootsRefused(t *testing.T, image string) {
 	for _, pid := range [][]string{nil, {"--pid", "host"}} {
 		args := append([]string{"run", "--rm", "--net", "host", "-v", "/var/run/docker.sock:/var/run/docker.sock"}, pid...)
-		args = append(args, image, "run", "--backend", "http://127.0.0.1:9", "--data-dir", "/tmp/data", "--allow-bind-root", "/tmp", "--log-format", "json")
+		args = append(args, image, "run", "--backend", "http://127.0.0.1:9", "--data-dir", "/tmp/data", "--allow-bind-root", "/var/lib/agentd", "--log-format", "json")
 		out, err := exec.Command("docker", args...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "--allow-bind-root needs agentd in the ") {
 			t.Errorf("docker %s: %v\n%s\nwant a refusal naming --allow-bind-root and the namespace at fault", strings.Join(args, " "), err, tail(string(out), 10))

@@ -19,12 +19,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 type devCmd struct {
@@ -50,7 +50,7 @@ func (d *devCmd) Run(ctx context.Context) error {
 	if err := os.MkdirAll(d.DataDir, 0o700); err != nil {
 		return fmt.Errorf("--data-dir %s: %w", d.DataDir, err)
 	}
-	for _, f := range []string{journal.FileName, journal.FileName + ".pid", docker.SimFileName} {
+	for _, f := range []string{journal.FileName, journal.FileName + ".pid", simruntime.FileName} {
 		if err := os.Remove(filepath.Join(d.DataDir, f)); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("--data-dir %s: %w", d.DataDir, err)
 		}

@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // The end-to-end tests run the real binary as processes against the reference control plane
@@ -396,8 +396,8 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 	if len(created) > wantContainers || len(created) < wantContainers-len(runners) {
 		t.Fatalf("%d containers created; want %d, less at most the %d stopped by the control plane", len(created), wantContainers, len(runners))
 	}
-	if _, err := os.Stat(filepath.Join(dir, "data", docker.SimFileName)); err == nil {
-		made, left, err := docker.SimStats(filepath.Join(dir, "data"))
+	if _, err := os.Stat(filepath.Join(dir, "data", simruntime.FileName)); err == nil {
+		made, left, err := simruntime.Stats(filepath.Join(dir, "data"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // TestFailpoints drives a real agent to each named crash point, where it SIGKILLs itself,
@@ -82,7 +82,7 @@ func TestFailpoints(t *testing.T) {
 			if out, err := exec.Command(bin, "journal", "verify", "--file", copyPath).CombinedOutput(); err != nil {
 				t.Fatalf("verify after the crash at %s: %v\n%s", point, err, out)
 			}
-			made, _, err := docker.SimStats(data)
+			made, _, err := simruntime.Stats(data)
 			if err != nil || made != int64(2*tasks) {
 				t.Fatalf("after the crash at %s the runtime created %d containers (%v); want %d", point, made, err, 2*tasks)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/seal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // defaultDataDir is where `agentd run` keeps its journal, and where `agentd journal` looks.
@@ -181,8 +182,8 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	a.log = log
 	switch c.Runtime {
 	case "sim":
-		var sim *docker.Sim
-		if sim, err = docker.NewSim(c.DataDir, id, nil); err == nil {
+		var sim *simruntime.Runtime
+		if sim, err = simruntime.Open(c.DataDir, id, nil); err == nil {
 			a.rt = sim
 			sim.SetBindRoots(c.BindRoots)
 			err = sim.SetDefaultPullPolicy(c.Pulls.Policy)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -67,10 +68,14 @@ func startStatusScenario(t *testing.T) *statusScenario {
 	srv := httptest.NewServer(cp)
 	t.Cleanup(srv.Close)
 	s := &statusScenario{cp: cp, cpURL: srv.URL}
+	// The journal is shipped too, so the shipping slot and metrics are served (an endpoint that
+	// takes everything: what arrives is otlp_test.go's concern).
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	t.Cleanup(sink.Close)
 	data := filepath.Join(t.TempDir(), "data")
 	run := func(cleanupWait string) (*proc, string) {
 		a := startProc(t, "run", "--runtime", "sim", "--data-dir", data, "--backend", srv.URL, "--listen", "127.0.0.1:0",
-			"--cleanup-wait", cleanupWait, "--log-format", "json", "--agent-id", statusAgentID)
+			"--cleanup-wait", cleanupWait, "--log-format", "json", "--agent-id", statusAgentID, "--otlp-endpoint", sink.URL)
 		m := a.await(t, "agent running", 30*time.Second)
 		return a, "http://" + m["listen"].(string)
 	}

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/datadir"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/seal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // trustFlags are the flags of the trust boundary (README "Security").
@@ -25,7 +25,7 @@ type trustFlags struct {
 }
 
 // dataDirFiles are the agent's own files in its data directory: none may be a symlink.
-var dataDirFiles = []string{journal.FileName, journal.FileName + ".pid", seal.KeyFileName, docker.SimFileName}
+var dataDirFiles = []string{journal.FileName, journal.FileName + ".pid", seal.KeyFileName, simruntime.FileName}
 
 // openSealedJournal checks the data directory, opens the journal and its seal key, and seals
 // what a journal written before sealing holds in the clear (then rewrites the file so no clear

@@ -14,10 +14,10 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // previousRelease is the release an upgrade starts from: the last commit that wrote journal
@@ -239,7 +239,7 @@ func onceEachInJournal(t *testing.T, data string, want int) {
 			t.Errorf("%s created %d times", k, n)
 		}
 	}
-	made, left, err := docker.SimStats(data)
+	made, left, err := simruntime.Stats(data)
 	if err != nil {
 		t.Fatal(err)
 	}

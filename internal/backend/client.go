@@ -64,9 +64,9 @@ func New(cfg Config) (*Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 4
 	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
+		pem, err := datadir.ReadTrusted(cfg.CAFile, datadir.CABundleLimit)
 		if err != nil {
-			return nil, fmt.Errorf("--ca-file: %w", err)
+			return nil, fmt.Errorf("--ca-file %s: %w", cfg.CAFile, err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,7 +121,13 @@ func TestPollErrorsNameTheirCause(t *testing.T) {
 }
 
 func TestBadConfigNamesTheFlag(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "ca.pem")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for cfg, want := range map[backend.Config]string{
+		// A FIFO in the CA file's place is refused at once, never waited on (it hung the start).
+		{URL: "https://x", AgentID: "a", CAFile: fifo}:             "--ca-file " + fifo + ": not a regular file",
 		{URL: "ftp://x", AgentID: "a"}:                             "--backend",
 		{URL: "http://x", AgentID: "a", TokenFile: "/nonexistent"}: "--token-file",
 		{URL: "https://x", AgentID: "a", CAFile: "/nonexistent"}:   "--ca-file",

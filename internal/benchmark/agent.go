@@ -11,9 +11,9 @@ import (
 
 	"github.com/agentd/agentd/internal/backend"
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 const benchAgent = "agent-bench"
@@ -56,7 +56,7 @@ func newAgentRig(ctx context.Context, dirParent string, faults controlplane.Faul
 
 // start recovers the agent from its journal and runs its loop until close.
 func (r *agentRig) start(ctx context.Context, cfg engine.Config) error {
-	rt, err := docker.NewSim(r.dir, benchAgent, nil)
+	rt, err := simruntime.Open(r.dir, benchAgent, nil)
 	if err != nil {
 		return err
 	}

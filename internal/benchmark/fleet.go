@@ -24,12 +24,12 @@ import (
 
 	"github.com/agentd/agentd/internal/backend"
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/simruntime"
 	"github.com/agentd/agentd/internal/submit"
 )
 
@@ -130,7 +130,7 @@ type fleetAgent struct {
 	id     string
 	dir    string
 	j      *journal.Journal
-	rt     *docker.Sim
+	rt     *simruntime.Runtime
 	client *backend.Client
 	e      *engine.Engine
 	stop   func()
@@ -195,20 +195,20 @@ func (f *fleet) startAgent(ctx context.Context, i int, pol submit.Policy) (*flee
 	if _, err := engine.ResolveAgentID(ctx, a.j, a.id); err != nil {
 		return fail(err)
 	}
-	if a.rt, err = docker.NewSim(dir, a.id, nil); err != nil {
+	if a.rt, err = simruntime.Open(dir, a.id, nil); err != nil {
 		return fail(err)
 	}
 	// The control plane's side of "cleaned before its ack": a removal of a container whose
 	// task's STOPPED the control plane has not accepted.
 	rt := a.rt
-	rt.SetFaults(func(op, id string) docker.SimFault {
+	rt.SetFaults(func(op, id string) simruntime.Fault {
 		if op == "remove" {
 			f.removed.Add(1)
 			if st, err := rt.Inspect(context.Background(), id); err == nil && f.cp.TaskStatus(st.Task) != "STOPPED" {
 				f.early.Add(1)
 			}
 		}
-		return docker.SimFault{}
+		return simruntime.Fault{}
 	})
 	if a.client, err = backend.New(backend.Config{URL: "http://" + f.plane.addr, AgentID: a.id}); err != nil {
 		return fail(err)

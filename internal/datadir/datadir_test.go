@@ -128,3 +128,52 @@ func writeMode(path string, mode os.FileMode) error {
 	}
 	return os.Chmod(path, mode)
 }
+
+// TestReadTrustedRefusesWhatOthersCouldRewrite: a CA file decides whom the agent believes, so
+// one that group or others can write, one owned by another user, a FIFO (which would hang the
+// start) or a device is refused, saying why; a link is followed to a file that passes.
+func TestReadTrustedRefusesWhatOthersCouldRewrite(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		make func(path string) error
+		want string // "" : read
+	}{
+		"0644":                {func(p string) error { return writeMode(p, 0o644) }, ""},
+		"0600":                {func(p string) error { return writeMode(p, 0o600) }, ""},
+		"link to a good file": {func(p string) error { return os.Symlink(good, p) }, ""},
+		"group writable":      {func(p string) error { return writeMode(p, 0o664) }, "mode 0664 lets group or others write it"},
+		"world writable":      {func(p string) error { return writeMode(p, 0o646) }, "mode 0646"},
+		"fifo":                {func(p string) error { return syscall.Mkfifo(p, 0o644) }, "not a regular file but a named pipe"},
+		"directory":           {func(p string) error { return os.Mkdir(p, 0o755) }, "not a regular file but a directory"},
+		"too big":             {func(p string) error { return os.WriteFile(p, make([]byte, 65), 0o644) }, "more than the 64 bytes"},
+		"missing":             {func(string) error { return nil }, "no such file"},
+	}
+	if os.Geteuid() == 0 {
+		cases["owned by nobody"] = struct {
+			make func(path string) error
+			want string
+		}{func(p string) error {
+			if err := writeMode(p, 0o644); err != nil {
+				return err
+			}
+			return os.Chown(p, 65534, 65534)
+		}, "owned by uid 65534, neither root nor this agent's uid"}
+	}
+	for name, c := range cases {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := c.make(path); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		b, err := datadir.ReadTrusted(path, 64)
+		switch {
+		case c.want == "" && (err != nil || string(b) != "secret"):
+			t.Errorf("%s: %q, %v; want it read", name, b, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %q, %v; want a refusal saying %q", name, b, err, c.want)
+		}
+	}
+}

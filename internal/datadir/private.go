@@ -67,3 +67,42 @@ func kindOf(m os.FileMode) string {
 	}
 	return "a special file"
 }
+
+// ReadTrusted reads a file the agent trusts but need not keep secret (a CA bundle naming whom
+// the agent believes): whoever can write it decides whom the agent talks to, so it is refused
+// unless it is a regular file owned by root or the agent's uid, writable by no group or other,
+// and at most limit bytes. A symbolic link is followed (CA bundles are often links into
+// /etc/ssl), and the checks are made on the file opened at its end. Opening never blocks: a
+// FIFO in its place is refused, not waited on. Errors do not name the path (the caller says
+// which file and setting it is); a missing file wraps os.ErrNotExist.
+func ReadTrusted(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file but %s", kindOf(st.Mode()))
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("owned by uid %d, neither root nor this agent's uid %d: its owner could change whom the agent trusts", sys.Uid, os.Geteuid())
+	}
+	if perm := st.Mode().Perm(); perm&0o022 != 0 {
+		return nil, fmt.Errorf("mode %04o lets group or others write it, and so change whom the agent trusts (chmod go-w %s)", perm, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("more than the %d bytes such a file may hold", limit)
+	}
+	return b, nil
+}
+
+// CABundleLimit bounds a CA file: Debian's whole system bundle is about 220 KB.
+const CABundleLimit = 4 << 20

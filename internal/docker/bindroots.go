@@ -60,12 +60,36 @@ func OpenBindRoots(paths []string) (*BindRoots, error) {
 			return nil, fmt.Errorf("--allow-bind-root %q: cannot read back the directory it opened (%q): %v", p, resolved, err)
 		}
 		r.roots = append(r.roots, bindRoot{configured: clean, resolved: resolved, f: f})
+		if err := checkClosedToOthers(resolved); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("--allow-bind-root %q: %w", p, err)
+		}
 	}
 	if err := r.checkNotNested(); err != nil {
 		r.Close()
 		return nil, err
 	}
 	return r, nil
+}
+
+// checkClosedToOthers refuses a root that local users other than root and the agent can reach:
+// a task with a writable bind writes as root, so it can leave a setuid-root program or a device
+// node there, and any user who can walk to it could run it and own the host. The root is closed
+// when it, or a directory above it, lets neither group nor others search it (no x for either)
+// and belongs to root or the agent's uid (whoever owns it could open it again).
+func checkClosedToOthers(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return fmt.Errorf("cannot read the mode of %s: %w", d, err)
+		}
+		if st.Mode&0o011 == 0 && (st.Uid == 0 || int(st.Uid) == os.Geteuid()) {
+			return nil
+		}
+		if d == "/" {
+			return fmt.Errorf("local users can reach it (no directory from / to %s is closed to group and others): a task writes there as root and could leave a setuid program for them to run; put the root inside a directory of mode 0700 (or chmod go-x %s)", dir, dir)
+		}
+	}
 }
 
 // checkNotNested refuses a root that lies inside another (by either's name as configured or
@@ -220,9 +244,10 @@ func (r *BindRoots) openBind(i int, m event.Mount) (*os.File, error) {
 	return f, nil
 }
 
-// checkBindSources resolves every bind source of a container beneath its root and lets go of
-// it: the simulated runtime's check, the Docker runtime's rule (it mounts nothing).
-func checkBindSources(r *BindRoots, mounts []event.Mount) error {
+// CheckSources resolves every bind source of a container beneath its root and lets go of
+// it: the Docker runtime's rule, for a runtime that mounts nothing (the simulated one). A nil
+// r allows no bind mount.
+func (r *BindRoots) CheckSources(mounts []event.Mount) error {
 	for i, m := range mounts {
 		if m.Type != event.MountBind {
 			continue

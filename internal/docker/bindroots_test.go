@@ -139,37 +139,6 @@ func TestBadBindRootsAreRefusedByName(t *testing.T) {
 	}
 }
 
-// The simulated runtime refuses what the Docker runtime refuses, by the same rule, and says
-// which mount, which source and which root.
-func TestSimRefusesLinkedBindSources(t *testing.T) {
-	root, _ := bindTree(t)
-	roots, err := OpenBindRoots([]string{root})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer roots.Close()
-	sim, err := NewSim(t.TempDir(), "agent-binds", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mount := func(src string) CreateSpec {
-		return CreateSpec{Task: "task/b", Container: event.ContainerSpec{Name: "app", Image: "img",
-			Mounts: []event.Mount{{Type: event.MountTmpfs, Target: "/t"}, {Type: event.MountBind, Source: src, Target: "/data"}}}}
-	}
-	if _, err := sim.Create(t.Context(), mount(root+"/inside/x")); err == nil || !strings.Contains(err.Error(), "allows no bind mounts") {
-		t.Fatalf("bind on a sim without roots: %v; want refused", err)
-	}
-	sim.SetBindRoots(roots)
-	_, err = sim.Create(t.Context(), mount(root+"/shared/escape"))
-	want := `mounts[1].source "` + root + `/shared/escape" (target "/data"): refused beneath allowed root "` + root + `": a path component is a symbolic link`
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("linked source: %v; want %s", err, want)
-	}
-	if _, err := sim.Create(t.Context(), mount(root+"/inside/x")); err != nil {
-		t.Fatalf("plain source: %v", err)
-	}
-}
-
 // The agent's bind volumes are reserved in the task rules and in the runtime alike.
 func TestBindVolumePrefixIsReservedForTheAgent(t *testing.T) {
 	if BindVolumePrefix != protocol.ReservedVolumePrefix {
@@ -244,5 +213,54 @@ func TestNestedBindRootsAreRefused(t *testing.T) {
 	must(t, os.Symlink(outer, base+"/alias"))
 	if _, err := OpenBindRoots([]string{outer, base + "/alias"}); err == nil {
 		t.Error("one directory as two roots: accepted")
+	}
+}
+
+// TestABindRootLocalUsersCanReachIsRefused: a task with a writable bind writes as root, so a
+// root any local user can walk to could hand them a setuid-root program. A root is taken only
+// when it, or a directory above it, is closed to group and others and owned by root or the
+// agent; otherwise the start is refused, naming the root and the fix.
+func TestABindRootLocalUsersCanReachIsRefused(t *testing.T) {
+	base := t.TempDir()
+	top := filepath.Dir(base) // the test's own directory under $TMPDIR, 0700
+	t.Cleanup(func() { os.Chmod(top, 0o700) })
+	cases := []struct {
+		name           string
+		top, base, dir os.FileMode
+		refused        bool
+	}{
+		{"closed above", 0o700, 0o755, 0o755, false},
+		{"the root itself closed", 0o755, 0o755, 0o700, false},
+		{"group may search the root only", 0o755, 0o755, 0o750, true},
+		{"others may search the root only", 0o755, 0o755, 0o701, true},
+		{"open all the way", 0o755, 0o755, 0o755, true},
+	}
+	for i, c := range cases {
+		dir := filepath.Join(base, strconv.Itoa(i))
+		must(t, os.Mkdir(dir, 0o700))
+		must(t, os.Chmod(dir, c.dir))
+		must(t, os.Chmod(base, c.base))
+		must(t, os.Chmod(top, c.top))
+		roots, err := OpenBindRoots([]string{dir})
+		switch {
+		case c.refused && (err == nil || !strings.Contains(err.Error(), "--allow-bind-root \""+dir+"\": local users can reach it") || !strings.Contains(err.Error(), "setuid")):
+			t.Errorf("%s: %v; want the root refused as reachable", c.name, err)
+		case !c.refused && err != nil:
+			t.Errorf("%s: %v; want it taken", c.name, err)
+		}
+		if err == nil {
+			roots.Close()
+		}
+	}
+	if os.Geteuid() == 0 { // a closed directory another user owns: its owner could open it again
+		must(t, os.Chmod(top, 0o755))
+		must(t, os.Chmod(base, 0o755))
+		dir := filepath.Join(base, "nobodys")
+		must(t, os.Mkdir(dir, 0o700))
+		must(t, os.Chown(dir, 65534, 65534))
+		if roots, err := OpenBindRoots([]string{dir}); err == nil {
+			roots.Close()
+			t.Error("a root closed only by a directory uid 65534 owns was taken")
+		}
 	}
 }

@@ -200,7 +200,7 @@ func (e *Engine) nameTaken(ctx context.Context, spec CreateSpec, name string) (s
 }
 
 // Start starts a container that never ran. Docker itself starts an exited container again;
-// the guard (checkStart) refuses that with ErrAlreadyStarted, so a start re-dispatched after a
+// the guard (CheckStart) refuses that with ErrAlreadyStarted, so a start re-dispatched after a
 // failed commit or a restart never makes a second run.
 //
 // A container this process created and never asked to start is started without that
@@ -211,7 +211,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if running, err := checkStart(st); err != nil || running {
+		if running, err := CheckStart(st); err != nil || running {
 			return err
 		}
 		if err := e.checkBindMounts(c); err != nil { // engine_binds.go
@@ -233,7 +233,7 @@ func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) err
 	if c.Config != nil {
 		own = c.Config.StopTimeout
 	}
-	secs := int(math.Ceil(stopTimeout(own, timeout).Seconds()))
+	secs := int(math.Ceil(StopTimeout(own, timeout).Seconds()))
 	_, err = e.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
 	return e.wrap("stop", id, err)
 }

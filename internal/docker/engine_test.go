@@ -163,27 +163,6 @@ func TestDockerMissingImageFailsThePullWithAReason(t *testing.T) {
 	}
 }
 
-func TestDockerOtherAgentsContainersAreNeverTouched(t *testing.T) {
-	e, _ := dockerEngine(t)
-	other, otherAgent := dockerEngine(t)
-	_ = otherAgent
-	theirs := start(t, other, "task/theirs", "run")
-	ctx := context.Background()
-	if list, _ := e.List(ctx); len(list) != 0 {
-		t.Fatalf("lists another agent's containers: %v", list)
-	}
-	if _, err := e.Inspect(ctx, theirs); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("inspects another agent's container: %v", err)
-	}
-	if err := e.Stop(ctx, theirs, time.Second); err == nil {
-		t.Fatal("stopped another agent's container")
-	}
-	_ = e.Remove(ctx, theirs)
-	if st, err := other.Inspect(ctx, theirs); err != nil || !st.Running {
-		t.Fatalf("another agent's container was touched: %+v %v", st, err)
-	}
-}
-
 func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")

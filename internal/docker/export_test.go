@@ -1,13 +1,12 @@
 package docker
 
-import "context"
-
 // Test hooks: what the tests of this package reach that the agent never calls.
 
 // Host is the engine's address.
 func (e *Engine) Host() string { return e.host }
 
-// StartUnguarded is Docker's own start: an exited container runs again, as a new incarnation
-// (its earlier exit stays in the exit stream). It is what Start guards against, kept so tests
-// can show the guard is what stands between a re-dispatched start and a second run.
-func (s *Sim) StartUnguarded(ctx context.Context, id string) error { return s.start(ctx, id, false) }
+// Testbox is the test image (make testbox-image), for the contract test (package docker_test).
+var Testbox = testbox
+
+// RemoveAgentContainers removes every container and bind volume of an agent id.
+var RemoveAgentContainers = removeAgentContainers

@@ -170,11 +170,13 @@ func bindingsOf(ports network.PortMap) []event.NetworkBinding {
 			out = append(out, event.NetworkBinding{ContainerPort: int(p.Num()), HostPort: hp, Protocol: string(p.Proto()), HostIP: ip})
 		}
 	}
-	sortBindings(out)
+	SortBindings(out)
 	return out
 }
 
-func sortBindings(bs []event.NetworkBinding) {
+// SortBindings puts a container's host bindings in the one order both runtimes report them in
+// (container port, protocol, host IP, host port), so equal bindings compare equal.
+func SortBindings(bs []event.NetworkBinding) {
 	slices.SortFunc(bs, func(a, b event.NetworkBinding) int {
 		return cmp.Or(cmp.Compare(a.ContainerPort, b.ContainerPort), strings.Compare(a.Protocol, b.Protocol),
 			strings.Compare(a.HostIP, b.HostIP), cmp.Compare(a.HostPort, b.HostPort))

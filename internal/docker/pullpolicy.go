@@ -8,9 +8,3 @@ func (e *Engine) PullWith(ctx context.Context, image, policy string) error {
 	_, err := e.PullImage(ctx, image, policy)
 	return err
 }
-
-// PullWith in the simulated runtime: PullImage without its outcome.
-func (s *Sim) PullWith(ctx context.Context, image, policy string) error {
-	_, err := s.PullImage(ctx, image, policy)
-	return err
-}

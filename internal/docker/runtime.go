@@ -1,6 +1,8 @@
-// Package docker holds agentd's container runtimes behind one interface: the Docker Engine
-// (a real engine through its API socket) and a simulated runtime for development, demos and
-// deterministic tests.
+// Package docker holds agentd's container runtime interface (Runtime and the optional
+// interfaces beside it, the types they speak, and the rules every runtime shares: Name,
+// CheckStart, StopTimeout, BindRoots) and its Docker Engine runtime, a real engine through its
+// API socket. The simulated runtime (package simruntime) implements the same interfaces over
+// the same rules; package runtimetest holds the contract tests both pass.
 //
 // Every runtime promises: containers carry the agent id, task ARN and container name as
 // labels, and a runtime only ever touches containers labelled with its own agent id; Create is
@@ -13,7 +15,7 @@
 // Docker config.json re-read when it changes (registryauth.go) and never appear in an error
 // or a log line; an image is the agent's only when its pull fetched an id the engine lacked,
 // and RemoveImage takes back only the agent's names of it (an untag, never forced: Docker
-// deletes the image with its last name; images.go). The Sim models the same (sim_images.go).
+// deletes the image with its last name; images.go). The simulated runtime models the same.
 package docker
 
 import (
@@ -177,7 +179,7 @@ type Runtime interface {
 
 // The runtime's answers to PROTOCOL.md §4 beyond Runtime, each its own interface so that a
 // runtime (or a test's stand-in) without them still is a Runtime: callers ask with a type
-// assertion. Both Engine and Sim have them all.
+// assertion. Both Engine and the simulated runtime have them all.
 
 // HealthWatcher follows containers' health checks.
 type HealthWatcher interface {
@@ -246,29 +248,22 @@ type ImageCollector interface {
 	ImageDiskFree(ctx context.Context) (free, total uint64, err error)
 }
 
-var (
-	_ interface {
-		Runtime
-		HealthWatcher
-		LogReader
-		PolicyPuller
-		ImagePuller
-		ImageCollector
-	} = (*Engine)(nil)
-	_ interface {
-		Runtime
-		HealthWatcher
-		LogReader
-		PolicyPuller
-		ImagePuller
-		ImageCollector
-	} = (*Sim)(nil)
-)
+var _ Full = (*Engine)(nil)
 
-// stopTimeout is how long a stop waits between the stop signal and the kill, the one rule both
+// Full is a runtime with every answer of PROTOCOL.md §4: what both of agentd's runtimes are.
+type Full interface {
+	Runtime
+	HealthWatcher
+	LogReader
+	PolicyPuller
+	ImagePuller
+	ImageCollector
+}
+
+// StopTimeout is how long a stop waits between the stop signal and the kill, the one rule both
 // runtimes follow: the container's own stop_timeout_s (own) when it was created with one, else
 // the caller's timeout (the agent's).
-func stopTimeout(own *int, timeout time.Duration) time.Duration {
+func StopTimeout(own *int, timeout time.Duration) time.Duration {
 	if own != nil {
 		return time.Duration(*own) * time.Second
 	}

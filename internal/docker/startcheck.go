@@ -7,13 +7,13 @@ import (
 	"time"
 )
 
-// checkStart (built without the runtimebug tag; startcheck_runtimebug.go has Docker's
+// CheckStart (built without the runtimebug tag; startcheck_runtimebug.go has Docker's
 // behaviour instead, so a test run with -tags runtimebug shows what finds the guard missing)
 // is the start guard both runtimes apply, from a fresh inspect of the container
 // just before their start call: a container never started may be started; a running one needs
 // nothing (the start already happened — it is the same incarnation); one that has run and
 // stopped is refused with ErrAlreadyStarted.
-func checkStart(st State) (alreadyRunning bool, err error) {
+func CheckStart(st State) (alreadyRunning bool, err error) {
 	switch {
 	case st.Running:
 		return true, nil

@@ -2,7 +2,7 @@
 
 package docker
 
-// checkStart with -tags runtimebug is Docker's own behaviour, the guard removed: a container
+// CheckStart with -tags runtimebug is Docker's own behaviour, the guard removed: a container
 // that has run is started again. The simulation and the runtime tests run with this tag must
 // find a container run twice; if they do not, they would not see the guard go missing.
-func checkStart(st State) (alreadyRunning bool, err error) { return st.Running, nil }
+func CheckStart(st State) (alreadyRunning bool, err error) { return st.Running, nil }

@@ -350,39 +350,6 @@ func TestDockerVolumeAndTmpfsMounts(t *testing.T) {
 	}
 }
 
-func TestDockerStopTimeoutDecidesBetweenExit0And137(t *testing.T) {
-	e, _ := dockerEngine(t)
-	ctx := context.Background()
-	sec := func(n int) *int { return &n }
-	// linger 2s: SIGTERM makes it exit 0 after 2 s. The container's own stop_timeout_s wins
-	// over the timeout the caller passes.
-	patient := startSpec(t, e, "task/patient", event.ContainerSpec{Command: []string{"linger", "2s"}, StopTimeoutS: sec(30)})
-	hasty := startSpec(t, e, "task/hasty", event.ContainerSpec{Command: []string{"linger", "30s"}, StopTimeoutS: sec(1)})
-	killed := startSpec(t, e, "task/kill", event.ContainerSpec{Command: []string{"run"}, StopSignal: "SIGKILL", StopTimeoutS: sec(30)})
-	plain := startSpec(t, e, "task/plain", event.ContainerSpec{Command: []string{"run"}})
-	waitLog(t, e, patient, "testbox:")
-	waitLog(t, e, hasty, "testbox:")
-	waitLog(t, e, plain, "testbox:")
-	for _, c := range []struct {
-		id      string
-		timeout time.Duration
-		want    int
-		why     string
-	}{
-		{patient, time.Second, 0, "stop_timeout_s 30 outlasts a 2 s linger"},
-		{hasty, time.Minute, 137, "stop_timeout_s 1 kills a 30 s linger"},
-		{killed, time.Minute, 137, "stop_signal SIGKILL"},
-		{plain, 10 * time.Second, 143, "SIGTERM obeyed"},
-	} {
-		if err := e.Stop(ctx, c.id, c.timeout); err != nil {
-			t.Fatal(err)
-		}
-		if st := waitExit(t, e, c.id); st.ExitCode != c.want {
-			t.Fatalf("%s: exit %d; want %d", c.why, st.ExitCode, c.want)
-		}
-	}
-}
-
 // waitLog waits until the container has written want (so its signal handlers are set).
 func waitLog(t *testing.T, e *Engine, id, want string) {
 	t.Helper()

@@ -12,11 +12,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // pollingCP answers the first poll with its payloads and holds every later one until the
@@ -76,7 +76,7 @@ func runPolling(t *testing.T, cp *pollingCP, diskFull bool) *journal.Journal {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := docker.NewSim(filepath.Join(dir, "sim"), id, nil)
+	rt, err := simruntime.Open(filepath.Join(dir, "sim"), id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // fakeClock is a virtual clock: time moves only when the test says.
@@ -88,7 +89,7 @@ type rig struct {
 	cp       *scriptedCP
 	cfg      engine.Config
 	j        *journal.Journal
-	rt       *docker.Sim
+	rt       *simruntime.Runtime
 	e        *engine.Engine
 	cursor   int64
 	msg      int
@@ -116,7 +117,7 @@ func (r *rig) start() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if r.rt, err = docker.NewSim(r.dir, id, r.clock.Now); err != nil {
+	if r.rt, err = simruntime.Open(r.dir, id, r.clock.Now); err != nil {
 		r.t.Fatal(err)
 	}
 	r.exec = &syncExec{}

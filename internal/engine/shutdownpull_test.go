@@ -9,9 +9,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // A pull has no deadline while it makes progress, so a large image may take many minutes.
@@ -20,13 +20,13 @@ import (
 // manager's stop timeout, which kills the agent before it journals agent_stopped.
 func TestShutdownDoesNotWaitForAPullInProgress(t *testing.T) {
 	dir := t.TempDir()
-	rt, err := docker.NewSim(dir, "agent-shut", time.Now)
+	rt, err := simruntime.Open(dir, "agent-shut", time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pulling := make(chan struct{}, 1)
-	rt.SetPullFaults(func(image string, _ int) docker.SimPullFault {
-		return docker.SimPullFault{Took: time.Hour} // a steady pull of a large image
+	rt.SetPullFaults(func(image string, _ int) simruntime.PullFault {
+		return simruntime.PullFault{Took: time.Hour} // a steady pull of a large image
 	})
 	rt.SetSleep(func(ctx context.Context, d time.Duration) error {
 		select {

@@ -11,11 +11,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // pollCP hands the test's payloads to the poller and settles every report.
@@ -39,7 +39,7 @@ func (pollCP) Report(_ context.Context, changes []protocol.StateChange) protocol
 // would take them all and the stop would wait for the registry.
 func TestSlowPullsNeverHoldUpAStop(t *testing.T) {
 	dir := t.TempDir()
-	rt, err := docker.NewSim(dir, "agent-slow", time.Now)
+	rt, err := simruntime.Open(dir, "agent-slow", time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,11 +47,11 @@ func TestSlowPullsNeverHoldUpAStop(t *testing.T) {
 	var once sync.Once
 	unhang := func() { once.Do(func() { close(release) }) }
 	defer unhang()
-	rt.SetPullFaults(func(image string, _ int) docker.SimPullFault {
+	rt.SetPullFaults(func(image string, _ int) simruntime.PullFault {
 		if image == "hung/app:1" {
-			return docker.SimPullFault{Took: time.Hour}
+			return simruntime.PullFault{Took: time.Hour}
 		}
-		return docker.SimPullFault{}
+		return simruntime.PullFault{}
 	})
 	rt.SetSleep(func(ctx context.Context, d time.Duration) error {
 		if d < time.Hour {

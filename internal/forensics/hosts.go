@@ -243,34 +243,20 @@ func (tl *Timeline) addContainers(host string, names []string) {
 	}
 }
 
+// stepKinds names an exported record type by the step kind BuildTimeline gives that record;
+// a type not listed is its own kind.
+var stepKinds = map[string]string{
+	"task_added": "assigned", "task_rejected": "rejected", "task_resent": "resent", "desired_changed": "desired",
+	"container_transitioned": "container", "task_transitioned": "task", "stopped_acked": "stopped-acked",
+	"cleanup_started": "cleanup", "container_removed": "removed", "task_cleaned": "cleaned", "health_changed": "health",
+}
+
 // stepOfEntry is an exported entry as a timeline step, the kinds BuildTimeline gives a record.
 func stepOfEntry(e Entry) Step {
 	s := Step{Seq: e.Seq, Time: e.Time, Host: e.Host, Container: e.Container, From: e.From, To: e.To, Text: e.Text}
-	switch e.Type {
-	case "task_added":
-		s.Kind = "assigned"
-	case "task_rejected":
-		s.Kind = "rejected"
-	case "task_resent":
-		s.Kind = "resent"
-	case "desired_changed":
-		s.Kind = "desired"
-	case "container_transitioned":
-		s.Kind = "container"
-	case "task_transitioned":
-		s.Kind = "task"
-	case "stopped_acked":
-		s.Kind = "stopped-acked"
-	case "cleanup_started":
-		s.Kind = "cleanup"
-	case "container_removed":
-		s.Kind = "removed"
-	case "task_cleaned":
-		s.Kind = "cleaned"
-	case "health_changed":
-		s.Kind = "health"
-	default:
-		s.Kind = e.Type
+	s.Kind = e.Type
+	if k, ok := stepKinds[e.Type]; ok {
+		s.Kind = k
 	}
 	text := e.Text
 	if text == "" {

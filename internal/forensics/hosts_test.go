@@ -3,6 +3,7 @@ package forensics_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/xml"
 	"io"
 	"net/http"
@@ -245,6 +246,48 @@ func TestDumpOfATaskAcrossHostsNamesEachLinesHost(t *testing.T) {
 		}
 		if line := forensics.EntryLine(e); !strings.HasPrefix(line, want+" ") {
 			t.Fatalf("line %d %q: want it from %s, merged by time", i, line, want)
+		}
+	}
+}
+
+// TestAnExportReadsAsItsJournal: a host read from its export gives every record the step kind
+// the journal itself gives it, so a fleet timeline does not change with how a host was read.
+func TestAnExportReadsAsItsJournal(t *testing.T) {
+	a, _ := twoHosts(t)
+	j, err := journal.Open(a, journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines bytes.Buffer
+	err = j.Iterate(1, func(r event.Record) error {
+		b, err := json.Marshal(forensics.EntryOf("agent-a", r)) // a line of what `journal import-otlp` writes
+		lines.Write(append(b, '\n'))
+		return err
+	})
+	j.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	export := filepath.Join(t.TempDir(), "agent-a.jsonl")
+	if err := os.WriteFile(export, lines.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kinds := func(path string) map[uint64]string {
+		out := map[uint64]string{}
+		for _, s := range fleet(t, path).Steps {
+			if s.Seq > 0 && out[s.Seq] == "" {
+				out[s.Seq] = s.Kind
+			}
+		}
+		return out
+	}
+	fromJournal, fromExport := kinds(a), kinds(export)
+	if len(fromExport) < 8 {
+		t.Fatalf("the export gave %d steps, want one a record", len(fromExport))
+	}
+	for seq, k := range fromExport {
+		if fromJournal[seq] != k {
+			t.Errorf("record %d: kind %q from the export, %q from the journal", seq, k, fromJournal[seq])
 		}
 	}
 }

@@ -21,12 +21,12 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // rawGet sends one request with exactly the Host header given (none at all for HTTP/1.0 when
@@ -131,7 +131,7 @@ func liveAPI(t *testing.T, o introspect.Options) net.Listener {
 	t.Helper()
 	spec := []event.ContainerSpec{{Name: "app", Image: "web", Command: []string{"exit", "3"}, Essential: true}}
 	j, dir := journalWith(t, event.Record{Time: time.Now(), Task: secretTask, Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}})
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
 	e.RegisterStateCollector()
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim", Logs: rt}, fsm.Config{CleanupWait: time.Hour})

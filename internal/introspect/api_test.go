@@ -12,12 +12,12 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 func get(t *testing.T, h http.Handler, path string) (int, map[string]any) {
@@ -57,21 +57,12 @@ func running(t *testing.T, e *engine.Engine) {
 }
 
 func TestNothingAnswersFromAHalfRecoveredState(t *testing.T) {
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
 	now := time.Now()
 	spec := []event.ContainerSpec{{Name: "app", Image: "web", Essential: true}}
-	_, err = j.Append(context.Background(),
+	j, dir := journalWith(t,
 		event.Record{Time: now, Task: "task/live", Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}},
 		event.Record{Time: now, Task: "task/gone", Event: &event.TaskRejected{Reason: "containers: none"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
 	e.RegisterStateCollector()
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
@@ -80,13 +71,7 @@ func TestNothingAnswersFromAHalfRecoveredState(t *testing.T) {
 			t.Fatalf("%s before recovery: HTTP %d; want 503", p, code)
 		}
 	}
-	if err := e.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	running(t, e)
 	if code, m := get(t, h, "/healthz"); code != 200 || m["healthy"] != true {
 		t.Fatalf("/healthz after recovery: %d %v", code, m)
 	}

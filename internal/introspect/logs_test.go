@@ -2,9 +2,7 @@ package introspect_test
 
 import (
 	"bytes"
-	"context"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,36 +10,21 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
-	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 func TestContainerLogsByTaskAndName(t *testing.T) {
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
 	spec := []event.ContainerSpec{{Name: "app", Image: "web", Command: []string{"exit", "3"}, Essential: true,
 		Env: map[string]string{"TOKEN": "s3cret"}, MemoryMiB: 64, Ports: []event.PortMapping{{ContainerPort: 8080, Protocol: "tcp"}}}}
-	if _, err = j.Append(context.Background(), event.Record{Time: time.Now(), Task: "task/7f3a", Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}}); err != nil {
-		t.Fatal(err)
-	}
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	j, dir := journalWith(t, event.Record{Time: time.Now(), Task: "task/7f3a", Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}})
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim", Logs: rt}, fsm.Config{CleanupWait: time.Hour})
-	if err := e.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	running(t, e)
 	// Wait for the container to run and end (a journaled exit code), bounded.
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -78,9 +78,10 @@ type statusPage struct {
 }
 
 type healthRow struct {
-	Source  string
-	Problem string
-	For     time.Duration
+	Source   string
+	Problem  string
+	Degraded bool // a problem that does not make the agent unhealthy (OTLP shipping): shown as a warning
+	For      time.Duration
 }
 
 type stateCount struct {
@@ -212,7 +213,7 @@ func buildStatus(ctx context.Context, e *engine.Engine, info Info, cfg fsm.Confi
 	now := e.Now()
 	p := statusPage{Info: info, AgentID: e.AgentID(), Now: now, Ready: e.Ready(), RefreshMS: 2000}
 	for _, s := range e.Health() {
-		row := healthRow{Source: string(s.Source), Problem: s.Problem}
+		row := healthRow{Source: string(s.Source), Problem: s.Problem, Degraded: s.Degraded}
 		if s.Problem != "" && !s.Since.IsZero() {
 			row.For = now.Sub(s.Since)
 		}

@@ -1,47 +1,38 @@
 package introspect_test
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
-	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // TestStatusPage: the page answers 503 with "recovering" before recovery and never shows a
 // half-recovered state; after it, the counts of the projection, escaped task names, a policy
 // that forbids anything from elsewhere, the refresh fragment and the timeline drawing.
 func TestStatusPage(t *testing.T) {
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
 	now := time.Now()
 	spec := []event.ContainerSpec{{Name: "app", Image: "web", Essential: true}}
 	hostile := `task/<img/src=x/onerror=alert(1)>`
-	if _, err := j.Append(context.Background(),
+	j, dir := journalWith(t,
 		event.Record{Time: now, Task: "task/live", Event: &event.TaskAdded{Desired: event.StatusRunning, Containers: spec}},
-		event.Record{Time: now, Task: hostile, Event: &event.TaskRejected{Reason: "<script>alert(2)</script>"}}); err != nil {
-		t.Fatal(err)
-	}
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+		event.Record{Time: now, Task: hostile, Event: &event.TaskRejected{Reason: "<script>alert(2)</script>"}})
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	// Runtime calls are held, never made: task/live stays NONE however fast the loop runs.
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
 	e.RegisterStateCollector()
+	e.RegisterDegradedSource(engine.HealthOTLP)
+	e.SetDegraded(engine.HealthOTLP, "the OTLP endpoint answered 503")
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
 	get := func(path string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
@@ -51,13 +42,7 @@ func TestStatusPage(t *testing.T) {
 	if w := get("/"); w.Code != 503 || !strings.Contains(w.Body.String(), "recovering") || strings.Contains(w.Body.String(), "task/live") {
 		t.Fatalf("before recovery: HTTP %d\n%s", w.Code, w.Body.String())
 	}
-	if err := e.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	running(t, e)
 
 	w := get("/")
 	page := w.Body.String()
@@ -69,7 +54,9 @@ func TestStatusPage(t *testing.T) {
 		t.Errorf("Content-Security-Policy %q: want nothing from elsewhere and no inline script", csp)
 	}
 	for _, want := range []string{`id="count-STOPPED" data-value="1"`, `id="count-NONE" data-value="1"`, `id="count-CLEANED" data-value="0"`,
-		`data-source="runtime"`, `data-source="credentials"`, `id="blocked-count" data-value="1"`, `<script src="/status.js"`, `href="/status.css"`} {
+		`data-source="runtime"`, `data-source="credentials"`, `id="blocked-count" data-value="1"`, `<script src="/status.js"`, `href="/status.css"`,
+		// Shipping's trouble degrades the agent without making it unhealthy: a warning, not red.
+		`<td>otlp</td><td class="warn">degraded: the OTLP endpoint answered 503</td>`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %s", want)
 		}
@@ -127,7 +114,7 @@ func TestTimelineReadsABoundedSpan(t *testing.T) {
 		recs = append(recs, add(fmt.Sprintf("task/after-%d", i)))
 	}
 	j, dir := journalWith(t, recs...)
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
 	running(t, e)
 	draw := func(bound int) *httptest.ResponseRecorder {

@@ -3,7 +3,6 @@ package introspect_test
 import (
 	"context"
 	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,21 +15,16 @@ import (
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
-	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // TestAWaitingContainerSaysWhatItWaitsFor: web, created, waits for db to turn HEALTHY while db
 // runs UNHEALTHY. /v1/tasks, /v1/tasks/{arn} and the status page say so, with how long since
 // the task arrived (a journaled time, three minutes ago), measured when asked.
 func TestAWaitingContainerSaysWhatItWaitsFor(t *testing.T) {
-	dir := t.TempDir()
-	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j, dir := journalWith(t)
 	ctx := context.Background()
-	rt, _ := docker.NewSim(dir, "agent-1", nil)
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	defer rt.Close()
 	timeout := 3600
 	db := event.ContainerSpec{Name: "db", Image: "db", Essential: true, Command: []string{"run"},

@@ -24,9 +24,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/agentd/agentd/internal/datadir"
 )
 
 // Endpoint is where and how the logs are POSTed.
@@ -141,9 +142,9 @@ func parseKeyValues(name, v string) (map[string]string, error) {
 func (ep Endpoint) client(timeout time.Duration) (*http.Client, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if ep.CAFile != "" {
-		pem, err := os.ReadFile(ep.CAFile)
+		pem, err := datadir.ReadTrusted(ep.CAFile, datadir.CABundleLimit)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", EnvCertificate, err)
+			return nil, fmt.Errorf("%s %s: %w", EnvCertificate, ep.CAFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {

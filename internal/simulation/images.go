@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/simruntime"
 )
 
 // hostImage is an image the operator put on the host: the agent may use it, never remove it.
@@ -55,8 +56,8 @@ func (s *sim) registries() {
 		s.clock.now = s.clock.now.Add(d) // the pull or its backoff takes virtual time
 		return nil
 	})
-	s.rt.SetPullFaults(func(image string, try int) docker.SimPullFault {
-		var f docker.SimPullFault
+	s.rt.SetPullFaults(func(image string, try int) simruntime.PullFault {
+		var f simruntime.PullFault
 		f.Took = time.Duration(s.pulls.IntN(3000)) * time.Millisecond
 		if !s.faults {
 			return f

@@ -1,4 +1,4 @@
-package docker
+package simruntime
 
 import (
 	"bytes"
@@ -14,14 +14,15 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
-// simWorkload is what the simulated runtime keeps of a container's PROTOCOL.md §4 fields:
+// workload is what the simulated runtime keeps of a container's PROTOCOL.md §4 fields:
 // just enough to decide what Docker would — which host ports it gets, whether it is
 // OOM-killed, what its health check concludes, how a stop ends it.
-type simWorkload struct {
+type workload struct {
 	Bindings     []event.NetworkBinding `json:"bindings,omitempty"`
 	OOM          bool                   `json:"oom,omitempty"` // killed as it starts: its alloc is over its memory limit
 	HealthCheck  *event.HealthCheck     `json:"health_check,omitempty"`
@@ -31,9 +32,9 @@ type simWorkload struct {
 
 // Docker's default health check timing (interval 30 s, 3 retries).
 const (
-	simHealthInterval = 30 * time.Second
-	simHealthRetries  = 3
-	simFirstPort      = 32768 // Docker's ephemeral range starts here
+	healthInterval = 30 * time.Second
+	healthRetries  = 3
+	firstPort      = 32768 // Docker's ephemeral range starts here
 )
 
 // planWorkload reads the command words of testbox beyond run, sleep and exit.
@@ -72,10 +73,10 @@ func planWorkload(cmd []string) (d time.Duration, code int, forever bool, err er
 	return 0, 0, false, fmt.Errorf("unknown command %q (run, sleep, exit, serve, alloc, spew, linger, write, cat, probe)", cmd[0])
 }
 
-// workload fills a new container's simWorkload from its spec: host ports as Docker would
+// workload fills a new container's workload from its spec: host ports as Docker would
 // assign them (a fixed one refused when a live container holds it; 0 picks the lowest free
 // one from 32768), and an alloc over the memory limit marked for the OOM killer.
-func (s *Sim) workload(c *simContainer, spec event.ContainerSpec) error {
+func (s *Runtime) setWorkload(c *container, spec event.ContainerSpec) error {
 	c.HealthCheck, c.StopSignal, c.StopTimeoutS = spec.HealthCheck, spec.StopSignal, spec.StopTimeoutS
 	if len(spec.Command) == 2 && spec.Command[0] == "alloc" && spec.MemoryMiB > 0 {
 		if mib, err := strconv.ParseInt(spec.Command[1], 10, 64); err == nil && mib >= spec.MemoryMiB {
@@ -110,7 +111,7 @@ func (s *Sim) workload(c *simContainer, spec event.ContainerSpec) error {
 		}
 		host := p.HostPort
 		if host == 0 {
-			for host = simFirstPort; taken(host, proto, p.HostIP); host++ {
+			for host = firstPort; taken(host, proto, p.HostIP); host++ {
 			}
 		} else if taken(host, proto, p.HostIP) {
 			return fmt.Errorf("port %d/%s is already allocated", host, proto)
@@ -126,7 +127,7 @@ func (s *Sim) workload(c *simContainer, spec event.ContainerSpec) error {
 		}
 		bound = append(bound, b)
 	}
-	sortBindings(c.Bindings)
+	docker.SortBindings(c.Bindings)
 	return nil
 }
 
@@ -134,8 +135,8 @@ func (s *Sim) workload(c *simContainer, spec event.ContainerSpec) error {
 // kills at once (137); SIGTERM or SIGINT end it with 143, but a `linger D` container takes D
 // to exit 0 — within its stop timeout (stopTimeout, as in Engine.Stop) it exits 0, else it
 // is killed (137).
-func (c *simContainer) stopCode(timeout time.Duration) int {
-	timeout = stopTimeout(c.StopTimeoutS, timeout)
+func (c *container) stopCode(timeout time.Duration) int {
+	timeout = docker.StopTimeout(c.StopTimeoutS, timeout)
 	if c.StopSignal == "SIGKILL" {
 		return 137
 	}
@@ -155,17 +156,17 @@ func (c *simContainer) stopCode(timeout time.Duration) int {
 // (after "CMD" and a program named testbox): one that exits 0 at once, or probe, passes —
 // HEALTHY after the first interval; anything else fails — UNHEALTHY once retries failures
 // have passed the start period.
-func (c *simContainer) health(now time.Time) (h event.Health, since, next time.Time) {
+func (c *container) health(now time.Time) (h event.Health, since, next time.Time) {
 	hc := c.HealthCheck
 	if hc == nil || c.StartedAt.IsZero() {
 		return event.HealthUnknown, time.Time{}, time.Time{}
 	}
 	interval, retries := time.Duration(hc.IntervalS)*time.Second, hc.Retries
 	if interval <= 0 {
-		interval = simHealthInterval
+		interval = healthInterval
 	}
 	if retries <= 0 {
-		retries = simHealthRetries
+		retries = healthRetries
 	}
 	words := hc.Command[1:]
 	if len(words) > 0 && path.Base(words[0]) == "testbox" {
@@ -193,7 +194,7 @@ func (c *simContainer) health(now time.Time) (h event.Health, since, next time.T
 // Verdicts returns the current health verdict of every running container of this agent that
 // has one, by id, and when the next verdict is due (zero: none planned). The deterministic
 // simulation reads it directly; Health streams it.
-func (s *Sim) Verdicts() (verdicts []HealthChange, next time.Time) {
+func (s *Runtime) Verdicts() (verdicts []docker.HealthChange, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -207,20 +208,20 @@ func (s *Sim) Verdicts() (verdicts []HealthChange, next time.Time) {
 		}
 		h, since, due := c.health(now)
 		if h != event.HealthUnknown {
-			verdicts = append(verdicts, HealthChange{ID: c.ID, Task: c.Task, Container: c.Container, Health: h, At: since})
+			verdicts = append(verdicts, docker.HealthChange{ID: c.ID, Task: c.Task, Container: c.Container, Health: h, At: since})
 		}
 		if !due.IsZero() && (next.IsZero() || due.Before(next)) {
 			next = due
 		}
 	}
-	slices.SortFunc(verdicts, func(a, b HealthChange) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(verdicts, func(a, b docker.HealthChange) int { return strings.Compare(a.ID, b.ID) })
 	return verdicts, next
 }
 
 // Health streams verdicts: the current ones first, then each change. It wakes at the next
 // due verdict or at the next change of the runtime, never polls.
-func (s *Sim) Health(ctx context.Context) (<-chan HealthChange, error) {
-	out := make(chan HealthChange, 64)
+func (s *Runtime) Health(ctx context.Context) (<-chan docker.HealthChange, error) {
+	out := make(chan docker.HealthChange, 64)
 	go func() {
 		defer close(out)
 		sent := map[string]event.Health{}
@@ -251,12 +252,12 @@ func (s *Sim) Health(ctx context.Context) (<-chan HealthChange, error) {
 // Logs returns what testbox would have written: its start line on stdout (and, once it
 // ended, its exit on stderr), in the engine's multiplexed stream format. The simulated
 // runtime keeps no other output, so Follow returns what there is.
-func (s *Sim) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error) {
+func (s *Runtime) Logs(ctx context.Context, id string, opts docker.LogOptions) (io.ReadCloser, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.state.Containers[id]
 	if !ok || c.Agent != s.agent {
-		return nil, fmt.Errorf("logs %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("logs %s: %w", id, docker.ErrNotFound)
 	}
 	type line struct {
 		stream stdcopy.StdType

@@ -1,4 +1,4 @@
-package docker
+package simruntime
 
 import (
 	"bytes"
@@ -9,27 +9,18 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 )
 
-func newSimAt(t *testing.T) (*Sim, *clock) {
-	t.Helper()
-	c := &clock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}
-	s, err := NewSim(t.TempDir(), "agent-1", c.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c
-}
-
-func runSpec(t *testing.T, s *Sim, task string, spec event.ContainerSpec) string {
+func runSpec(t *testing.T, s *Runtime, task string, spec event.ContainerSpec) string {
 	t.Helper()
 	ctx := context.Background()
 	if spec.Name == "" {
 		spec.Name = "app"
 	}
 	spec.Image = "img"
-	id, err := s.Create(ctx, CreateSpec{Task: task, Container: spec})
+	id, err := s.Create(ctx, docker.CreateSpec{Task: task, Container: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +31,7 @@ func runSpec(t *testing.T, s *Sim, task string, spec event.ContainerSpec) string
 }
 
 func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
-	s, _ := newSimAt(t)
+	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	a := runSpec(t, s, "task/a", event.ContainerSpec{Command: []string{"serve", "8080"},
 		Ports: []event.PortMapping{{ContainerPort: 8080}, {ContainerPort: 9090, HostPort: 9090, HostIP: "127.0.0.1"}}})
@@ -56,7 +47,7 @@ func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
 		t.Fatalf("a second picked port: %+v; want 32769", sb.Bindings)
 	}
 	// A fixed host port a live container holds is refused; once it stopped, it is free.
-	_, err := s.Create(ctx, CreateSpec{Task: "task/c", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9090}}}})
+	_, err := s.Create(ctx, docker.CreateSpec{Task: "task/c", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9090}}}})
 	if err == nil || !strings.Contains(err.Error(), "9090/tcp is already allocated") {
 		t.Fatalf("second bind of 9090: %v", err)
 	}
@@ -64,7 +55,7 @@ func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
 	// 0.0.0.0 it overlaps 127.0.0.1.
 	d := runSpec(t, s, "task/d", event.ContainerSpec{Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9090, HostIP: "127.0.0.2"},
 		{ContainerPort: 2, HostPort: 9091, HostIP: "127.0.0.1"}, {ContainerPort: 3, HostPort: 9091, HostIP: "127.0.0.2"}}})
-	_, err = s.Create(ctx, CreateSpec{Task: "task/e", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9091, HostIP: "0.0.0.0"}}}})
+	_, err = s.Create(ctx, docker.CreateSpec{Task: "task/e", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9091, HostIP: "0.0.0.0"}}}})
 	if err == nil || !strings.Contains(err.Error(), "9091/tcp is already allocated") {
 		t.Fatalf("9091 on 0.0.0.0 while 127.0.0.1:9091 is bound: %v", err)
 	}
@@ -77,7 +68,7 @@ func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
 }
 
 func TestSimKillsAnAllocOverItsMemoryLimit(t *testing.T) {
-	s, _ := newSimAt(t)
+	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	over := runSpec(t, s, "task/over", event.ContainerSpec{Command: []string{"alloc", "128"}, MemoryMiB: 64})
 	under := runSpec(t, s, "task/under", event.ContainerSpec{Command: []string{"alloc", "16"}, MemoryMiB: 64})
@@ -97,7 +88,7 @@ func TestSimKillsAnAllocOverItsMemoryLimit(t *testing.T) {
 }
 
 func TestSimStopTimeoutDecidesBetweenExit0And137(t *testing.T) {
-	s, _ := newSimAt(t)
+	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	sec := func(n int) *int { return &n }
 	cases := []struct {
@@ -124,7 +115,7 @@ func TestSimStopTimeoutDecidesBetweenExit0And137(t *testing.T) {
 }
 
 func TestSimHealthVerdicts(t *testing.T) {
-	s, c := newSimAt(t)
+	s, c := newTestRuntime(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	good := runSpec(t, s, "task/good", event.ContainerSpec{Command: []string{"serve", "8080"},
@@ -166,10 +157,10 @@ func TestSimHealthVerdicts(t *testing.T) {
 }
 
 func TestSimLogsAreMultiplexedLikeDockers(t *testing.T) {
-	s, _ := newSimAt(t)
+	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	id := runSpec(t, s, "task/a", event.ContainerSpec{Command: []string{"exit", "3"}})
-	rc, err := s.Logs(ctx, id, LogOptions{Tail: -1})
+	rc, err := s.Logs(ctx, id, docker.LogOptions{Tail: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +171,7 @@ func TestSimLogsAreMultiplexedLikeDockers(t *testing.T) {
 	if out.String() != "testbox: [exit 3]\n" || errOut.String() != "exited 3\n" {
 		t.Fatalf("stdout %q stderr %q", out.String(), errOut.String())
 	}
-	rc, _ = s.Logs(ctx, id, LogOptions{Tail: 1})
+	rc, _ = s.Logs(ctx, id, docker.LogOptions{Tail: 1})
 	out.Reset()
 	errOut.Reset()
 	_, _ = stdcopy.StdCopy(&out, &errOut, rc)

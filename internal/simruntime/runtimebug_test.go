@@ -1,6 +1,6 @@
 //go:build runtimebug
 
-package docker
+package simruntime
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // container runs again. This proves the tag puts the old behaviour back, so a test that must
 // fail under it (the simulation's at-most-one-incarnation invariant) can show it would.
 func TestRuntimeBugStartsAnExitedContainerAgain(t *testing.T) {
-	s, c := newTestSim(t)
+	s, c := newTestRuntime(t)
 	id := run(t, s, "task/once", "exit", "3")
 	c.add(1)
 	if err := s.Start(context.Background(), id); err != nil {

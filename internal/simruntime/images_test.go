@@ -1,4 +1,4 @@
-package docker
+package simruntime
 
 import (
 	"context"
@@ -7,15 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 )
 
 // simWithClock is a simulated runtime whose pulls take virtual time: sleeping advances the
 // clock, as the simulation does.
-func simWithClock(t *testing.T, dir string) (*Sim, *time.Time) {
+func simWithClock(t *testing.T, dir string) (*Runtime, *time.Time) {
 	t.Helper()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	s, err := NewSim(dir, "agent-1", func() time.Time { return now })
+	s, err := Open(dir, "agent-1", func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestSimPullPolicies(t *testing.T) {
 	if err != nil || !fresh.Pulled || fresh.Digest == first.Digest || fresh.ImageID == first.ImageID {
 		t.Fatalf("always after a re-push: %+v, %v; want a new image", fresh, err)
 	}
-	if again, err := s.PullImage(ctx, img, event.PullAlways); err != nil || again.Pulled || again != (PullOutcome{Digest: fresh.Digest, ImageID: fresh.ImageID, RefExisted: true}) {
+	if again, err := s.PullImage(ctx, img, event.PullAlways); err != nil || again.Pulled || again != (docker.PullOutcome{Digest: fresh.Digest, ImageID: fresh.ImageID, RefExisted: true}) {
 		t.Fatalf("always when up to date: %+v, %v; want the same image, not pulled", again, err)
 	}
 	// The agent's default policy applies to a container that names none.
@@ -77,19 +78,19 @@ func TestSimPullFaults(t *testing.T) {
 	s, now := simWithClock(t, t.TempDir())
 	ctx := context.Background()
 	tries := map[string]int{}
-	s.SetPullFaults(func(image string, try int) SimPullFault {
+	s.SetPullFaults(func(image string, try int) PullFault {
 		tries[image] = try
 		switch {
 		case strings.Contains(image, "slow"):
-			return SimPullFault{Took: 90 * time.Second}
+			return PullFault{Took: 90 * time.Second}
 		case strings.Contains(image, "flaky"):
-			return SimPullFault{Transient: try <= 2}
+			return PullFault{Transient: try <= 2}
 		case strings.Contains(image, "down"):
-			return SimPullFault{Transient: true}
+			return PullFault{Transient: true}
 		case strings.Contains(image, "private"):
-			return SimPullFault{Permanent: "unauthorized: authentication required"}
+			return PullFault{Permanent: "unauthorized: authentication required"}
 		}
-		return SimPullFault{}
+		return PullFault{}
 	})
 	t0 := *now
 	if out, err := s.PullImage(ctx, "slow:1", ""); err != nil || !out.Pulled || now.Sub(t0) != 90*time.Second {
@@ -114,7 +115,7 @@ func TestSimPullFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.SetPullFaults(func(string, int) SimPullFault { return SimPullFault{Transient: true} })
+	s.SetPullFaults(func(string, int) PullFault { return PullFault{Transient: true} })
 	out, err := s.PullImage(ctx, "down:2", event.PullAlways)
 	if err != nil || out.Pulled || out.ImageID != cached.ImageID || !strings.Contains(out.Note, "using the cached image "+cached.ImageID) {
 		t.Fatalf("always, registry down, image cached: %+v, %v", out, err)
@@ -140,12 +141,12 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 	if total2 != total || free >= freeBefore {
 		t.Fatalf("disk: free %d → %d of %d; a pulled image takes room", freeBefore, free, total)
 	}
-	id, err := s.Create(ctx, CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "app:1", Command: []string{"exit", "0"}}})
+	id, err := s.Create(ctx, docker.CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "app:1", Command: []string{"exit", "0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Another agent's container on the same engine holds its image too.
-	other, err := NewSim(dir, "agent-2", nil)
+	other, err := Open(dir, "agent-2", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,14 +154,14 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Create(ctx, CreateSpec{Task: "task/2", Container: event.ContainerSpec{Name: "x", Image: "side:1"}}); err != nil {
+	if _, err := other.Create(ctx, docker.CreateSpec{Task: "task/2", Container: event.ContainerSpec{Name: "x", Image: "side:1"}}); err != nil {
 		t.Fatal(err)
 	}
 	s, _ = simWithClock(t, dir) // reread: the other agent's container is in the file
 	withBoth, _, _ := s.ImageDiskFree(ctx)
-	for ref, img := range map[string]PullOutcome{"app:1": app, "side:1": side} {
-		if err := s.RemoveImage(ctx, img.ImageID, []string{ref}); !errors.Is(err, ErrImageInUse) {
-			t.Fatalf("remove of an image in use: %v; want ErrImageInUse", err)
+	for ref, img := range map[string]docker.PullOutcome{"app:1": app, "side:1": side} {
+		if err := s.RemoveImage(ctx, img.ImageID, []string{ref}); !errors.Is(err, docker.ErrImageInUse) {
+			t.Fatalf("remove of an image in use: %v; want docker.ErrImageInUse", err)
 		}
 	}
 	if err := s.Remove(ctx, id); err != nil {
@@ -169,8 +170,8 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 	if err := s.RemoveImage(ctx, app.ImageID, []string{"app:1"}); err != nil {
 		t.Fatalf("remove of an unused image: %v", err)
 	}
-	if err := s.RemoveImage(ctx, app.ImageID, []string{"app:1"}); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("remove of a removed image: %v; want ErrNotFound", err)
+	if err := s.RemoveImage(ctx, app.ImageID, []string{"app:1"}); !errors.Is(err, docker.ErrNotFound) {
+		t.Fatalf("remove of a removed image: %v; want docker.ErrNotFound", err)
 	}
 	if after, _, _ := s.ImageDiskFree(ctx); after <= withBoth {
 		t.Fatalf("disk: free %d after removing an image, %d before; the room must come back", after, withBoth)
@@ -190,7 +191,7 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 // TestSimImagesAreTheAgentsOnlyByID: the simulated engine models what Docker does with an
 // image the host already had under another name, and with an image more than one name holds:
 // a pull that resolves to an id the engine held is not the agent's; a removal takes back the
-// agent's name only, and the image stays while another name holds it (ErrImageInUse says
+// agent's name only, and the image stays while another name holds it (docker.ErrImageInUse says
 // which) — even a container using it does not keep a name that is not the image's last; a
 // tag's re-push leaves the old image dangling, removed by id.
 func TestSimImagesAreTheAgentsOnlyByID(t *testing.T) {
@@ -225,15 +226,15 @@ func TestSimImagesAreTheAgentsOnlyByID(t *testing.T) {
 	if err != nil || !own.Pulled {
 		t.Fatalf("pull: %+v, %v", own, err)
 	}
-	if _, err := s.Create(ctx, CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "own:1"}, ImageID: own.ImageID}); err != nil {
+	if _, err := s.Create(ctx, docker.CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "own:1"}, ImageID: own.ImageID}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Tag("own:1", "ops/keep:1"); err != nil {
 		t.Fatal(err)
 	}
 	err = s.RemoveImage(ctx, own.ImageID, []string{"own:1"})
-	if !errors.Is(err, ErrImageInUse) || !strings.Contains(err.Error(), "ops/keep:1") {
-		t.Fatalf("remove of an image an operator tagged too: %v; want ErrImageInUse naming the tag", err)
+	if !errors.Is(err, docker.ErrImageInUse) || !strings.Contains(err.Error(), "ops/keep:1") {
+		t.Fatalf("remove of an image an operator tagged too: %v; want docker.ErrImageInUse naming the tag", err)
 	}
 	held := map[string]bool{}
 	for _, img := range s.Images() {
@@ -255,7 +256,7 @@ func TestSimImagesAreTheAgentsOnlyByID(t *testing.T) {
 	if err := s.RemoveImage(ctx, first.ImageID, nil); err != nil {
 		t.Fatalf("remove of the dangling image: %v", err)
 	}
-	if err := s.RemoveImage(ctx, first.ImageID, nil); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("remove again: %v; want ErrNotFound", err)
+	if err := s.RemoveImage(ctx, first.ImageID, nil); !errors.Is(err, docker.ErrNotFound) {
+		t.Fatalf("remove again: %v; want docker.ErrNotFound", err)
 	}
 }

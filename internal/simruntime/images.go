@@ -1,4 +1,4 @@
-package docker
+package simruntime
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/distribution/reference"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -20,18 +21,18 @@ import (
 // simulated registries has a generation, and RepushImage makes a new one (a new digest, a
 // new image id), which "always" picks up and "if-not-present" does not. Pulls can be slow
 // (they take time through the sleep hook, simulated time in the simulation), fail
-// transiently (retried, SimPullTries in all) or for good, as SetPullFaults says; an image
+// transiently (retried, PullTries in all) or for good, as SetPullFaults says; an image
 // whose name contains fail-pull is unknown to every registry. Everything is a function of the
 // calls made: no wall clock (unless the default sleep is used), no map order.
 
 // danglingRef keys an image no tag names any more.
 const danglingRef = "<none>@"
 
-// SimPullTries is how many times the simulated runtime tries a pull that fails transiently.
-const SimPullTries = 4
+// PullTries is how many times the simulated runtime tries a pull that fails transiently.
+const PullTries = 4
 
-// SimPullFault is what SetPullFaults makes of one try of a pull.
-type SimPullFault struct {
+// PullFault is what SetPullFaults makes of one try of a pull.
+type PullFault struct {
 	// Took is how long the try takes before it succeeds or fails.
 	Took time.Duration
 	// Transient fails the try as a 503 or a stalled transfer would: worth another try.
@@ -40,8 +41,8 @@ type SimPullFault struct {
 	Permanent string
 }
 
-// simImage is an image the simulated engine holds.
-type simImage struct {
+// heldImage is an image the simulated engine holds.
+type heldImage struct {
 	Ref    string `json:"ref"` // normalized reference, the key
 	ID     string `json:"id"`
 	Digest string `json:"digest"`
@@ -49,11 +50,11 @@ type simImage struct {
 	Size   uint64 `json:"size"`
 }
 
-// simRegistry is the registries' side: what the simulated world can change.
-type simRegistry struct {
+// registries is the registries' side: what the simulated world can change.
+type registries struct {
 	generation  map[string]int    // by normalized reference; absent: 1
 	alias       map[string]string // a reference served as another's image (SetAlias)
-	faults      func(image string, try int) SimPullFault
+	faults      func(image string, try int) PullFault
 	sleep       func(ctx context.Context, d time.Duration) error
 	policy      string
 	total, used uint64 // the disk of the images: its size, and what is not images
@@ -61,7 +62,7 @@ type simRegistry struct {
 
 // SetPullFaults makes every later try of a pull (try counts from 1 within one PullImage)
 // behave as f says; nil turns them off.
-func (s *Sim) SetPullFaults(f func(image string, try int) SimPullFault) {
+func (s *Runtime) SetPullFaults(f func(image string, try int) PullFault) {
 	s.mu.Lock()
 	s.reg.faults = f
 	s.mu.Unlock()
@@ -70,15 +71,15 @@ func (s *Sim) SetPullFaults(f func(image string, try int) SimPullFault) {
 // SetSleep replaces how the simulated runtime waits while a pull takes time or backs off
 // (default: the wall clock, cut short by the context). The simulation advances its virtual
 // clock instead.
-func (s *Sim) SetSleep(sleep func(ctx context.Context, d time.Duration) error) {
+func (s *Runtime) SetSleep(sleep func(ctx context.Context, d time.Duration) error) {
 	s.mu.Lock()
 	s.reg.sleep = sleep
 	s.mu.Unlock()
 }
 
 // SetDefaultPullPolicy is the policy for a container that names none (--pull-policy).
-func (s *Sim) SetDefaultPullPolicy(policy string) error {
-	if err := CheckPullPolicy(policy); err != nil {
+func (s *Runtime) SetDefaultPullPolicy(policy string) error {
+	if err := docker.CheckPullPolicy(policy); err != nil {
 		return fmt.Errorf("--pull-policy: %w", err)
 	}
 	s.mu.Lock()
@@ -89,15 +90,15 @@ func (s *Sim) SetDefaultPullPolicy(policy string) error {
 
 // SetDisk sets the simulated disk the images live on: total bytes, and bytes used by other
 // things than images (default 100 GiB, 20 GiB).
-func (s *Sim) SetDisk(total, other uint64) {
+func (s *Runtime) SetDisk(total, other uint64) {
 	s.mu.Lock()
 	s.reg.total, s.reg.used = total, other
 	s.mu.Unlock()
 }
 
 // RepushImage pushes a new image under the reference's tag to its simulated registry.
-func (s *Sim) RepushImage(image string) error {
-	ref, err := simRef(image)
+func (s *Runtime) RepushImage(image string) error {
+	ref, err := imageRef(image)
 	if err != nil {
 		return err
 	}
@@ -112,12 +113,12 @@ func (s *Sim) RepushImage(image string) error {
 
 // SetAlias makes the registries serve under ref the very image they serve under target (the
 // same id and digest): a second tag of one build, or a digest an operator pinned.
-func (s *Sim) SetAlias(ref, target string) error {
-	r, err := simRef(ref)
+func (s *Runtime) SetAlias(ref, target string) error {
+	r, err := imageRef(ref)
 	if err != nil {
 		return err
 	}
-	tg, err := simRef(target)
+	tg, err := imageRef(target)
 	if err != nil {
 		return err
 	}
@@ -131,51 +132,51 @@ func (s *Sim) SetAlias(ref, target string) error {
 }
 
 // Tag names the image src names by dst too, as `docker tag` (an operator's tag): the image is
-// then no longer the agent's alone to delete. ErrNotFound when src names no image.
-func (s *Sim) Tag(src, dst string) (PullOutcome, error) {
-	sr, err := simRef(src)
+// then no longer the agent's alone to delete. docker.ErrNotFound when src names no image.
+func (s *Runtime) Tag(src, dst string) (docker.PullOutcome, error) {
+	sr, err := imageRef(src)
 	if err != nil {
-		return PullOutcome{}, err
+		return docker.PullOutcome{}, err
 	}
-	dr, err := simRef(dst)
+	dr, err := imageRef(dst)
 	if err != nil {
-		return PullOutcome{}, err
+		return docker.PullOutcome{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	img, ok := s.state.Images[sr]
 	if !ok {
-		return PullOutcome{}, fmt.Errorf("tag %s: %w", src, ErrNotFound)
+		return docker.PullOutcome{}, fmt.Errorf("tag %s: %w", src, docker.ErrNotFound)
 	}
 	d := *img
 	d.Ref = dr
-	return PullOutcome{Digest: d.Digest, ImageID: d.ID}, s.putImage(&d)
+	return docker.PullOutcome{Digest: d.Digest, ImageID: d.ID}, s.putImage(&d)
 }
 
 // Preload puts an image on the simulated engine as an operator would (not pulled by the
 // agent: image GC must leave it).
-func (s *Sim) Preload(image string) (PullOutcome, error) {
-	ref, err := simRef(image)
+func (s *Runtime) Preload(image string) (docker.PullOutcome, error) {
+	ref, err := imageRef(image)
 	if err != nil {
-		return PullOutcome{}, err
+		return docker.PullOutcome{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	img := s.registryImage(ref)
 	if err := s.putImage(img); err != nil {
-		return PullOutcome{}, err
+		return docker.PullOutcome{}, err
 	}
-	return PullOutcome{Digest: img.Digest, ImageID: img.ID}, nil
+	return docker.PullOutcome{Digest: img.Digest, ImageID: img.ID}, nil
 }
 
 // Images lists the images the simulated engine holds, by reference.
-func (s *Sim) Images() []PullOutcome {
+func (s *Runtime) Images() []docker.PullOutcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]PullOutcome, 0, len(s.state.Images))
+	out := make([]docker.PullOutcome, 0, len(s.state.Images))
 	for _, ref := range sortedKeys(s.state.Images) {
 		img := s.state.Images[ref]
-		out = append(out, PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled})
+		out = append(out, docker.PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled})
 	}
 	return out
 }
@@ -189,9 +190,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// simRef is the key of an image: its normalized reference, tagged latest when it names no
+// imageRef is the key of an image: its normalized reference, tagged latest when it names no
 // tag or digest (as Docker reads it).
-func simRef(image string) (string, error) {
+func imageRef(image string) (string, error) {
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
 		return "", fmt.Errorf("%q is not an image reference: %v", image, err)
@@ -199,14 +200,14 @@ func simRef(image string) (string, error) {
 	return reference.TagNameOnly(named).String(), nil
 }
 
-func (s *Sim) gen(ref string) int {
+func (s *Runtime) gen(ref string) int {
 	if g, ok := s.reg.generation[ref]; ok {
 		return g
 	}
 	return 1
 }
 
-func simHash(parts ...string) string {
+func digestOf(parts ...string) string {
 	h := sha256.New()
 	for _, p := range parts {
 		h.Write([]byte(p))
@@ -216,7 +217,7 @@ func simHash(parts ...string) string {
 }
 
 // registryImage is what the registry holds under ref now.
-func (s *Sim) registryImage(ref string) *simImage {
+func (s *Runtime) registryImage(ref string) *heldImage {
 	src := ref
 	if a, ok := s.reg.alias[ref]; ok {
 		src = a
@@ -224,12 +225,12 @@ func (s *Sim) registryImage(ref string) *simImage {
 	g := fmt.Sprint(s.gen(src))
 	h := fnv.New32a()
 	h.Write([]byte(src))
-	return &simImage{Ref: ref, ID: simHash("id", src, g), Digest: simHash("digest", src, g), Size: uint64(16+h.Sum32()%240) << 20}
+	return &heldImage{Ref: ref, ID: digestOf("id", src, g), Digest: digestOf("digest", src, g), Size: uint64(16+h.Sum32()%240) << 20}
 }
 
 // namedBy lists the keys under which the engine holds an image id (its tags, and its
 // dangling key when no tag names it), sorted.
-func (s *Sim) namedBy(id string) []string {
+func (s *Runtime) namedBy(id string) []string {
 	var out []string
 	for _, r := range sortedKeys(s.state.Images) {
 		if s.state.Images[r].ID == id {
@@ -239,9 +240,9 @@ func (s *Sim) namedBy(id string) []string {
 	return out
 }
 
-func (s *Sim) putImage(img *simImage) error {
+func (s *Runtime) putImage(img *heldImage) error {
 	if s.state.Images == nil {
-		s.state.Images = map[string]*simImage{}
+		s.state.Images = map[string]*heldImage{}
 	}
 	if old, ok := s.state.Images[img.Ref]; ok && old.ID != img.ID && len(s.namedBy(old.ID)) == 1 {
 		// As Docker does, the image the tag named before stays, untagged, until removed:
@@ -249,23 +250,23 @@ func (s *Sim) putImage(img *simImage) error {
 		d := *old
 		d.Ref = danglingRef + old.ID
 		s.state.Images[d.Ref] = &d
-		if err := s.save(simOp{PutImage: &d}); err != nil {
+		if err := s.save(fileOp{PutImage: &d}); err != nil {
 			return err
 		}
 	}
 	s.state.Images[img.Ref] = img
-	return s.save(simOp{PutImage: img})
+	return s.save(fileOp{PutImage: img})
 }
 
 // PullImage makes the image present as policy says (ImagePuller), as the Docker runtime
 // does: see the package's comment on images for what can happen.
-func (s *Sim) PullImage(ctx context.Context, image, policy string) (PullOutcome, error) {
-	if err := CheckPullPolicy(policy); err != nil {
-		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+func (s *Runtime) PullImage(ctx context.Context, image, policy string) (docker.PullOutcome, error) {
+	if err := docker.CheckPullPolicy(policy); err != nil {
+		return docker.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
-	ref, err := simRef(image)
+	ref, err := imageRef(image)
 	if err != nil {
-		return PullOutcome{}, fmt.Errorf("pull %s: bad reference: %v", image, err)
+		return docker.PullOutcome{}, fmt.Errorf("pull %s: bad reference: %v", image, err)
 	}
 	s.mu.Lock()
 	if policy == "" {
@@ -281,35 +282,35 @@ func (s *Sim) PullImage(ctx context.Context, image, policy string) (PullOutcome,
 	if sleep == nil {
 		sleep = wallSleep
 	}
-	var out PullOutcome
+	var out docker.PullOutcome
 	if present {
-		out = PullOutcome{Digest: cached.Digest, ImageID: cached.ID, RefExisted: true}
+		out = docker.PullOutcome{Digest: cached.Digest, ImageID: cached.ID, RefExisted: true}
 	}
 	switch {
 	case policy == event.PullNever && !present:
-		return PullOutcome{}, fmt.Errorf("pull %s: not present, and pull_policy is never", image)
+		return docker.PullOutcome{}, fmt.Errorf("pull %s: not present, and pull_policy is never", image)
 	case policy == event.PullNever, policy != event.PullAlways && present:
 		return out, nil
 	}
 	if err := failsAt(image, "pull"); err != nil {
-		return PullOutcome{}, fmt.Errorf("pull %s: manifest unknown: simulated failure (image name contains fail-pull)", image)
+		return docker.PullOutcome{}, fmt.Errorf("pull %s: manifest unknown: simulated failure (image name contains fail-pull)", image)
 	}
 	wait := time.Second
 tries:
 	for try := 1; ; try++ {
-		var f SimPullFault
+		var f PullFault
 		if faults != nil {
 			f = faults(image, try)
 		}
 		if err := sleep(ctx, f.Took); err != nil {
-			return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+			return docker.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 		}
 		switch {
 		case f.Permanent != "":
-			return PullOutcome{}, fmt.Errorf("pull %s: %s (simulated)", image, f.Permanent)
-		case f.Transient && try < SimPullTries:
+			return docker.PullOutcome{}, fmt.Errorf("pull %s: %s (simulated)", image, f.Permanent)
+		case f.Transient && try < PullTries:
 			if err := sleep(ctx, wait); err != nil {
-				return PullOutcome{}, fmt.Errorf("pull %s: %w (after %d tries)", image, err, try)
+				return docker.PullOutcome{}, fmt.Errorf("pull %s: %w (after %d tries)", image, err, try)
 			}
 			wait *= 2
 			continue
@@ -317,7 +318,7 @@ tries:
 			out.Note = fmt.Sprintf("pull of %s failed transiently (simulated 503, %d tries); using the cached image %s", image, try, out.ImageID)
 			return out, nil
 		case f.Transient:
-			return PullOutcome{}, fmt.Errorf("pull %s: failed transiently %d times, the last: simulated 503 Service Unavailable", image, try)
+			return docker.PullOutcome{}, fmt.Errorf("pull %s: failed transiently %d times, the last: simulated 503 Service Unavailable", image, try)
 		}
 		break tries
 	}
@@ -325,15 +326,21 @@ tries:
 	defer s.mu.Unlock()
 	img := s.registryImage(ref)
 	if cur, ok := s.state.Images[ref]; ok && cur.ID == img.ID {
-		return PullOutcome{Digest: cur.Digest, ImageID: cur.ID, RefExisted: true}, nil // up to date
+		return docker.PullOutcome{Digest: cur.Digest, ImageID: cur.ID, RefExisted: true}, nil // up to date
 	}
 	// As Docker: the agent's only if the engine held no image of this id before, under any
 	// name (an operator's pinned digest of the same build stays the operator's).
 	img.Pulled = !held[img.ID]
 	if err := s.putImage(img); err != nil {
-		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+		return docker.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
-	return PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled}, nil
+	return docker.PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled}, nil
+}
+
+// PullWith is PullImage without its outcome (docker.PolicyPuller).
+func (s *Runtime) PullWith(ctx context.Context, image, policy string) error {
+	_, err := s.PullImage(ctx, image, policy)
+	return err
 }
 
 func wallSleep(ctx context.Context, d time.Duration) error {
@@ -352,19 +359,19 @@ func wallSleep(ctx context.Context, d time.Duration) error {
 
 // RemoveImage takes back the agent's names of an image (ImageCollector), as the Docker
 // runtime does on Docker: each of refs that still names the image is untagged, refused
-// (ErrImageInUse) when it is the image's last name and a container of any agent, running or
+// (docker.ErrImageInUse) when it is the image's last name and a container of any agent, running or
 // not, was created from it; the image goes with its last name; one still named otherwise is
-// kept (ErrImageInUse, naming what holds it); one left with no name but its dangling key is
+// kept (docker.ErrImageInUse, naming what holds it); one left with no name but its dangling key is
 // removed unless a container uses it.
-func (s *Sim) RemoveImage(ctx context.Context, imageID string, refs []string) error {
+func (s *Runtime) RemoveImage(ctx context.Context, imageID string, refs []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	user := func() *simContainer {
+	user := func() *container {
 		for _, id := range sortedKeys(s.state.Containers) {
 			c := s.state.Containers[id]
 			uses := c.ImageID == imageID
 			if c.ImageID == "" {
-				cref, _ := simRef(c.Image)
+				cref, _ := imageRef(c.Image)
 				uses = s.state.Images[cref] != nil && s.state.Images[cref].ID == imageID
 			}
 			if uses {
@@ -375,7 +382,7 @@ func (s *Sim) RemoveImage(ctx context.Context, imageID string, refs []string) er
 	}
 	untagged := false
 	for _, r := range refs {
-		ref, err := simRef(r)
+		ref, err := imageRef(r)
 		if err != nil {
 			continue
 		}
@@ -384,7 +391,7 @@ func (s *Sim) RemoveImage(ctx context.Context, imageID string, refs []string) er
 		}
 		if len(s.namedBy(imageID)) == 1 {
 			if c := user(); c != nil {
-				return fmt.Errorf("remove image %s: untag %s: %w: container %s uses it", imageID, ref, ErrImageInUse, c.ID)
+				return fmt.Errorf("remove image %s: untag %s: %w: container %s uses it", imageID, ref, docker.ErrImageInUse, c.ID)
 			}
 		}
 		if err := s.untag(ref, imageID); err != nil {
@@ -397,22 +404,22 @@ func (s *Sim) RemoveImage(ctx context.Context, imageID string, refs []string) er
 	case len(names) == 0 && untagged:
 		return nil // the last name took the image with it
 	case len(names) == 0:
-		return fmt.Errorf("remove image %s: %w", imageID, ErrNotFound)
+		return fmt.Errorf("remove image %s: %w", imageID, docker.ErrNotFound)
 	case names[0] != danglingRef+imageID || len(names) > 1:
-		return fmt.Errorf("remove image %s: %w: still named %s", imageID, ErrImageInUse, strings.Join(slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, danglingRef) }), ", "))
+		return fmt.Errorf("remove image %s: %w: still named %s", imageID, docker.ErrImageInUse, strings.Join(slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, danglingRef) }), ", "))
 	}
 	if c := user(); c != nil {
-		return fmt.Errorf("remove image %s: %w: container %s uses it", imageID, ErrImageInUse, c.ID)
+		return fmt.Errorf("remove image %s: %w: container %s uses it", imageID, docker.ErrImageInUse, c.ID)
 	}
 	delete(s.state.Images, names[0])
-	return s.save(simOp{DelImage: names[0]})
+	return s.save(fileOp{DelImage: names[0]})
 }
 
 // untag removes one name of an image, as Docker does: when the name is a tag and no other tag
 // of its repository names the image, the digest names of that repository go with it (Docker
 // reads them as belonging to the tag) — so an operator's REG/app@sha256:… goes when the
 // agent's REG/app:task of the same image is taken back.
-func (s *Sim) untag(ref, imageID string) error {
+func (s *Runtime) untag(ref, imageID string) error {
 	drop := []string{ref}
 	if named, err := reference.ParseNormalizedNamed(ref); err == nil {
 		if _, digested := named.(reference.Digested); !digested {
@@ -436,7 +443,7 @@ func (s *Sim) untag(ref, imageID string) error {
 	}
 	for _, r := range drop {
 		delete(s.state.Images, r)
-		if err := s.save(simOp{DelImage: r}); err != nil {
+		if err := s.save(fileOp{DelImage: r}); err != nil {
 			return err
 		}
 	}
@@ -445,7 +452,7 @@ func (s *Sim) untag(ref, imageID string) error {
 
 // ImageDiskFree is the simulated disk of the images (ImageCollector): what SetDisk set,
 // less the images held.
-func (s *Sim) ImageDiskFree(ctx context.Context) (free, total uint64, err error) {
+func (s *Runtime) ImageDiskFree(ctx context.Context) (free, total uint64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	total, used := s.reg.total, s.reg.used
@@ -462,8 +469,8 @@ func (s *Sim) ImageDiskFree(ctx context.Context) (free, total uint64, err error)
 }
 
 // imageIDOf is the id of the image a container is created from (empty: not present).
-func (s *Sim) imageIDOf(image string) string {
-	ref, err := simRef(image)
+func (s *Runtime) imageIDOf(image string) string {
+	ref, err := imageRef(image)
 	if err != nil {
 		return ""
 	}

@@ -1,0 +1,32 @@
+package docker_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtimetest"
+)
+
+// The Docker Engine runtime keeps the runtime contract (package runtimetest) on this machine's
+// engine, with the test image (make testbox-image). Every container of the test's agents is
+// removed when the test ends, and any the test left behind fails it.
+func TestDockerKeepsTheRuntimeContract(t *testing.T) {
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("Docker Engine tests: run with make test-docker")
+	}
+	runtimetest.Run(t, func(t *testing.T) runtimetest.Engine {
+		return runtimetest.Engine{Image: docker.Testbox, Open: func(t *testing.T, agent string) docker.Full {
+			e, err := docker.NewEngine(context.Background(), "", agent, docker.PullConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				docker.RemoveAgentContainers(t, agent)
+				e.Close()
+			})
+			return e
+		}}
+	})
+}
