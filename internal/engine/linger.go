@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/agentd/agentd/internal/fsm"
@@ -14,15 +13,17 @@ import (
 // bench lifecycle's 10,000-task storm made 0.7–1.0 commits a task.
 //
 // It protects a lone task's latency: a burst waits only while another fast runtime call
-// (create, start, inspect, remove) is running, never for a pull or a stop (they may take
-// minutes or a stop timeout), a report or a poll; and at most half the last commit's time
-// (≤ maxLinger) in all, the same bound as the journal's own group commit (journal/append.go).
+// (create, start, inspect, remove) is out, never for a pull or a stop (they may take minutes
+// or a stop timeout), a report or a poll; and at most half the last commit's time (≤
+// maxLinger) in all, the same bound as the journal's own group commit (journal/append.go) —
+// also when the call out waits for an executor slot behind slow ones. Only the loop's
+// goroutine touches it (release, handleAction, drain).
 type linger struct {
 	// running counts the fast runtime calls released whose outcome the loop has not taken:
 	// counted from their release, not from when their goroutine first runs — the loop is
 	// back for its next input before the calls it just released have begun, and a count of
 	// calls begun made most bursts close at once (bench lifecycle: 86% of them).
-	running atomic.Int64
+	running int
 	wait    time.Duration // half the last commit's time, at most maxLinger
 }
 
@@ -40,13 +41,13 @@ func lingersFor(k fsm.ActionKind) bool {
 // started counts a call released to run; taken, its outcome reaching the loop.
 func (l *linger) started(k fsm.ActionKind) {
 	if lingersFor(k) {
-		l.running.Add(1)
+		l.running++
 	}
 }
 
 func (l *linger) taken(k fsm.ActionKind) {
 	if lingersFor(k) {
-		l.running.Add(-1)
+		l.running--
 	}
 }
 
@@ -66,7 +67,7 @@ func drainInto(inputs <-chan Input, l *linger, take func(Input)) {
 			continue
 		default:
 		}
-		if l.running.Load() <= 0 || l.wait <= 0 {
+		if l.running <= 0 || l.wait <= 0 {
 			break
 		}
 		if timer == nil {
