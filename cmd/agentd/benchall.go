@@ -56,7 +56,9 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 		return err
 	}
 	add(benchRow{"lifecycle", fmt.Sprintf("tasks/s, %d tasks unthrottled", tasks), l.TasksPerSec, "-", 0, "≥ 1000", l.TasksPerSec >= 1000})
-	add(benchRow{"lifecycle", "journal commits per task", l.CommitsPerTask, "ECS agent: ≥ 1 DB.Batch per transition, ~10 a task", 0, "-", true})
+	add(benchRow{"lifecycle", "journal commits per task", l.CommitsPerTask, "ECS agent: ≥ 1 DB.Batch per transition, ~10 a task", 0, "≤ 0.5", l.CommitsPerTask <= 0.5})
+	add(benchRow{"lifecycle", "CPU ms per task (agent, control plane and sim in one process)", l.CPUPerTaskMs, "-", 0, "-", true})
+	add(benchRow{"lifecycle", fmt.Sprintf("a lone task's assign → STOPPED accepted, p99 ms (%d one at a time)", l.LoneTasks), l.LoneP99Ms, fmt.Sprintf("p50 %.1f ms", l.LoneP50Ms), 0, "-", true})
 	add(benchRow{"lifecycle", "journal bytes written per task", l.DiskBytesPerTask, fmt.Sprintf("%.1f records, %.0f record bytes", l.RecordsPerTask, l.RecordBytesPerTask), 0, "-", true})
 	add(benchRow{"lifecycle", "journal used bytes per record (snapshots, pages)", l.BytesPerRecord, fmt.Sprintf("%d bytes used at the end", l.UsedBytes), 0, "≤ 150", l.BytesPerRecord <= 150})
 
