@@ -110,8 +110,11 @@ func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention 
 }
 
 // overBudget plans the early drops when the journal's bytes in use pass maxBytes. What a
-// task's history holds is estimated as the bytes in use over the tasks that have one (live,
-// or tombstoned with their history): records without a task go with the oldest dropped.
+// task's history holds is estimated as the bytes in use, less the snapshots', over the tasks
+// that have one (live, or tombstoned with their history): records without a task go with the
+// oldest dropped. The snapshots stay whatever is dropped — they hold every tombstone until its
+// retention ends — so they are not counted as history; when the tombstones are what keeps the
+// journal over its budget, health says so (issue 25: it blamed the live tasks).
 func (p *CompactionPlan) overBudget(st *fsm.State, j *journal.Journal, maxBytes int64) error {
 	inUse, err := j.InUse()
 	if err != nil {
@@ -121,6 +124,11 @@ func (p *CompactionPlan) overBudget(st *fsm.State, j *journal.Journal, maxBytes 
 	if inUse <= maxBytes {
 		return nil
 	}
+	snaps, err := j.SnapshotBytes()
+	if err != nil {
+		return err
+	}
+	snaps = min(snaps, inUse)
 	type cand struct {
 		arn string
 		seq uint64
@@ -137,7 +145,7 @@ func (p *CompactionPlan) overBudget(st *fsm.State, j *journal.Journal, maxBytes 
 		}
 	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seq, b.seq) })
-	perTask := inUse / int64(max(withHistory, 1))
+	perTask := (inUse - snaps) / int64(max(withHistory, 1))
 	need := inUse - int64(budgetAim*float64(maxBytes))
 	n := min(len(cands), int((need+perTask-1)/max(perTask, 1)))
 	for _, c := range cands[:n] {
@@ -148,10 +156,27 @@ func (p *CompactionPlan) overBudget(st *fsm.State, j *journal.Journal, maxBytes 
 		p.Cut = max(p.Cut, min(cands[n-1].seq, p.UpTo)) // their payloads and reports go with them
 	}
 	if left := inUse - int64(n)*perTask; n == len(cands) && left > maxBytes {
-		p.OverBudget = fmt.Sprintf("journal holds %d bytes, %d after dropping every cleaned task's history: more than --journal-max-bytes %d; the live tasks' history alone needs more", inUse, left, maxBytes)
+		p.OverBudget = overBudgetProblem(st, inUse, left, snaps, perTask, maxBytes)
 	}
 	slices.Sort(p.Early)
 	return nil
+}
+
+// overBudgetProblem names what keeps the journal over its budget once every cleaned task's
+// history it may drop is gone (left bytes): the live tasks' own history (perTask each), or
+// the rest — the snapshots and the records since the older one, which compaction never cuts
+// (PlanCompaction). The rest grows with the tombstones: every snapshot holds them all, and
+// snapshots come every 4 records per task or tombstone held (SnapshotInterval), so a
+// tombstone kept until its retention ends costs about a kilobyte of journal, not its
+// snapshot bytes alone.
+func overBudgetProblem(st *fsm.State, inUse, left, snaps, perTask, maxBytes int64) string {
+	live := int64(len(st.Tasks)) * perTask
+	msg := fmt.Sprintf("journal holds %d bytes, %d after dropping every cleaned task's history it may: more than --journal-max-bytes %d; the %d live tasks' history is about %d, the rest (%d in snapshots, the records since the older one) grows with the %d tombstones",
+		inUse, left, maxBytes, len(st.Tasks), live, snaps, len(st.Tombstones))
+	if live <= maxBytes && len(st.Tombstones) >= len(st.Tasks) {
+		return msg + "; the tombstones need more, and they stay until --retention ends: shorten --retention or raise --journal-max-bytes"
+	}
+	return msg + "; the live tasks need more"
 }
 
 // Empty reports whether there is nothing to forget.
