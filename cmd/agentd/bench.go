@@ -18,6 +18,7 @@ type benchCmd struct {
 	Lifecycle benchLifecycleCmd `cmd:"" help:"Full task lifecycles through a real agent and an unthrottled in-process control plane."`
 	Recovery  benchRecoveryCmd  `cmd:"" help:"Open → projection rebuilt → ready, on journals of growing size with 10k live tasks; with snapshots and without."`
 	Docker    benchDockerCmd    `cmd:"" help:"Task lifecycles on the Docker Engine through agentd, beside a bare moby-client loop doing the same."`
+	RSS       benchRSSCmd       `cmd:"" name:"rss" help:"The agent's own RSS (a child agentd on the simulated runtime): peak in a burst of tasks vs steady after, and at rest with many remembered tasks beside a fresh agent."`
 	Fleet     benchFleetCmd     `cmd:"" help:"N whole agents in one process against one throttled control plane: storm, slow control plane, outages; the naive policy beside."`
 	All       benchAllCmd       `cmd:"" help:"Every benchmark, one table: figure, baseline, ratio, target, pass/fail."`
 }
@@ -47,6 +48,43 @@ func (b *benchRecoveryCmd) Run(ctx context.Context) error {
 		fmt.Printf("largest vs smallest ready time: %.2fx (target ≤ 1.2x); smallest ready %.0f ms (target ≤ 1000 ms at 1M)\n", res.LargeVsSmall, res.Rows[0].ReadyMs)
 	}
 	return nil
+}
+
+type benchRSSCmd struct {
+	Burst      int           `default:"20000" help:"One-container tasks posted at once to one agent."`
+	Remembered int           `default:"100000" help:"Cleaned tasks within the retention in the journal of the agent measured at rest."`
+	Settle     time.Duration `default:"10s" help:"How long after the burst's last cleanup the steady RSS is read."`
+	Agentd     string        `help:"The agentd binary run as the agent (default: this one); another build, to compare."`
+	Dir        string        `help:"Directory for the temporary data dirs (default: the system's temp dir)."`
+	JSON       bool          `name:"json" help:"Print one JSON object."`
+}
+
+func (b *benchRSSCmd) Run(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if b.Agentd != "" {
+		self = b.Agentd
+	}
+	res, err := benchmark.RSS(ctx, benchmark.RSSOptions{Agentd: self, Dir: b.Dir, Burst: b.Burst, Remembered: b.Remembered, Settle: b.Settle})
+	if err != nil {
+		return err
+	}
+	if b.JSON {
+		return json.NewEncoder(os.Stdout).Encode(res)
+	}
+	return printRows(rssRows(res))
+}
+
+// rssRows are the RSS benchmark's rows, the same in `bench rss` and `bench all`.
+func rssRows(r benchmark.RSSResult) []benchRow {
+	return []benchRow{
+		{"rss", fmt.Sprintf("peak RSS MB, %d tasks posted at once to one agent", r.Burst), r.PeakMB,
+			fmt.Sprintf("at rest after, restarted %.0f MB (same process 10 s after: %.0f, %.2fx); fresh %.0f", r.RestartedMB, r.SteadyMB, r.PeakVsSteady, r.FreshMB), r.PeakVsRest, "≤ 2x at rest", r.PeakVsRest <= 2},
+		{"rss", fmt.Sprintf("RSS MB at rest, %d remembered tasks", r.Remembered), r.RememberedMB,
+			fmt.Sprintf("fresh agent %.0f MB", r.FreshMB), r.RememberedMB / max(r.FreshMB, 1), "-", true},
+	}
 }
 
 type benchLifecycleCmd struct {

@@ -70,6 +70,22 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 	add(benchRow{"remembered", "heap bytes per remembered task, 100,000 cleaned", remHeap,
 		fmt.Sprintf("built %.0f, restored %.0f; snapshot %.0f bytes a task", rem.HeapPerTask, rem.RestoredPerTask, rem.SnapshotPerTask), 0, "≤ 300", remHeap <= 300})
 
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ro := benchmark.RSSOptions{Agentd: self, Dir: b.Dir, Burst: 20000, Remembered: 100000, Settle: 10 * time.Second}
+	if b.Quick {
+		ro.Burst, ro.Remembered = 2000, 10000
+	}
+	rss, err := benchmark.RSS(ctx, ro)
+	if err != nil {
+		return err
+	}
+	for _, r := range rssRows(rss) {
+		add(r)
+	}
+
 	th, err := benchmark.Throttled(ctx, benchmark.ThrottledOptions{Dir: b.Dir, RPS: 10, Tasks: tasks / 2})
 	if err != nil {
 		return err

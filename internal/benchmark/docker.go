@@ -263,6 +263,7 @@ func agentArgs(dir, backend, agentID, host string) []string {
 
 // agentRun is one running agent under test, however it was started.
 type agentRun struct {
+	pid     int             // the agent's process id when it is a child process (0: a container)
 	exited  <-chan struct{} // closed when the agent has ended, by itself or by stop
 	exitErr func() error    // why it ended, once exited is closed
 	// stop ends the agent and says what it used: CPU time and peak memory in bytes.
@@ -328,7 +329,7 @@ func childAgent(path string) agentLauncher {
 			}
 			logf.Close()
 		}
-		return &agentRun{exited: exited, exitErr: func() error { return waitErr }, stop: stop, log: logTail}, cleanup, nil
+		return &agentRun{pid: cmd.Process.Pid, exited: exited, exitErr: func() error { return waitErr }, stop: stop, log: logTail}, cleanup, nil
 	}
 }
 
@@ -413,13 +414,17 @@ func tail(b []byte, n int) string {
 }
 
 // procPeakKB is a process's peak resident set (VmHWM) in KiB, 0 when it cannot be read.
-func procPeakKB(pid int) int64 {
+func procPeakKB(pid int) int64 { return procStatusKB(pid, "VmHWM:") }
+
+// procStatusKB is a field of /proc/<pid>/status counted in KiB (VmHWM, VmRSS), 0 when it
+// cannot be read.
+func procStatusKB(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(l, field); ok {
 			var kb int64
 			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb)
 			return kb
