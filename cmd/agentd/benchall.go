@@ -56,7 +56,9 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 		return err
 	}
 	add(benchRow{"lifecycle", fmt.Sprintf("tasks/s, %d tasks unthrottled", tasks), l.TasksPerSec, "-", 0, "≥ 1000", l.TasksPerSec >= 1000})
-	add(benchRow{"lifecycle", "journal commits per task", l.CommitsPerTask, "ECS agent: ≥ 1 DB.Batch per transition, ~10 a task", 0, "-", true})
+	add(benchRow{"lifecycle", "journal commits per task", l.CommitsPerTask, "ECS agent: ≥ 1 DB.Batch per transition, ~10 a task", 0, "≤ 0.5", l.CommitsPerTask <= 0.5})
+	add(benchRow{"lifecycle", "CPU ms per task (agent, control plane and sim in one process)", l.CPUPerTaskMs, "-", 0, "-", true})
+	add(benchRow{"lifecycle", fmt.Sprintf("a lone task's assign → STOPPED accepted, p99 ms (%d one at a time)", l.LoneTasks), l.LoneP99Ms, fmt.Sprintf("p50 %.1f ms", l.LoneP50Ms), 0, "-", true})
 	add(benchRow{"lifecycle", "journal bytes written per task", l.DiskBytesPerTask, fmt.Sprintf("%.1f records, %.0f record bytes", l.RecordsPerTask, l.RecordBytesPerTask), 0, "-", true})
 	add(benchRow{"lifecycle", "journal used bytes per record (snapshots, pages)", l.BytesPerRecord, fmt.Sprintf("%d bytes used at the end", l.UsedBytes), 0, "≤ 150", l.BytesPerRecord <= 150})
 
@@ -67,6 +69,22 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 	remHeap := max(rem.HeapPerTask, rem.RestoredPerTask)
 	add(benchRow{"remembered", "heap bytes per remembered task, 100,000 cleaned", remHeap,
 		fmt.Sprintf("built %.0f, restored %.0f; snapshot %.0f bytes a task", rem.HeapPerTask, rem.RestoredPerTask, rem.SnapshotPerTask), 0, "≤ 300", remHeap <= 300})
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ro := benchmark.RSSOptions{Agentd: self, Dir: b.Dir, Burst: 20000, Remembered: 100000, Settle: 10 * time.Second}
+	if b.Quick {
+		ro.Burst, ro.Remembered = 2000, 10000
+	}
+	rss, err := benchmark.RSS(ctx, ro)
+	if err != nil {
+		return err
+	}
+	for _, r := range rssRows(rss) {
+		add(r)
+	}
 
 	th, err := benchmark.Throttled(ctx, benchmark.ThrottledOptions{Dir: b.Dir, RPS: 10, Tasks: tasks / 2})
 	if err != nil {

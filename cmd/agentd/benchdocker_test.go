@@ -29,6 +29,14 @@ func TestDockerBenchRunsBothSides(t *testing.T) {
 	if res.Tasks != 8 || res.BareSeconds <= 0 || res.AgentSeconds <= 0 || res.AgentCPUPer1k <= 0 || res.AgentPeakMB <= 0 {
 		t.Fatalf("implausible: %+v", res)
 	}
+	// Counted at the engine's door: the bare loop's create, start, wait and remove, and the
+	// agent no more for a task without ports (an inspect after each start would make it 5).
+	if res.BareCalls.PerTask != 4 {
+		t.Fatalf("bare loop: %.2f calls a task (%s), want create, start, wait, remove", res.BareCalls.PerTask, res.BareCalls)
+	}
+	if res.AgentCalls.PerTask <= 0 || res.AgentCalls.PerTask > res.BareCalls.PerTask {
+		t.Fatalf("agentd: %.2f calls a task (%s), want at most the bare loop's %.0f", res.AgentCalls.PerTask, res.AgentCalls, res.BareCalls.PerTask)
+	}
 	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=io.agentd.bench", "--format", "{{.Names}}").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "" {
 		t.Fatalf("containers left behind: %q %v", out, err)
@@ -55,7 +63,7 @@ func TestDockerBenchRunsTheAgentsImage(t *testing.T) {
 		res.AgentSeconds <= 0 || res.AgentCPUPer1k <= 0 || res.AgentPeakMB <= 0 {
 		t.Fatalf("a side has no figures: %+v", res)
 	}
-	if rows := dockerRows(res); len(rows) != 6 || !strings.Contains(rows[3].Figure, image) {
+	if rows := dockerRows(res); len(rows) != 7 || !strings.Contains(rows[4].Figure, image) {
 		t.Fatalf("the container's rows are not beside the process's: %+v", rows)
 	}
 	assertBenchLeftNothing(t, dir)

@@ -55,6 +55,10 @@ type DockerResult struct {
 	ContainerRatio     float64 `json:"ratio_container_vs_bare,omitempty"`
 	ContainerCPUPer1k  float64 `json:"container_cpu_seconds_per_1000,omitempty"`
 	ContainerPeakMemMB float64 `json:"container_peak_cgroup_memory_mb,omitempty"`
+	// The Docker API calls of each side, counted by a proxy in front of the engine
+	// (dockercalls.go): the agent's per task beside the bare loop's, for tasks without ports.
+	AgentCalls DockerCalls `json:"agent_calls"`
+	BareCalls  DockerCalls `json:"bare_calls"`
 }
 
 // Docker runs Tasks one-container lifecycles twice on the Docker Engine, Concurrency at a
@@ -65,7 +69,9 @@ type DockerResult struct {
 // summed wall times says what the agent adds. The agent's CPU time and peak RSS come from the
 // kernel's accounting of its process (a fresh one each round: its start is counted). With
 // AgentImage the agent also runs as a container of that image, a third side in the same
-// rotation, measured by its cgroup (containerAgent).
+// rotation, measured by its cgroup (containerAgent). The bare loop and the agent's process
+// reach the engine through a proxy each that counts their calls (callProxy), so both pay its
+// hop; the agent's container does not.
 func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 	res := DockerResult{Tasks: o.Tasks, Concurrency: o.Concurrency}
 	if o.Tasks <= 0 || o.Concurrency <= 0 {
@@ -100,8 +106,9 @@ func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 		launch    agentLauncher
 		took, cpu time.Duration
 		peak      int64
+		counted   bool // through a call-counting proxy (the child process)
 	}
-	sides := []*agentSide{{launch: childAgent(o.Agentd)}}
+	sides := []*agentSide{{launch: childAgent(o.Agentd), counted: true}}
 	if o.AgentImage != "" {
 		sides = append(sides, &agentSide{launch: containerAgent(cli, o.AgentImage)})
 	}
@@ -111,15 +118,28 @@ func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 		for i := 0; i < n; i++ {
 			side := (i + r) % n // each round starts one side later
 			if side == 0 {
-				took, err := bareLoop(ctx, cli, per)
+				took, calls, err := countedBareLoop(ctx, cli, per)
 				if err != nil {
 					return res, err
 				}
 				bare += took
+				res.BareCalls.add(calls, per.Tasks)
 				continue
 			}
 			s := sides[side-1]
-			took, cpu, peak, err := agentLoop(ctx, cli, per, s.launch)
+			var proxy *callProxy
+			host := o.Host
+			if s.counted {
+				if proxy, err = newCallProxy(o.Dir, cli.DaemonHost()); err != nil {
+					return res, err
+				}
+				host = proxy.host()
+			}
+			took, cpu, peak, err := agentLoop(ctx, cli, per, host, s.launch)
+			if proxy != nil {
+				res.AgentCalls.add(proxy.counts(), per.Tasks)
+				proxy.close()
+			}
 			if err != nil {
 				return res, err
 			}
@@ -129,6 +149,8 @@ func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 		}
 	}
 	res.Tasks = per.Tasks * o.Rounds
+	res.AgentCalls.done()
+	res.BareCalls.done()
 	per1k := func(cpu time.Duration) float64 { return cpu.Seconds() * 1000 / float64(res.Tasks) }
 	res.BareSeconds, res.AgentSeconds = bare.Seconds(), sides[0].took.Seconds()
 	res.Ratio = res.AgentSeconds / res.BareSeconds
@@ -145,6 +167,22 @@ func Docker(ctx context.Context, o DockerOptions) (DockerResult, error) {
 }
 
 const benchLabel = "io.agentd.bench"
+
+// countedBareLoop is bareLoop through a call-counting proxy of its own.
+func countedBareLoop(ctx context.Context, cli *client.Client, o DockerOptions) (time.Duration, map[string]int, error) {
+	proxy, err := newCallProxy(o.Dir, cli.DaemonHost())
+	if err != nil {
+		return 0, nil, err
+	}
+	defer proxy.close()
+	pcli, err := client.New(client.WithHost(proxy.host()))
+	if err != nil {
+		return 0, nil, fmt.Errorf("bench docker: client through the call counter: %w", err)
+	}
+	defer pcli.Close()
+	took, err := bareLoop(ctx, pcli, o)
+	return took, proxy.counts(), err
+}
 
 // bareLoop is the yardstick: Concurrency workers, each taking the next of Tasks and doing
 // what one lifecycle must ask of the engine, nothing more.
@@ -225,6 +263,7 @@ func agentArgs(dir, backend, agentID, host string) []string {
 
 // agentRun is one running agent under test, however it was started.
 type agentRun struct {
+	pid     int             // the agent's process id when it is a child process (0: a container)
 	exited  <-chan struct{} // closed when the agent has ended, by itself or by stop
 	exitErr func() error    // why it ended, once exited is closed
 	// stop ends the agent and says what it used: CPU time and peak memory in bytes.
@@ -290,14 +329,14 @@ func childAgent(path string) agentLauncher {
 			}
 			logf.Close()
 		}
-		return &agentRun{exited: exited, exitErr: func() error { return waitErr }, stop: stop, log: logTail}, cleanup, nil
+		return &agentRun{pid: cmd.Process.Pid, exited: exited, exitErr: func() error { return waitErr }, stop: stop, log: logTail}, cleanup, nil
 	}
 }
 
 // agentLoop runs an agent against an in-process control plane and keeps Concurrency tasks
 // assigned until Tasks have been cleaned; a task counts as cleaned when the engine reports
 // its container destroyed. It returns the wall time and what the agent used.
-func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, launch agentLauncher) (time.Duration, time.Duration, int64, error) {
+func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, host string, launch agentLauncher) (time.Duration, time.Duration, int64, error) {
 	dir, err := os.MkdirTemp(o.Dir, "agentd-bench-docker-")
 	if err != nil {
 		return 0, 0, 0, err
@@ -320,7 +359,7 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, launch 
 	events := cli.Events(ectx, client.EventsListOptions{Filters: client.Filters{}.
 		Add("type", "container").Add("event", "destroy").Add("label", docker.LabelAgent+"="+agentID)})
 
-	run, cleanup, err := launch(ctx, dir, agentArgs(dir, "http://"+ln.Addr().String(), agentID, o.Host))
+	run, cleanup, err := launch(ctx, dir, agentArgs(dir, "http://"+ln.Addr().String(), agentID, host))
 	defer cleanup()
 	if err != nil {
 		return 0, 0, 0, err
@@ -375,13 +414,17 @@ func tail(b []byte, n int) string {
 }
 
 // procPeakKB is a process's peak resident set (VmHWM) in KiB, 0 when it cannot be read.
-func procPeakKB(pid int) int64 {
+func procPeakKB(pid int) int64 { return procStatusKB(pid, "VmHWM:") }
+
+// procStatusKB is a field of /proc/<pid>/status counted in KiB (VmHWM, VmRSS), 0 when it
+// cannot be read.
+func procStatusKB(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(l, field); ok {
 			var kb int64
 			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb)
 			return kb

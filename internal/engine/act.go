@@ -89,10 +89,13 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 		failpoint.Hit("runtime-after-create-before-journal")
 	case fsm.ActStart:
 		err = rt.Start(ctx, id)
-		if err == nil || plainFailure(err) {
-			// The ports bound for it go with its RUNNING; and a container may end before its
-			// start is journaled: say so now. A start that answered an error may yet have run
-			// the container (it ended before the answer): the runtime's start time says so.
+		if (err == nil && len(a.Spec.Ports) > 0) || plainFailure(err) {
+			// The ports bound for it go with its RUNNING, so only a container with ports is
+			// asked after a start that answered: an exit before the answer comes from the exit
+			// stream too, held until this RUNNING is journaled (fsm HeldExitAfter), OOM kills
+			// with it (docker/exits.go) — one engine call a task less. A start that answered an
+			// error may yet have run the container (it ended before the answer): the runtime's
+			// start time says so.
 			if st, ierr := rt.Inspect(ctx, id); ierr == nil {
 				res.Saw(observed(st))
 				res.Ran, res.StartedAt = err != nil && !st.StartedAt.IsZero(), st.StartedAt
@@ -165,6 +168,7 @@ func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	a, r := in.Action, in.Result
 	key := a.Key()
 	e.calls.out.End(key)
+	e.linger.taken(a.Kind)
 	if a.Kind == fsm.ActRemoveImage {
 		e.imageRemovalEnded(now, a, r)
 		return

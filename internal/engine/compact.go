@@ -32,6 +32,9 @@ func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention 
 		if f.InUse, err = j.InUse(); err != nil {
 			return CompactionPlan{}, err
 		}
+		if f.SnapshotBytes, err = j.SnapshotBytes(); err != nil {
+			return CompactionPlan{}, err
+		}
 	}
 	return CompactionPlan{st.PlanCompaction(now, fsm.CompactionPolicy{Retention: retention, MaxBytes: maxBytes}, f)}, nil
 }

@@ -14,8 +14,9 @@
 //
 // # The burst protocol
 //
-// The loop works in bursts. A burst takes the inputs that are waiting (up to 256), then
-// decides until nothing more follows from the journal alone, then commits once:
+// The loop works in bursts. A burst takes the inputs that are waiting (up to 256), and those
+// of fast runtime calls still out for at most half a commit (linger.go), then decides until
+// nothing more follows from the journal alone, then commits once:
 //
 //  1. Each input goes to the core, which returns records. Each record is numbered (the loop
 //     is the journal's only appender, and Append checks the numbers), applied to the

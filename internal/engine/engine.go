@@ -64,6 +64,7 @@ type Engine struct {
 	sub        *submit.Submitter // the reports' pacing and batching (internal/submit)
 
 	inbox   inbox
+	linger  linger // how long a burst waits for calls about to end (linger.go)
 	health  health
 	metrics *Metrics
 }

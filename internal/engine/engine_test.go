@@ -293,6 +293,44 @@ func TestCompactionDropsOnlyLongCleanedHistory(t *testing.T) {
 	}
 }
 
+// Tombstones stay until their retention ends, whatever the budget: a journal kept over
+// --journal-max-bytes by the snapshots that hold them, once every cleaned task's history is
+// gone, is named in health as that (issue 25), not left unnamed nor blamed on the live tasks.
+func TestTombstonesOverTheBudgetAreNamedInHealth(t *testing.T) {
+	r := newRig(t, 0)
+	r.cfg.Retention, r.cfg.SnapshotEvery, r.cfg.JournalMaxBytes = time.Hour, 10, 48<<10
+	r.crash() // take the new config
+	r.assign("task/live", "RUNNING", ctr("app"))
+	const tasks = 400
+	for i := 0; i < tasks; i++ {
+		r.assign(fmt.Sprintf("task/done-%04d", i), "RUNNING", ctr("app", "exit", "0"))
+		r.advance(time.Second)
+	}
+	st := r.e.State()
+	for arn, ts := range st.Tombstones {
+		if !ts.HistoryDropped && arn < "task/done-0200" {
+			t.Fatalf("%s kept its history past the budget: the journal never went over it", arn)
+		}
+	}
+	problem := healthOf(r.e, engine.HealthJournalBudget)
+	if !strings.Contains(problem, "the tombstones need more") || !strings.Contains(problem, "--journal-max-bytes 49152") {
+		t.Fatalf("health journal_budget says %q; want the tombstones named as what keeps the journal over its budget", problem)
+	}
+	if n := len(r.records("task/done-0000", event.TypeTaskAdded)); n != 0 || st.Tombstones["task/done-0000"] == nil {
+		t.Fatal("the first task's history is still there, or its tombstone is gone")
+	}
+}
+
+// healthOf is the problem health shows for src ("" while it works).
+func healthOf(e *engine.Engine, src engine.HealthSource) string {
+	for _, s := range e.Health() {
+		if s.Source == src {
+			return s.Problem
+		}
+	}
+	return ""
+}
+
 // Past --journal-max-bytes, compaction drops a cleaned task's history before its retention
 // ends and keeps its tombstone: a re-send of it is recognised, not run. A budget too small
 // even for the live task's history is named in health (journal_budget), not silently missed.
@@ -323,7 +361,7 @@ func TestJournalBudgetDropsCleanedHistoryEarlyKeepingTombstones(t *testing.T) {
 			problem = s.Problem
 		}
 	}
-	if !strings.Contains(problem, "--journal-max-bytes 1") {
+	if !strings.Contains(problem, "--journal-max-bytes 1;") || !strings.Contains(problem, "the live tasks need more") {
 		t.Fatalf("health journal_budget says %q; want the budget too small for the live tasks named", problem)
 	}
 	res, err := r.j.Verify(nil)

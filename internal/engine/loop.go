@@ -38,17 +38,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		case in := <-e.inbox.in:
 			e.beginBurst(loopCtx)
 			e.handle(in)
-			// Take what else is waiting into the same burst: one decision round and one
-			// commit for all of it.
-			for n := 0; n < 256; n++ {
-				select {
-				case in := <-e.inbox.in:
-					e.handle(in)
-					continue
-				default:
-				}
-				break
-			}
+			// Take what else is waiting, and the outcomes of calls about to end, into the
+			// same burst: one decision round and one commit for all of it (linger.go).
+			e.drain()
 			e.react()
 			_, _ = e.endBurst()
 		case q := <-e.inbox.queries:

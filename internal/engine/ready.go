@@ -177,7 +177,9 @@ func (e *Engine) endBurst() (Ready, error) {
 		} else {
 			_, err = e.j.Append(b.ctx, ready.Records...)
 		}
-		e.metrics.commitLatency.Observe(time.Since(start).Seconds())
+		took := time.Since(start)
+		e.metrics.commitLatency.Observe(took.Seconds())
+		e.linger.committed(took)
 		if err != nil {
 			e.dropBurst(b, err)
 			return Ready{Records: ready.Records, Err: err}, err
@@ -256,6 +258,7 @@ func (e *Engine) release(r Ready, payloads []waiting) {
 		w.done <- err
 	}
 	for _, a := range r.Actions {
+		e.linger.started(a.Kind) // out now: a burst may wait for its outcome (linger.go)
 		if se, ok := e.exec.(slowExecutor); ok && a.Kind == fsm.ActPull {
 			se.GoSlow(e.runtimeCall(a))
 			continue

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
@@ -93,6 +94,8 @@ type rig struct {
 	cursor   int64
 	msg      int
 	diskFull atomic.Bool // makes every journal commit fail, as a full disk would
+	// wrap, when set, stands between the engine and the simulated runtime (a call counter).
+	wrap func(docker.Runtime) docker.Runtime
 }
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -120,7 +123,11 @@ func (r *rig) start() {
 	r.exec = &syncExec{}
 	cfg := r.cfg
 	cfg.AgentID = id
-	r.e = engine.New(cfg, r.j, r.rt, r.cp, r.clock, r.exec, zerolog.Nop())
+	var rt docker.Runtime = r.rt
+	if r.wrap != nil {
+		rt = r.wrap(rt)
+	}
+	r.e = engine.New(cfg, r.j, rt, r.cp, r.clock, r.exec, zerolog.Nop())
 	if err := r.e.Recover(context.Background()); err != nil {
 		r.t.Fatal(err)
 	}

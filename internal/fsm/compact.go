@@ -36,6 +36,9 @@ type JournalFacts struct {
 	Newest     uint64   // the snapshot just taken
 	HorizonSeq uint64   // the last record at or before the retention horizon (now − retention)
 	InUse      int64    // bytes in use (read only under a budget)
+	// SnapshotBytes is what the kept snapshots hold, stored (read only under a budget): they
+	// stay whatever is dropped, so they are no task's history.
+	SnapshotBytes int64
 }
 
 // CompactionPolicy is what an operator sets: how long cleaned tasks' history is kept (< 0:
@@ -105,19 +108,23 @@ func (s *State) PlanCompaction(now time.Time, pol CompactionPolicy, f JournalFac
 		p.drop[t] = true
 	}
 	if pol.MaxBytes > 0 {
-		p.overBudget(s, f.InUse, pol.MaxBytes)
+		p.overBudget(s, f.InUse, f.SnapshotBytes, pol.MaxBytes)
 	}
 	return p
 }
 
 // overBudget plans the early drops when the journal's bytes in use pass maxBytes. What a
-// task's history holds is estimated as the bytes in use over the tasks that have one (live,
-// or tombstoned with their history): records without a task go with the oldest dropped.
-func (p *CompactionPlan) overBudget(s *State, inUse, maxBytes int64) {
+// task's history holds is estimated as the bytes in use, less the snapshots', over the tasks
+// that have one (live, or tombstoned with their history): records without a task go with the
+// oldest dropped. The snapshots stay whatever is dropped — they hold every tombstone until its
+// retention ends — so they are not counted as history; when the tombstones are what keeps the
+// journal over its budget, health says so (issue 25: it blamed the live tasks).
+func (p *CompactionPlan) overBudget(s *State, inUse, snaps, maxBytes int64) {
 	p.InUse = inUse
 	if inUse <= maxBytes {
 		return
 	}
+	snaps = min(snaps, inUse)
 	type cand struct {
 		arn string
 		seq uint64
@@ -134,7 +141,7 @@ func (p *CompactionPlan) overBudget(s *State, inUse, maxBytes int64) {
 		}
 	}
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.seq, b.seq) })
-	perTask := inUse / int64(max(withHistory, 1))
+	perTask := (inUse - snaps) / int64(max(withHistory, 1))
 	need := inUse - int64(budgetAim*float64(maxBytes))
 	n := min(len(cands), int((need+perTask-1)/max(perTask, 1)))
 	for _, c := range cands[:n] {
@@ -145,9 +152,25 @@ func (p *CompactionPlan) overBudget(s *State, inUse, maxBytes int64) {
 		p.Cut = max(p.Cut, min(cands[n-1].seq, p.UpTo)) // their payloads and reports go with them
 	}
 	if left := inUse - int64(n)*perTask; n == len(cands) && left > maxBytes {
-		p.OverBudget = fmt.Sprintf("journal holds %d bytes, %d after dropping every cleaned task's history: more than --journal-max-bytes %d; the live tasks' history alone needs more", inUse, left, maxBytes)
+		p.OverBudget = overBudgetProblem(s, inUse, left, snaps, perTask, maxBytes)
 	}
 	slices.Sort(p.Early)
+}
+
+// overBudgetProblem names what keeps the journal over its budget once every cleaned task's
+// history it may drop is gone (left bytes): the live tasks' own history (perTask each), or
+// the rest — the snapshots and the records since the older one, which compaction never cuts.
+// The rest grows with the tombstones: every snapshot holds them all, and snapshots come every
+// 4 records per task or tombstone held (engine.SnapshotInterval), so a tombstone kept until
+// its retention ends costs about a kilobyte of journal, not its snapshot bytes alone.
+func overBudgetProblem(s *State, inUse, left, snaps, perTask, maxBytes int64) string {
+	live := int64(len(s.Tasks)) * perTask
+	msg := fmt.Sprintf("journal holds %d bytes, %d after dropping every cleaned task's history it may: more than --journal-max-bytes %d; the %d live tasks' history is about %d, the rest (%d in snapshots, the records since the older one) grows with the %d tombstones",
+		inUse, left, maxBytes, len(s.Tasks), live, snaps, len(s.Tombstones))
+	if live <= maxBytes && len(s.Tombstones) >= len(s.Tasks) {
+		return msg + "; the tombstones need more, and they stay until --retention ends: shorten --retention or raise --journal-max-bytes"
+	}
+	return msg + "; the live tasks need more"
 }
 
 // Empty reports whether there is nothing to forget.

@@ -282,6 +282,12 @@ func (j *Journal) InUse() (int64, error) {
 // export). Writes through it bypass every guarantee of this package.
 func (j *Journal) DB() *bolt.DB { return j.db }
 
+// ReleaseMapped drops the mapped file's pages from the process's resident set (releaseMapped),
+// for a caller that has just read much of the journal: recovery's replay of the records after
+// the snapshot reads them through the mapping, and they would stay counted as the agent's
+// memory, clean though they are.
+func (j *Journal) ReleaseMapped() { j.releaseMapped() }
+
 // Close stops the writer after the queued appends are committed, and closes the file.
 func (j *Journal) Close() error {
 	j.sendMu.Lock()

@@ -31,6 +31,7 @@ func (j *Journal) AppendSnapshot(ctx context.Context, atSeq uint64, data []byte,
 	if last := j.LastSeq() + uint64(len(recs)); atSeq > last {
 		return nil, fmt.Errorf("journal: snapshot at %d: beyond the last record %d", atSeq, last)
 	}
+	data = packSnapshot(data)
 	return j.appendWith(ctx, func(tx *bolt.Tx) error {
 		if err := putSnapshot(tx, atSeq, data); err != nil {
 			return err
@@ -50,6 +51,7 @@ func (j *Journal) SaveSnapshot(ctx context.Context, atSeq uint64, data []byte, r
 	if err != nil {
 		return event.Record{}, fmt.Errorf("journal: snapshot at %d: %w", atSeq, err)
 	}
+	data = packSnapshot(data)
 	// The snapshot goes in the same commit as its record: both or neither.
 	req := &request{
 		recs:   []event.Record{rec},

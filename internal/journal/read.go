@@ -204,3 +204,17 @@ func (j *Journal) SnapshotSeqs() ([]uint64, error) {
 	})
 	return out, err
 }
+
+// SnapshotBytes is what the stored snapshots hold, as stored (compressed): the part of the
+// journal's bytes in use that no compaction frees, since every snapshot kept holds the whole
+// projection — the live tasks and every tombstone within the retention.
+func (j *Journal) SnapshotBytes() (int64, error) {
+	var n int64
+	err := j.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSnapshots).ForEach(func(_, v []byte) error {
+			n += int64(len(v))
+			return nil
+		})
+	})
+	return n, err
+}

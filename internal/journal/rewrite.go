@@ -101,7 +101,7 @@ func (j *Journal) Rewrite(ctx context.Context, rec func(event.Record) (event.Rec
 			if err := deleteSnapshot(tx, at); err != nil {
 				return err
 			}
-			if err := putSnapshot(tx, at, nd); err != nil {
+			if err := putSnapshot(tx, at, packSnapshot(nd)); err != nil {
 				return err
 			}
 			snapshots++

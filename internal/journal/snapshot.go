@@ -1,12 +1,71 @@
 package journal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 
+	"github.com/klauspost/compress/zstd"
 	bolt "go.etcd.io/bbolt"
 )
+
+// Snapshots are stored compressed with zstd (issue 25). A snapshot is JSON whose every task
+// repeats the same field names, statuses and specs: zstd's fastest level makes it 11 to 23
+// times smaller (measured on the lifecycle bench's snapshots: a mid-burst one of 9,688 live
+// tasks and 43,634 unsent changes, 14.8 MB, became 0.8 MB). Two snapshots are kept and a third
+// is written before the oldest's pages are free, so uncompressed they were most of a busy
+// journal's file (48 MB of 10,000 tasks' 157,000 records: 300 bytes a record). Compression
+// runs in the caller's goroutine before the commit (packSnapshot), never inside it.
+//
+// A stored snapshot is told apart by its first bytes: zstd's frame magic, or '{' for one
+// stored before compression, which is read as it is. The header's checksum and length are of
+// the stored bytes, so damage is found before anything is decompressed.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// maxSnapshotBytes bounds what a stored snapshot may decompress to, so a damaged frame that
+// passes its checksum cannot ask for unbounded memory.
+const maxSnapshotBytes = 16 << 30
+
+// The encoder and decoder are shared: EncodeAll and DecodeAll are safe for concurrent use.
+var (
+	snapshotEncoder = sync.OnceValue(func() *zstd.Encoder {
+		// A 256 KiB window compresses a snapshot as well as the default 4 MiB (a snapshot's
+		// repeats are a task apart) and keeps the encoder's history, held between snapshots,
+		// at a fraction of the default's 8 MB.
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+			zstd.WithWindowSize(256<<10), zstd.WithLowerEncoderMem(true))
+		if err != nil {
+			panic(fmt.Sprintf("journal: zstd encoder: %v", err)) // fixed options: cannot fail
+		}
+		return enc
+	})
+	snapshotDecoder = sync.OnceValue(func() *zstd.Decoder {
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(maxSnapshotBytes))
+		if err != nil {
+			panic(fmt.Sprintf("journal: zstd decoder: %v", err)) // fixed options: cannot fail
+		}
+		return dec
+	})
+)
+
+// packSnapshot is the stored form of a snapshot's bytes.
+func packSnapshot(data []byte) []byte {
+	return snapshotEncoder().EncodeAll(data, make([]byte, 0, len(data)/8))
+}
+
+// unpackSnapshot undoes packSnapshot; bytes stored before compression come back as they are.
+func unpackSnapshot(stored []byte) ([]byte, error) {
+	if !bytes.HasPrefix(stored, zstdMagic) {
+		return stored, nil
+	}
+	data, err := snapshotDecoder().DecodeAll(stored, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: decompress: %w", errSnapshotDamaged, err)
+	}
+	return data, nil
+}
 
 // Snapshots are stored in chunks: key = sequence number (8 bytes) + chunk number (4 bytes).
 // Chunk 0 starts with the CRC32C of the whole snapshot and its length. A snapshot of a busy
@@ -23,7 +82,8 @@ func snapshotKey(seq uint64, chunk uint32) []byte {
 	return binary.BigEndian.AppendUint32(seqKey(seq), chunk)
 }
 
-// putSnapshot writes data as the snapshot at seq and keeps only the newest keepSnapshots.
+// putSnapshot writes data, a snapshot as packSnapshot stores it, as the snapshot at seq and
+// keeps only the newest keepSnapshots.
 func putSnapshot(tx *bolt.Tx, seq uint64, data []byte) error {
 	b := tx.Bucket(bucketSnapshots)
 	head := binary.BigEndian.AppendUint32(nil, crcOf(data))
@@ -82,7 +142,7 @@ func snapshotSeqs(tx *bolt.Tx) []uint64 {
 
 var errSnapshotDamaged = errors.New("snapshot damaged")
 
-// readSnapshot assembles and checks the snapshot at seq.
+// readSnapshot assembles, checks and unpacks the snapshot at seq.
 func readSnapshot(tx *bolt.Tx, seq uint64) ([]byte, error) {
 	c := tx.Bucket(bucketSnapshots).Cursor()
 	prefix := seqKey(seq)
@@ -112,5 +172,5 @@ func readSnapshot(tx *bolt.Tx, seq uint64) ([]byte, error) {
 	if uint64(len(data)) != size || crcOf(data) != sum {
 		return nil, fmt.Errorf("%w: %w", errSnapshotDamaged, ErrChecksum)
 	}
-	return data, nil
+	return unpackSnapshot(data)
 }

@@ -88,6 +88,9 @@ func (s *Runtime) setWorkload(c *container, spec event.ContainerSpec) error {
 	// (protocol.HostIPsOverlap) is taken.
 	var bound []event.NetworkBinding
 	for _, o := range s.state.Containers {
+		if len(spec.Ports) == 0 {
+			break // nothing to bind: no scan of every container on each create
+		}
 		if _, _, ended := exitOf(o, now); ended || o.Agent != s.agent {
 			continue
 		}
@@ -195,8 +198,9 @@ func (s *Runtime) Verdicts() (verdicts []docker.HealthChange, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	for _, c := range s.state.Containers {
-		if c.Agent != s.agent {
+	for id := range s.index().checked { // only a container with a health check has a verdict
+		c := s.state.Containers[id]
+		if c == nil || c.Agent != s.agent {
 			continue
 		}
 		if _, _, ended := exitOf(c, now); ended {

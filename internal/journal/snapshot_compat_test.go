@@ -1,0 +1,158 @@
+package journal_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/journal"
+)
+
+// oldJournal is a copy of testdata/journal-uncompressed-snapshots.db.gz: a journal the build
+// before compressed snapshots (b35120b, `agentd run --runtime sim`, AGENTD_SNAPSHOT_EVERY=30)
+// wrote for six tasks run and cleaned and three left running with two containers each, then
+// stopped by SIGTERM. Its snapshots, at records 96 and 137, are JSON as they were stored.
+func oldJournal(t *testing.T) *journal.Journal {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", "journal-uncompressed-snapshots.db.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), journal.FileName)
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, zr); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.Open(path, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
+}
+
+// fullReplay is the projection rebuilt from the first record, no snapshot read.
+func fullReplay(t *testing.T, j *journal.Journal) []byte {
+	t.Helper()
+	st := fsm.New()
+	if err := j.IterateRange(1, j.LastSeq(), st.Apply); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// loadFrom rebuilds the projection as recovery does — the newest sound snapshot, then the
+// records after it — and checks it started from the snapshot at want, having skipped
+// skipped damaged ones, and rebuilt exactly what a full replay does.
+func loadFrom(t *testing.T, j *journal.Journal, want uint64, skipped int, full []byte) *fsm.State {
+	t.Helper()
+	snap, passed, err := j.LatestSnapshot()
+	if err != nil || len(passed) != skipped || snap == nil || snap.AtSeq != want {
+		t.Fatalf("newest sound snapshot: %v at %d (want %d), skipped %v (want %d)", err, snapAt(snap), want, passed, skipped)
+	}
+	st, err := fsm.Restore(snap.Data)
+	if err != nil {
+		t.Fatalf("restore the snapshot at %d: %v", want, err)
+	}
+	if err := j.IterateRange(st.LastSeq+1, j.LastSeq(), st.Apply); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, full) {
+		t.Fatalf("the projection loaded from the snapshot at %d differs from a full replay", want)
+	}
+	return st
+}
+
+func snapAt(s *journal.Snapshot) uint64 {
+	if s == nil {
+		return 0
+	}
+	return s.AtSeq
+}
+
+// storedSnapshot is the first chunk of the snapshot at seq as the file holds it, past its
+// 12-byte header (checksum and length).
+func storedSnapshot(t *testing.T, j *journal.Journal, seq uint64) []byte {
+	t.Helper()
+	var v []byte
+	if err := j.DB().View(func(tx *bolt.Tx) error {
+		k := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, seq), 0)
+		v = append(v, tx.Bucket([]byte("snapshots")).Get(k)...)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(v) < 12 {
+		t.Fatalf("no snapshot stored at %d", seq)
+	}
+	return v[12:]
+}
+
+// An upgraded agent reads the snapshots the build before compression stored, writes its own
+// compressed, and falls back from a damaged new one to an old one: issue 25 changed how
+// snapshots are stored, and a host's journal outlives the upgrade.
+func TestSnapshotsStoredBeforeCompressionAreStillRead(t *testing.T) {
+	j := oldJournal(t)
+	full := fullReplay(t, j)
+	if seqs, _ := j.SnapshotSeqs(); len(seqs) != 2 || seqs[1] != 137 {
+		t.Fatalf("the old journal holds snapshots at %v, want [96 137]", seqs)
+	}
+	if old := storedSnapshot(t, j, 137); old[0] != '{' {
+		t.Fatalf("the old journal's snapshot is not stored as JSON: % x", old[:8])
+	}
+	st := loadFrom(t, j, 137, 0, full)
+	if len(st.Tasks) != 3 || len(st.Tombstones) != 6 {
+		t.Fatalf("the old journal loads %d live tasks and %d tombstones, want 3 and 6", len(st.Tasks), len(st.Tombstones))
+	}
+	data, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := j.LastSeq()
+	if _, err := j.SaveSnapshot(context.Background(), at, data, event.Record{Time: time.Now().UTC(), Event: &event.SnapshotTaken{AtSeq: at, Bytes: len(data)}}); err != nil {
+		t.Fatal(err)
+	}
+	if stored := storedSnapshot(t, j, at); stored[0] == '{' || len(stored) >= len(data)/2 {
+		t.Fatalf("this build stored its snapshot as %d bytes for %d (first byte %q): not compressed", len(stored), len(data), stored[0])
+	}
+	full = fullReplay(t, j) // the snapshot_taken record is a record too
+	loadFrom(t, j, at, 0, full)
+	if res, err := j.Verify(nil); err != nil || len(res.Problems) != 0 {
+		t.Fatalf("verify after the compressed snapshot: %v %v", err, res.Problems)
+	}
+
+	// The new snapshot damaged: recovery falls back to the old build's.
+	if err := j.DamageSnapshot(at); err != nil {
+		t.Fatal(err)
+	}
+	loadFrom(t, j, 137, 1, full)
+}
