@@ -142,6 +142,43 @@ func (r *BindRoots) Names() []string {
 	return out
 }
 
+// Holds names the root (as configured) beneath which path lies, or is, as its name resolves
+// now ("" when none): the agent's own files — its data directory with the journal and the
+// seal key, its token, CA and settings files — must lie beneath none, or a task with a
+// writable bind there could rewrite them. A path not made yet is judged by where its nearest
+// existing ancestor resolves.
+func (r *BindRoots) Holds(path string) string {
+	if r == nil || path == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return ""
+	}
+	resolved, rest := abs, ""
+	for {
+		if rp, err := filepath.EvalSymlinks(resolved); err == nil {
+			resolved = filepath.Join(rp, rest)
+			break
+		}
+		if resolved == "/" {
+			break
+		}
+		rest = filepath.Join(filepath.Base(resolved), rest)
+		resolved = filepath.Dir(resolved)
+	}
+	for _, b := range r.roots {
+		for _, root := range []string{b.configured, b.resolved} {
+			for _, p := range []string{abs, resolved} {
+				if _, ok := within(root, p); ok {
+					return b.configured
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // Close releases the roots' descriptors.
 func (r *BindRoots) Close() error {
 	if r == nil {

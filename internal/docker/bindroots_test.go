@@ -310,3 +310,32 @@ func TestABindRootOthersCouldRedirectIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestBindRootsNameWhatTheyHold: the agent's own files must lie beneath no root (a task with a
+// writable bind could rewrite them), whether named through a link or not made yet; a path
+// beside a root, or one whose name only starts like it, lies beneath none.
+func TestBindRootsNameWhatTheyHold(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	must(t, os.MkdirAll(filepath.Join(root, "data"), 0o755))
+	must(t, os.Symlink(filepath.Join(root, "data"), filepath.Join(base, "data-link")))
+	roots, err := OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	for path, want := range map[string]string{
+		root:                                   root,
+		filepath.Join(root, "data"):            root,
+		filepath.Join(base, "data-link"):       root,
+		filepath.Join(base, "data-link", "db"): root,
+		filepath.Join(root, "not", "made"):     root,
+		filepath.Join(base, "rootless"):        "",
+		base:                                   "",
+		"":                                     "",
+	} {
+		if got := roots.Holds(path); got != want {
+			t.Errorf("Holds(%q) = %q; want %q", path, got, want)
+		}
+	}
+}
