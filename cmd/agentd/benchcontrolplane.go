@@ -33,7 +33,7 @@ func (b *benchCPCmd) Run(ctx context.Context) error {
 	}
 	fmt.Printf("control plane (agentd controlplane, a child process): %d agents each holding a long poll, %d tasks each delivered, acknowledged and reported RUNNING first (setup %.1f s)\n",
 		res.Agents, res.Tasks, res.SetupSeconds)
-	fmt.Printf("RSS: fresh %.1f MB, with every poll held %.1f MB (peak %.1f MB): %.1f KB per agent (Go heap %.1f KB of it)\n",
+	fmt.Printf("RSS: fresh %.1f MB, with every poll held %.1f MB (peak %.1f MB): %.1f KB per agent (live Go heap %.1f KB of it)\n",
 		kbToMB(res.FreshRSSKB), kbToMB(res.HeldRSSKB), kbToMB(res.PeakRSSKB), res.RSSPerAgentKB, res.HeapPerAgentKB)
 	fmt.Printf("goroutines: fresh %d, with every poll held %d: %.2f per agent\n", res.FreshGoroutines, res.HeldGoroutines, res.GoroutinesPerAgent)
 	fmt.Println()

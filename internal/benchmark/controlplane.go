@@ -50,8 +50,8 @@ type ControlPlaneResult struct {
 	HeldRSSKB     int64   `json:"held_rss_kb"`   // VmRSS with every agent's poll held
 	PeakRSSKB     int64   `json:"peak_rss_kb"`   // VmHWM then
 	RSSPerAgentKB float64 `json:"rss_kb_per_agent"`
-	// HeapPerAgentKB is the Go heap's growth per agent (live objects and garbage not yet
-	// swept): the part of the RSS the control plane's own data and its connections' buffers take.
+	// HeapPerAgentKB is the live Go heap's growth per agent (collected before each reading):
+	// the part of the RSS the control plane's own data and its connections' buffers take.
 	HeapPerAgentKB     float64 `json:"heap_kb_per_agent"`
 	FreshGoroutines    uint64  `json:"fresh_goroutines"`
 	HeldGoroutines     uint64  `json:"held_goroutines"`
@@ -111,11 +111,12 @@ func ControlPlane(ctx context.Context, o ControlPlaneOptions) (res ControlPlaneR
 	// count alike in both.
 	meter := &cpClient{base: cp.base, http: &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}}
 	defer meter.http.CloseIdleConnections()
+	res.FreshRSSKB = procStatusKB(cp.pid, "VmRSS:")
 	fresh, err := meter.runtime(ctx)
 	if err != nil {
 		return res, fail(err)
 	}
-	res.FreshRSSKB, res.FreshGoroutines = procStatusKB(cp.pid, "VmRSS:"), fresh.Goroutines
+	res.FreshGoroutines = fresh.Goroutines
 
 	// Every agent's poll needs a connection of its own; the setup's are reused by the polls.
 	agents := &cpClient{base: cp.base, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.Agents + cpSetupWorkers}}}
@@ -142,11 +143,12 @@ func ControlPlane(ctx context.Context, o ControlPlaneOptions) (res ControlPlaneR
 		return res, fail(err)
 	}
 	res.SetupSeconds = time.Since(start).Seconds()
+	res.HeldRSSKB, res.PeakRSSKB = procStatusKB(cp.pid, "VmRSS:"), procStatusKB(cp.pid, "VmHWM:")
 	held, err := meter.runtime(ctx)
 	if err != nil {
 		return res, fail(err)
 	}
-	res.HeldRSSKB, res.PeakRSSKB, res.HeldGoroutines = procStatusKB(cp.pid, "VmRSS:"), procStatusKB(cp.pid, "VmHWM:"), held.Goroutines
+	res.HeldGoroutines = held.Goroutines
 	if n := early.Load(); n > 0 {
 		return res, fmt.Errorf("bench controlplane: %d of %d polls were answered before the readings (held under %ds?)", n, o.Agents, protocol.MaxWaitSeconds)
 	}
@@ -287,9 +289,11 @@ func (c *cpClient) awaitPolls(ctx context.Context, n int) error {
 	}
 }
 
+// runtime reads the control plane's goroutines and, collected first, its live heap: the RSS
+// is read before it, as the kernel saw the process, garbage and all.
 func (c *cpClient) runtime(ctx context.Context) (controlplane.Runtime, error) {
 	var rt controlplane.Runtime
-	err := c.do(ctx, http.MethodGet, "/v1/runtime", nil, http.StatusOK, &rt)
+	err := c.do(ctx, http.MethodGet, "/v1/runtime?gc=1", nil, http.StatusOK, &rt)
 	return rt, err
 }
 

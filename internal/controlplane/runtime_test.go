@@ -33,7 +33,7 @@ func TestRuntimeCountsAgentsAndTasks(t *testing.T) {
 	if w.Code != 401 {
 		t.Fatalf("without the token: HTTP %d, want 401", w.Code)
 	}
-	req := httptest.NewRequest("GET", "/v1/runtime", nil)
+	req := httptest.NewRequest("GET", "/v1/runtime?gc=1", nil)
 	req.Header.Set("Authorization", "Bearer s3cret")
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, req)
