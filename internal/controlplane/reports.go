@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -66,9 +67,10 @@ func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if ok, after := s.takeLocked(now); !ok {
+	if ok, after := s.throttle.Take(now, id); !ok {
 		s.stats.Throttled++
-		w.Header().Set("Retry-After", strconv.FormatFloat(after.Seconds(), 'f', 3, 64))
+		// Rounded up to the millisecond: a client that waits exactly what it is told is never early.
+		w.Header().Set("Retry-After", strconv.FormatFloat(math.Ceil(after.Seconds()*1000)/1000, 'f', 3, 64))
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
 	}

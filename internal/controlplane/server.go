@@ -28,6 +28,7 @@ import (
 type Faults struct {
 	ThrottleRPS   float64       // state-change requests per second (token bucket); 0: no throttling
 	ThrottleBurst int           // bucket size (default 1 when throttling)
+	RetryAfter    string        // what a 429's Retry-After names: RetryAfterTurn ("", the default) or RetryAfterNextToken (throttle.go)
 	FailRate      float64       // share of agent requests answered 503
 	DropRate      float64       // share of agent requests whose connection is cut
 	Latency       time.Duration // added to every agent request
@@ -48,8 +49,7 @@ type Server struct {
 	accepted   map[string]acceptedChange // change id → what it said
 	violations []Violation
 	nextMsg    int
-	tokens     float64
-	refilled   time.Time
+	throttle   *Throttle
 	stats      Stats
 }
 
@@ -66,18 +66,23 @@ func (s *Server) Stats() Stats {
 	return s.stats
 }
 
-// New returns a control plane. tokenFile may be empty (no authentication).
+// New returns a control plane. tokenFile may be empty (no authentication). A Retry-After mode
+// it does not know is taken as the default, turn (CheckRetryAfter refuses it first).
 func New(tokenFile string, f Faults) *Server {
 	if f.ThrottleRPS > 0 && f.ThrottleBurst <= 0 {
 		f.ThrottleBurst = 1
 	}
+	if CheckRetryAfter(f.RetryAfter) != nil {
+		f.RetryAfter = RetryAfterTurn
+	}
+	th, _ := NewThrottle(f.ThrottleRPS, f.ThrottleBurst, f.RetryAfter)
 	seed := f.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
 	return &Server{tokenFile: tokenFile, faults: f, now: time.Now, rng: rand.New(rand.NewPCG(seed, 7)),
 		agents: map[string]*agent{}, tasks: map[string]*Task{}, accepted: map[string]acceptedChange{},
-		tokens: float64(f.ThrottleBurst)}
+		throttle: th}
 }
 
 // Handler serves the agent side and the operator side.
