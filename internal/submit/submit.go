@@ -56,10 +56,18 @@ type Submitter struct {
 	limit    int              // most changes the next report carries (halved by a refusal)
 	held     map[string]*held // changes refused alone, by id
 
-	pace     time.Duration // learnt spacing of this agent's requests under throttling (pace.go)
-	lastSend time.Time     // when the last report was begun
-	carried  bool          // the report in flight carries every change pending when it began
-	drained  bool          // the last report carried every pending change and settled
+	slot       time.Duration // when in a burst the throttle last served this agent (pace.go)
+	window     time.Duration // how far past Retry-After a retry is spread (pace.go)
+	depth      time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it (pace.go)
+	space      time.Duration // learnt spacing of a backlog's reports (pace.go)
+	burst      bool          // the burst's first report is not settled yet: it teaches the slot
+	burstStart time.Time     // when the current burst began
+	turnAt     time.Time     // when the last 429's Retry-After ended
+	lastSend   time.Time     // when the last report was begun
+	carried    bool          // the report in flight carries every change pending when it began
+	drained    bool          // the last report carried every pending change and settled
+	drainedAt  time.Time     // when it settled
+	assignedAt time.Time     // when a poll last brought payloads
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -99,7 +107,8 @@ func New(p Policy) *Submitter {
 	// replays exactly. MaxElapsedTime 0: reports awaiting acknowledgement never give up.
 	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.Initial), backoff.WithMaxInterval(p.Max),
 		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
-	s := &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{}}
+	s := &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{},
+		drained: true} // nothing reported yet: the first changes begin a burst
 	if p.Naive {
 		s.limit = 1
 	}
@@ -203,14 +212,17 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			}
 			s.streak, s.health, s.unjournaled, s.streakTries = "", "", 0, 0
 			s.bo.Reset()
-			s.next = s.paced(now, waited)
-			s.drained = s.carried
+			s.next = s.settledPaced(now, waited)
+			s.drained, s.drainedAt = s.carried, now
 			return o
 		}
 		// A 200 that settles none of what was sent: not progress, so back off like a failure.
 		r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("HTTP 200 settled none of the %d changes sent", len(sent))
 	}
 	s.Stats.Failed++
+	if r.Outcome != protocol.Throttled {
+		s.burst = false // its first report's time says nothing of the throttle's order
+	}
 	if s.streak != "" && s.streak != r.Outcome {
 		// A streak of another kind: what grew the backoff is over, so it starts afresh.
 		s.bo.Reset()
@@ -224,7 +236,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		}
 	case r.Outcome == protocol.Throttled:
 		s.Stats.Throttled++
-		wait = s.throttled(r.RetryAfter, s.streak == protocol.Throttled)
+		wait = s.throttled(now, r.RetryAfter, s.streak == protocol.Throttled)
 		s.health = ""
 	case r.Outcome == protocol.Unauthorized:
 		wait = max(s.jittered(s.bo.NextBackOff()), s.p.SlowRetry)
@@ -240,11 +252,8 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		}
 	default:
 		wait = s.jittered(s.bo.NextBackOff())
-		if r.Outcome == protocol.Network && s.pace > 0 {
-			// Nothing answers: retry at the pace the throttle taught. Faster is pointless
-			// (and a herd at the return, the fleet having failed together), slower leaves
-			// this agent's tokens idle when the control plane is back.
-			wait = s.jittered(s.pace)
+		if r.Outcome == protocol.Network {
+			wait = s.outageWait(wait)
 		}
 		s.health = ""
 	}

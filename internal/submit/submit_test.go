@@ -96,7 +96,7 @@ func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
 		if w > 15*time.Second {
 			t.Fatalf("attempt %d waits %v, beyond Max × 1.5", i, w)
 		}
-		waits, windows = append(waits, w), append(windows, s.Pace())
+		waits, windows = append(waits, w), append(windows, s.RetryWindow())
 		if o.Log != "" {
 			logs++
 		}
