@@ -140,15 +140,19 @@ func (s *Submitter) spreadQuiet(now time.Time) bool {
 // now (spreadQuiet).
 func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
 
-// Answered says the control plane answered something (a poll): an outage's backoff is over,
-// and the report goes at the agent's slot from now — the whole fleet sees the control plane
-// come back at the same moment, and comes back in the order it was last served.
+// Answered says the control plane answered something (a poll): an outage's backoff is over.
+// An agent that has learnt the fleet's burst keeps its schedule — its retries already come
+// once a burst, in its slot's order, so the fleet comes back at the rate — unless that is
+// further off than one burst; one that has not retries now, not when a backoff grown blind
+// through the outage would have it.
 func (s *Submitter) Answered(now time.Time) {
 	if s.p.Naive || s.streak != protocol.Network || s.inflight || !now.Before(s.next) {
 		return
 	}
 	s.bo.Reset()
-	s.next = now.Add(s.slot + s.spread(s.slot/20))
+	if d := max(s.slot, s.depth); now.Add(d).Before(s.next) {
+		s.next = now.Add(d)
+	}
 }
 
 // outageWait is the wait before retrying a report nothing answered (backoff: the backoff's
@@ -158,7 +162,7 @@ func (s *Submitter) Answered(now time.Time) {
 // fleet; slower leaves tokens idle when the control plane is back.
 func (s *Submitter) outageWait(backoff time.Duration) time.Duration {
 	if d := max(s.slot, s.depth); d > 0 {
-		return max(time.Duration(float64(d)*(0.8+0.4*s.rng.Float64())), s.p.Initial)
+		return max(time.Duration(float64(d)*(0.9+0.2*s.rng.Float64())), s.p.Initial)
 	}
 	return backoff
 }
