@@ -48,7 +48,7 @@ type Policy struct {
 // Submitter decides when to report. Not safe for concurrent use: one engine loop owns it.
 type Submitter struct {
 	p        Policy
-	bo       *backoff.ExponentialBackOff
+	bo       *jitteredBackOff
 	rng      *rand.Rand
 	inflight bool
 	next     time.Time
@@ -103,11 +103,8 @@ func New(p Policy) *Submitter {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	// Growth comes from the library; jitter from our own generator, so a seeded simulation
-	// replays exactly. MaxElapsedTime 0: reports awaiting acknowledgement never give up.
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.Initial), backoff.WithMaxInterval(p.Max),
-		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
-	s := &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{},
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s := &Submitter{p: p, bo: newBackOff(p.Initial, p.Max, rng), rng: rng, limit: BatchSize, held: map[string]*held{},
 		drained: true} // nothing reported yet: the first changes begin a burst
 	if p.Naive {
 		s.limit = 1
@@ -239,7 +236,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		wait = s.throttled(now, r.RetryAfter, s.streak == protocol.Throttled)
 		s.health = ""
 	case r.Outcome == protocol.Unauthorized:
-		wait = max(s.jittered(s.bo.NextBackOff()), s.p.SlowRetry)
+		wait = max(s.bo.NextBackOff(), s.p.SlowRetry)
 		s.health = fmt.Sprintf("control plane refuses the agent's credentials (HTTP %d) since %s", r.HTTPStatus, s.sinceOr(now, r.Outcome))
 	case r.Outcome == protocol.BadRequest || r.Outcome == protocol.TooLarge:
 		// Refused as a whole: split until the change at fault stands alone, then hold it.
@@ -251,7 +248,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			o.Log = msg
 		}
 	default:
-		wait = s.jittered(s.bo.NextBackOff())
+		wait = s.bo.NextBackOff()
 		if r.Outcome == protocol.Network {
 			wait = s.outageWait(wait)
 		}
@@ -291,9 +288,35 @@ func (s *Submitter) sinceOr(now time.Time, out protocol.Outcome) string {
 }
 
 // jittered spreads a wait by ±50%, so a fleet throttled together does not retry together.
-func (s *Submitter) jittered(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.5 + s.rng.Float64()))
+func (s *Submitter) jittered(d time.Duration) time.Duration { return jitter(s.rng, d) }
+
+func jitter(rng *rand.Rand, d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.5 + rng.Float64()))
 }
+
+// jitteredBackOff is the submitter's one backoff shape (the report's failures, each held
+// change's lone retries): cenkalti/backoff's exponential growth — doubling from first to max,
+// never giving up (MaxElapsedTime 0: reports awaiting acknowledgement are never dropped) —
+// each step spread ±50% by the submitter's own seeded generator. The library's own jitter
+// draws from the global math/rand, which a seeded simulation could not replay
+// (LIBRARY-NOTES), so its randomization is off and this wrapper adds it.
+type jitteredBackOff struct {
+	exp *backoff.ExponentialBackOff
+	rng *rand.Rand
+}
+
+var _ backoff.BackOff = (*jitteredBackOff)(nil)
+
+func newBackOff(first, max time.Duration, rng *rand.Rand) *jitteredBackOff {
+	return &jitteredBackOff{rng: rng, exp: backoff.NewExponentialBackOff(backoff.WithInitialInterval(first), backoff.WithMaxInterval(max),
+		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))}
+}
+
+// NextBackOff is the next step, jittered.
+func (b *jitteredBackOff) NextBackOff() time.Duration { return jitter(b.rng, b.exp.NextBackOff()) }
+
+// Reset starts over from the first step.
+func (b *jitteredBackOff) Reset() { b.exp.Reset() }
 
 // Health is "" when reporting works, else what is wrong (for /healthz and metrics), and
 // whether the problem is the agent's credentials rather than the reports themselves. A change
