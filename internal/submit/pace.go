@@ -150,7 +150,7 @@ func (s *Submitter) Answered(now time.Time) {
 		return
 	}
 	s.bo.Reset()
-	if d := max(s.slot, s.depth); now.Add(d).Before(s.next) {
+	if d := max(s.slot, s.depth); now.Add(d * 11 / 10).Before(s.next) {
 		s.next = now.Add(d)
 	}
 }
