@@ -63,7 +63,14 @@ func (s *Submitter) throttled(now time.Time, ra time.Duration, again bool) time.
 		// four (a throttle naming turns has spread them already).
 		s.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
 	case again:
-		s.window = min(time.Duration(windowGrow*float64(s.window)), s.p.Max)
+		// Throttled again right at Retry-After: the throttle names only its next token and the
+		// fleet is queued behind it (a turn is served when it comes). Spread over at least
+		// what is left of the fleet's burst as this agent knows it, not just twice the window.
+		w := time.Duration(windowGrow * float64(s.window))
+		if !s.burstStart.IsZero() {
+			w = max(w, max(s.slot, s.depth)-now.Sub(s.burstStart))
+		}
+		s.window = min(w, s.p.Max)
 	}
 	return ra + s.spread(s.window)
 }
