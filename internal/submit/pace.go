@@ -110,7 +110,9 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time 
 		s.space = 0
 		return time.Time{}
 	}
-	if next := s.lastSend.Add(s.jittered(s.space)); next.After(now) {
+	// Jittered on the early side only: a report late for its token leaves it idle, one early
+	// is told to wait for it.
+	if next := s.lastSend.Add(time.Duration(float64(s.space) * (0.5 + 0.5*s.rng.Float64()))); next.After(now) {
 		return next
 	}
 	return time.Time{}
