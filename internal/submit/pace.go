@@ -66,9 +66,16 @@ func (s *Submitter) throttled(now time.Time, ra time.Duration, again bool) time.
 		// Throttled again right at Retry-After: the throttle names only its next token and the
 		// fleet is queued behind it (a turn is served when it comes). Spread over at least
 		// what is left of the fleet's burst as this agent knows it, not just twice the window.
+		// While the streak is younger than the fleet's burst, never wider than the burst: past
+		// it the tokens would wait for the retries. A streak outlasting it is the control plane
+		// asking for less: the window grows on, to Max (PROTOCOL.md §3: back off further).
+		burst := max(s.slot, s.depth)
 		w := time.Duration(windowGrow * float64(s.window))
 		if !s.burstStart.IsZero() {
-			w = max(w, max(s.slot, s.depth)-now.Sub(s.burstStart))
+			w = max(w, burst-now.Sub(s.burstStart))
+		}
+		if burst > 0 && now.Sub(s.streakSince) < burst {
+			w = min(w, max(burst, 4*s.p.Initial))
 		}
 		s.window = min(w, s.p.Max)
 	}
