@@ -54,7 +54,7 @@ func (s *Submitter) throttled(now time.Time, ra time.Duration, again bool) time.
 	if !s.burstStart.IsZero() {
 		// Where the queue of this burst ended when this agent joined it (the last report of a
 		// burst joins behind the others' follow-ups): what the fleet's burst takes.
-		s.depth = max(s.depth, s.turnAt.Sub(s.burstStart))
+		s.depth = min(max(s.depth, s.turnAt.Sub(s.burstStart)), s.p.Max)
 	}
 	switch {
 	case s.window == 0:
@@ -99,7 +99,9 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time 
 		if waited > 0 {
 			// The earliest the throttle would serve it (the last Retry-After), not when the
 			// retry came: the jitter after Retry-After is this agent's, not its place.
-			s.slot = s.turnAt.Sub(s.burstStart)
+			// At most Max: a burst kept out longer (minutes of 429s) says the control plane was
+			// refusing everyone, not where this agent stands in the fleet.
+			s.slot = min(s.turnAt.Sub(s.burstStart), s.p.Max)
 		} else {
 			s.slot = time.Duration(slotShrink * float64(s.slot))
 		}

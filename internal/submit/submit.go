@@ -6,16 +6,17 @@
 //
 // It promises: never more than one report in flight (per-task order holds by construction);
 // at least the server's Retry-After after a 429 (a floor, never a target), the retry spread by
-// jitter over the agent's learnt pace (pace.go), which grows while 429s repeat and shrinks as
-// reports settle at their first try, so a fleet throttled at one moment does not come back at
-// one moment; the first report after the agent had nothing to report spread over that pace; a
-// backoff (cenkalti/backoff/v4, never giving up) that starts afresh when a failure streak
-// changes kind, is replaced by the pace while the control plane answers nothing, and ends as
-// soon as it answers anything (Answered: a successful poll included); slow retries on refused
-// credentials, changes kept; a report refused as a whole (400, 413) split until the change at
-// fault stands alone, which is then held and retried alone, slowly, while the others flow
-// (isolate.go); no report body over protocol.MaxRequestBody and no reason over
-// protocol.MaxReasonBytes; and one log line per change of outcome, not one per attempt.
+// jitter over a window that grows while 429s repeat and shrinks when retries are served at once;
+// a burst's first report at the agent's learnt slot in the fleet (pace.go), so a fleet handed one
+// stop comes back in the order the throttle served it rather than at one instant; one backoff
+// shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
+// failure streak changes kind, is replaced by about one fleet burst while the control plane
+// answers nothing, and ends as soon as it answers anything (Answered: a successful poll
+// included); slow retries on refused credentials, changes kept; a report refused as a whole
+// (400, 413) split until the change at fault stands alone, which is then held and retried
+// alone, slowly, while the others flow (isolate.go); no report body over
+// protocol.MaxRequestBody and no reason over protocol.MaxReasonBytes; and one log line per
+// change of outcome, not one per attempt.
 package submit
 
 import (
