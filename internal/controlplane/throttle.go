@@ -92,6 +92,11 @@ func (t *Throttle) Take(now time.Time, client string) (bool, time.Duration) {
 	if t.nextTok {
 		return false, time.Duration((1 - t.tokens) / t.rps * float64(time.Second))
 	}
+	if -t.tokens >= t.rps*turnHold.Seconds() {
+		// The queue is turnHold deep: hand out no further turns (a flood of clients, or of
+		// made-up agent ids, cannot book the throttle's next minutes); say when it ends.
+		return false, time.Duration((1 - t.tokens) / t.rps * float64(time.Second))
+	}
 	// Reserve the next token nobody holds: it is whole when the debt, this one included, is
 	// paid back at rps.
 	t.tokens--

@@ -135,3 +135,18 @@ func TestUnclaimedTurnIsGivenUp(t *testing.T) {
 		t.Fatal("retry-after mode \"soon\" accepted")
 	}
 }
+
+// The queue of turns is at most turnHold deep: past it, a request is told when the queue ends
+// but books nothing, so a flood of clients (or of made-up agent ids) cannot push every turn
+// further out without end.
+func TestTurnsQueueIsBounded(t *testing.T) {
+	th, _ := NewThrottle(10, 1, RetryAfterTurn)
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var last time.Duration
+	for i := 0; i < 1000; i++ {
+		_, last = th.Take(at, fmt.Sprintf("c%d", i))
+	}
+	if limit := turnHold + time.Second; last > limit || th.Turns() > 301 {
+		t.Fatalf("1000 clients at once: the last told %v, %d turns held; want at most %v and 300 turns", last, th.Turns(), limit)
+	}
+}
