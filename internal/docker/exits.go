@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,18 +47,20 @@ const catchUpSlack = time.Minute
 // subscription with a cursor first catches up (exitStream.start): every container of this
 // agent that exited since the cursor is sent as an exit before the stream's own, and its
 // die, if the engine replays it, is not sent again. Across subscriptions an exit may come
-// twice; the core records an exit only for a container it holds RUNNING.
+// twice; the core records an exit only for a container it holds RUNNING. While the buffer
+// still reaches back to the cursor, its replay misses nothing and the catch-up is skipped: a
+// stream resumed after an exit does not give it again.
 func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 	f := client.Filters{}.Add("type", "container").Add("event", "die", "oom").Add("label", LabelAgent+"="+e.agent)
 	opts := client.EventsListOptions{Filters: f}
 	if cursor > 0 {
-		opts.Since = fmt.Sprintf("%d.%09d", cursor/1e9, cursor%1e9)
+		opts.Since = stamp(cursor)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	// Subscribed once Events returns (the engine has answered): an exit after the catch-up's
 	// list is in the stream.
 	res := e.cli.Events(ctx, opts)
-	s := exitStream{inspect: e.exitState, exited: e.pastExits, wait: oomWait, ooms: map[string]time.Time{}}
+	s := exitStream{inspect: e.exitState, replays: e.replaysFrom, exited: e.pastExits, wait: oomWait, ooms: map[string]time.Time{}}
 	if err := s.start(ctx, cursor); err != nil {
 		cancel()
 		return nil, err
@@ -97,10 +100,13 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 // exitStream orders and completes the exits of one subscription.
 type exitStream struct {
 	inspect func(ctx context.Context, id string) (exitState, error)
-	exited  func(ctx context.Context) ([]pastExit, error) // this agent's exited containers (the catch-up)
-	wait    time.Duration                                 // oomWait
-	queue   []heldExit                                    // in die order; the head leaves once it is known
-	ooms    map[string]time.Time                          // containers whose oom came with no die waiting for it: when
+	// replays says whether the engine's replay from cursor misses no die; exited lists this
+	// agent's exited containers, for the catch-up when it may.
+	replays func(ctx context.Context, cursor int64) (bool, error)
+	exited  func(ctx context.Context) ([]pastExit, error)
+	wait    time.Duration        // oomWait
+	queue   []heldExit           // in die order; the head leaves once it is known
+	ooms    map[string]time.Time // containers whose oom came with no die waiting for it: when
 	// caught holds the containers whose exit the catch-up sent, with when each finished, until
 	// the die of that exit comes: it is not sent again.
 	caught map[string]int64
@@ -119,8 +125,9 @@ type pastExit struct {
 	memoryLimited bool
 }
 
-// start catches up on a subscription with a cursor: every container that finished at or
-// after the cursor (less catchUpSlack) is queued as an exit, oldest first, before any event.
+// start catches up on a subscription with a cursor whose replay may miss dies: every
+// container that finished at or after the cursor (less catchUpSlack) is queued as an exit,
+// oldest first, before any event.
 // Its exit carries the subscription's cursor, not its own time: resuming after it must catch
 // up again, since the dies before it may not be sent yet.
 func (s *exitStream) start(ctx context.Context, cursor int64) error {
@@ -128,6 +135,10 @@ func (s *exitStream) start(ctx context.Context, cursor int64) error {
 		return nil // a first subscription: reconciliation stands for the past
 	}
 	since := time.Unix(0, cursor).Add(-catchUpSlack)
+	whole, err := s.replays(ctx, cursor)
+	if err != nil || whole {
+		return err
+	}
 	past, err := s.exited(ctx)
 	if err != nil {
 		return fmt.Errorf("exit stream: catching up on the exits since %s: %w", since.UTC().Format(time.RFC3339Nano), err)
@@ -234,6 +245,29 @@ func (e *Engine) exitState(ctx context.Context, id string) (exitState, error) {
 func memoryLimited(c container.InspectResponse) bool {
 	return c.HostConfig != nil && c.HostConfig.Memory > 0
 }
+
+// replaysFrom says whether the engine's event buffer still holds a die of this agent at or
+// before cursor. The buffer keeps the engine's latest events (of every kind, any agent's), so
+// then it holds every die after cursor too, and a subscription made before this call replays
+// them all. No such die (pushed out, or the engine restarted since) says it may not.
+func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f := client.Filters{}.Add("type", "container").Add("event", "die").Add("label", LabelAgent+"="+e.agent)
+	res := e.cli.Events(ctx, client.EventsListOptions{Until: stamp(cursor), Filters: f})
+	select {
+	case <-res.Messages:
+		return true, nil
+	case err := <-res.Err:
+		if errors.Is(err, io.EOF) {
+			return false, nil // the buffer ends: nothing at or before cursor
+		}
+		return false, e.wrap("read", "the engine's buffered events", err)
+	}
+}
+
+// stamp is a time in nanoseconds as the events API takes it.
+func stamp(ns int64) string { return fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9) }
 
 // pastExits is every container of this agent that has run and stopped, inspected (the list
 // gives no exit code nor end time).

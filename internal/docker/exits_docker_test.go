@@ -16,6 +16,8 @@ import (
 // eventsLimit). A container that exits while the exit stream is down and the host churns has
 // its die pushed out of them: the resubscription from the last cursor must still send its exit
 // (the catch-up), once, and once only the exit of a container whose die Docker does replay.
+// (While the buffer reaches back to the cursor there is no catch-up: the contract's
+// exitCodesReachInspectAndTheExitStream shows a resumed stream does not repeat the last exit.)
 func TestDockerExitLostFromTheEventBufferIsCaughtUp(t *testing.T) {
 	e, _ := dockerEngine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -100,6 +100,7 @@ func TestExitStreamCatchesUpFromTheCursor(t *testing.T) {
 		past("a", time.Second, 3, false),
 	}
 	s := exitStream{wait: time.Hour, ooms: map[string]time.Time{},
+		replays: func(context.Context, int64) (bool, error) { return false, nil },
 		exited:  func(context.Context) ([]pastExit, error) { return listed, nil },
 		inspect: func(context.Context, string) (exitState, error) { return exitState{}, nil }}
 	ctx := context.Background()
@@ -139,19 +140,46 @@ func TestExitStreamCatchesUpFromTheCursor(t *testing.T) {
 	}
 }
 
-// A first subscription (no cursor) does not list; a list that fails fails the subscription,
-// which the caller makes again.
-func TestExitStreamCatchUpOnlyWithACursor(t *testing.T) {
-	s := exitStream{exited: func(context.Context) ([]pastExit, error) {
-		t.Fatal("a subscription without a cursor listed the exited containers")
-		return nil, nil
-	}}
-	if err := s.start(context.Background(), 0); err != nil || len(s.queue) != 0 {
-		t.Fatalf("start without a cursor: %v, %d queued", err, len(s.queue))
-	}
-	s.exited = func(context.Context) ([]pastExit, error) { return nil, ErrUnavailable }
-	if err := s.start(context.Background(), 1); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("start with a failing list: %v; want ErrUnavailable", err)
+// The catch-up lists only when the subscription has a cursor and the engine's buffer no longer
+// reaches back to it; a failure of either call fails the subscription, which the caller makes
+// again.
+func TestExitStreamCatchesUpOnlyWhenTheReplayMayMissDies(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		cursor           int64
+		reaches          bool  // the buffer still holds a die at or before the cursor
+		readErr, listErr error // the calls fail
+		listed           bool
+		err              error
+	}{
+		{name: "a first subscription: reconciliation stands for the past", cursor: 0},
+		{name: "the buffer reaches back to the cursor", cursor: 1, reaches: true},
+		{name: "the buffer does not", cursor: 1, listed: true},
+		{name: "the buffer cannot be read", cursor: 1, readErr: ErrUnavailable, err: ErrUnavailable},
+		{name: "the list fails", cursor: 1, listErr: ErrUnavailable, listed: true, err: ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listed := false
+			s := exitStream{
+				replays: func(context.Context, int64) (bool, error) {
+					if tc.cursor <= 0 {
+						t.Fatal("a subscription without a cursor read the buffer")
+					}
+					return tc.reaches, tc.readErr
+				},
+				exited: func(context.Context) ([]pastExit, error) {
+					listed = true
+					return []pastExit{{State: State{ID: "a", Exited: true, FinishedAt: time.Unix(0, tc.cursor)}}}, tc.listErr
+				},
+			}
+			err := s.start(context.Background(), tc.cursor)
+			if !errors.Is(err, tc.err) || listed != tc.listed {
+				t.Fatalf("start: %v, listed %v; want %v, listed %v", err, listed, tc.err, tc.listed)
+			}
+			if queued := len(s.queue) > 0; queued != (tc.listed && tc.err == nil) {
+				t.Fatalf("queued %d exits", len(s.queue))
+			}
+		})
 	}
 }
 
