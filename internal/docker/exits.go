@@ -127,18 +127,17 @@ type pastExit struct {
 
 // start catches up on a subscription with a cursor whose replay may miss dies: every
 // container that finished at or after the cursor (less catchUpSlack) is queued as an exit,
-// oldest first, before any event.
-// Its exit carries the subscription's cursor, not its own time: resuming after it must catch
-// up again, since the dies before it may not be sent yet.
+// oldest first, before any event. Such an exit carries the subscription's cursor, not its own
+// time: resuming after it must catch up again, since the dies before it may not be sent yet.
 func (s *exitStream) start(ctx context.Context, cursor int64) error {
 	if cursor <= 0 {
 		return nil // a first subscription: reconciliation stands for the past
 	}
-	since := time.Unix(0, cursor).Add(-catchUpSlack)
 	whole, err := s.replays(ctx, cursor)
 	if err != nil || whole {
 		return err
 	}
+	since := time.Unix(0, cursor).Add(-catchUpSlack)
 	past, err := s.exited(ctx)
 	if err != nil {
 		return fmt.Errorf("exit stream: catching up on the exits since %s: %w", since.UTC().Format(time.RFC3339Nano), err)
@@ -249,18 +248,20 @@ func memoryLimited(c container.InspectResponse) bool {
 // replaysFrom says whether the engine's event buffer still holds a die of this agent at or
 // before cursor. The buffer keeps the engine's latest events (of every kind, any agent's), so
 // then it holds every die after cursor too, and a subscription made before this call replays
-// them all. No such die (pushed out, or the engine restarted since) says it may not.
+// them all. No such die (pushed out, or the engine restarted since) says it may not; so does
+// no answer within a few seconds (a cursor ahead of the engine's clock makes it wait for
+// dies to come).
 func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	f := client.Filters{}.Add("type", "container").Add("event", "die").Add("label", LabelAgent+"="+e.agent)
-	res := e.cli.Events(ctx, client.EventsListOptions{Until: stamp(cursor), Filters: f})
+	res := e.cli.Events(rctx, client.EventsListOptions{Until: stamp(cursor), Filters: f})
 	select {
-	case <-res.Messages:
-		return true, nil
+	case m := <-res.Messages:
+		return m.TimeNano <= cursor, nil
 	case err := <-res.Err:
-		if errors.Is(err, io.EOF) {
-			return false, nil // the buffer ends: nothing at or before cursor
+		if errors.Is(err, io.EOF) || ctx.Err() == nil && rctx.Err() != nil {
+			return false, nil // the buffer ends (or does not) with nothing at or before cursor
 		}
 		return false, e.wrap("read", "the engine's buffered events", err)
 	}

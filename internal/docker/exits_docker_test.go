@@ -118,3 +118,35 @@ func bufferedDies(ctx context.Context, t *testing.T, e *Engine, cursor int64) ma
 		}
 	}
 }
+
+// Whether Docker's buffer still reaches back to a cursor: yes from the time of the agent's die
+// or after it, no from before it; and no, within seconds, while nothing of the agent's is in it
+// even from a cursor ahead of the engine's clock, where Docker would wait for dies to come (the
+// test's deadline would end that wait with an error).
+func TestDockerBufferReachesBackToTheLastDie(t *testing.T) {
+	e, _ := dockerEngine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if got, err := e.replaysFrom(ctx, time.Now().Add(time.Hour).UnixNano()); err != nil || got {
+		t.Fatalf("from an hour ahead, before any die: %v, %v; want false", got, err)
+	}
+	before := time.Now().Add(-time.Second).UnixNano()
+	exits, err := e.Exits(ctx, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := exitEvent(ctx, t, exits, startSpec(t, e, "task/one", exitSpec(0)))
+	for _, c := range []struct {
+		name   string
+		cursor int64
+		want   bool
+	}{
+		{"its die", x.Cursor, true},
+		{"a second after its die", x.Cursor + 1e9, true},
+		{"before its die", before, false},
+	} {
+		if got, err := e.replaysFrom(ctx, c.cursor); err != nil || got != c.want {
+			t.Errorf("from %s: %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+}
