@@ -61,13 +61,7 @@ func TestExitStreamWaitsForTheOOMOfA137(t *testing.T) {
 		if st.expire {
 			s.expire(ctx)
 		}
-		out := make(chan Exit, 10)
-		s.flush(ctx, out)
-		close(out)
-		var got []Exit
-		for x := range out {
-			got = append(got, x)
-		}
+		got := sent(ctx, &s)
 		if len(got) != len(st.want) {
 			t.Fatalf("%s: sent %+v; want %+v", st.name, got, st.want)
 		}
