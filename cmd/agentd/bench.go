@@ -20,6 +20,7 @@ type benchCmd struct {
 	Docker    benchDockerCmd    `cmd:"" help:"Task lifecycles on the Docker Engine through agentd, beside a bare moby-client loop doing the same."`
 	RSS       benchRSSCmd       `cmd:"" name:"rss" help:"The agent's own RSS (a child agentd on the simulated runtime): peak in a burst of tasks vs steady after, and at rest with many remembered tasks beside a fresh agent."`
 	Fleet     benchFleetCmd     `cmd:"" help:"N whole agents in one process against one throttled control plane: storm, slow control plane, outages; the naive policy beside."`
+	CP        benchCPCmd        `cmd:"" name:"controlplane" help:"The reference control plane (a child agentd controlplane) with N agents each holding a long poll: its RSS and goroutines per agent."`
 	All       benchAllCmd       `cmd:"" help:"Every benchmark, one table: figure, baseline, ratio, target, pass/fail."`
 }
 

@@ -126,6 +126,13 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 	for _, r := range fleetRows(fl) {
 		add(r)
 	}
+	cpRows, err := runControlplaneBench(ctx, self)
+	if err != nil {
+		return err
+	}
+	for _, r := range cpRows {
+		add(r)
+	}
 
 	if b.Docker != "off" {
 		d := benchDockerCmd{Tasks: 200, Concurrency: 20, Rounds: 4, Image: "agentd-testbox:latest", Dir: b.Dir}

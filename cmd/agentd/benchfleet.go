@@ -20,13 +20,14 @@ type benchFleetCmd struct {
 	Slow       time.Duration `default:"2s" help:"How long every answer takes in the slow scenario."`
 	Policy     []string      `default:"agentd,naive" help:"Submitter policies, side by side: agentd, and naive (one change a request, a retry every second, no jitter, Retry-After ignored)."`
 	Scenarios  []string      `default:"storm,slow,outage-refused,outage-hanging" help:"Scenarios to run, in order."`
+	RetryAfter []string      `name:"retry-after" default:"turn,next-token" help:"What the control plane's 429s name, a fleet each: turn (this client's turn; the reference control plane's default) or next-token (the bucket's next token, the same for all). The first is judged, every policy beside it; the others run agentd alone, printed beside."`
 	JournalDir string        `help:"Directory for the agents' journals (a tmpfs for large fleets; default: the system's temp dir)."`
 	JSON       bool          `name:"json" help:"Print one JSON object."`
 }
 
 func (b *benchFleetCmd) options() benchmark.FleetOptions {
 	return benchmark.FleetOptions{Agents: b.Agents, Tasks: b.Tasks, RPS: b.RPS, Burst: b.Burst, Outage: b.Outage, Slow: b.Slow,
-		JournalDir: b.JournalDir, Policies: b.Policy, Scenarios: b.Scenarios, Log: os.Stderr}
+		JournalDir: b.JournalDir, Policies: b.Policy, Scenarios: b.Scenarios, RetryAfter: b.RetryAfter, Log: os.Stderr}
 }
 
 func (b *benchFleetCmd) Run(ctx context.Context) error {
@@ -61,7 +62,7 @@ func printFleet(res benchmark.FleetResult) {
 	o := res.Options
 	fmt.Printf("fleet: %d agents × %d tasks, one control plane throttled to %g req/s (burst %d), outage %v, journals on %s (%s)\n",
 		o.Agents, o.Tasks, o.RPS, o.Burst, o.Outage, res.JournalDir, res.JournalFS)
-	fmt.Printf("%-8s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %-18s  %s\n", "policy", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "pace p10/p50/p90 s", "ideal p50/p99 s")
+	fmt.Printf("%-8s %-10s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %-22s  %s\n", "policy", "429 names", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "slot p10/p50/p90/max s", "ideal p50/p99 s")
 	for _, r := range res.Rows {
 		herd := "-"
 		if strings.HasPrefix(r.Scenario, "outage") {
@@ -71,17 +72,23 @@ func printFleet(res benchmark.FleetResult) {
 		if !r.Finished {
 			done = "NO"
 		}
-		fmt.Printf("%-8s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %-18s  %.1f/%.1f\n", r.Policy, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
+		fmt.Printf("%-8s %-10s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %-22s  %.1f/%.1f\n", r.Policy, r.RetryAfter, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
 			r.Requests, 100*r.ThrottledShare, r.AgentP50, r.AgentP99, r.AgentMax, herd, r.EarlyCleanups, r.SettledTwice,
-			fmt.Sprintf("%.1f/%.1f/%.1f", r.PaceP10, r.PaceP50, r.PaceP90), r.IdealP50, r.IdealP99)
+			fmt.Sprintf("%.1f/%.1f/%.1f/%.1f", r.PaceP10, r.PaceP50, r.PaceP90, r.PaceMax), r.IdealP50, r.IdealP99)
 	}
 	fmt.Printf("per agent (agentd, tasks running): %.0f KB heap, %.1f goroutines (agent and control plane sides; the control plane's server %.1f); journal verify: %d findings\n",
 		res.HeapPerAgent, res.GoroutinesPer, res.ServingPer, res.JournalIssues)
 }
 
 // fleetRows are the fleet's judged rows, the same in `bench fleet` and `bench all`: the
-// agentd policy against the targets, the naive baseline beside.
+// agentd policy against the targets under the first Retry-After mode (the reference control
+// plane's default, turn), the naive baseline beside; agentd under the other modes (next-token)
+// in rows of their own, printed, not judged.
 func fleetRows(res benchmark.FleetResult) []benchRow {
+	judged := ""
+	if len(res.Options.RetryAfter) > 0 {
+		judged = res.Options.RetryAfter[0]
+	}
 	naive := map[string]benchmark.FleetRow{}
 	for _, r := range res.Rows {
 		if r.Policy == "naive" {
@@ -95,6 +102,14 @@ func fleetRows(res benchmark.FleetResult) []benchRow {
 		if r.Policy != "agentd" {
 			continue
 		}
+		if r.RetryAfter != judged {
+			extra := fmt.Sprintf("%.0f%% of %d requests 429", 100*r.ThrottledShare, r.Requests)
+			if strings.HasPrefix(r.Scenario, "outage") {
+				extra += fmt.Sprintf(", herd %.2f", r.Herd)
+			}
+			rows = append(rows, benchRow{"fleet", fmt.Sprintf("%s, Retry-After naming the %s (not judged): settle ÷ floor", r.Scenario, r.RetryAfter), r.VsFloor, extra, 0, "-", true})
+			continue
+		}
 		base := "-"
 		if n, ok := naive[r.Scenario]; ok {
 			base = fmt.Sprintf("naive %.2f×, %.0f%% 429", n.VsFloor, 100*n.ThrottledShare)
@@ -102,7 +117,7 @@ func fleetRows(res benchmark.FleetResult) []benchRow {
 				base = fmt.Sprintf("naive > %.1f× (unfinished), %.0f%% 429", n.VsFloor, 100*n.ThrottledShare)
 			}
 		}
-		name := fmt.Sprintf("%s: settle ÷ floor (%.1fs), %d agents", r.Scenario, r.FloorSeconds, r.Agents)
+		name := fmt.Sprintf("%s: settle ÷ floor (%.1fs), %d agents, Retry-After naming the %s", r.Scenario, r.FloorSeconds, r.Agents, r.RetryAfter)
 		switch {
 		case r.Scenario == "storm":
 			rows = append(rows,

@@ -15,6 +15,7 @@ type controlplaneCmd struct {
 	TokenFile     string        `help:"File holding the bearer token every request must carry (none: no authentication)."`
 	ThrottleRPS   float64       `name:"throttle-rps" help:"Throttle state-change reports to this many requests per second (token bucket, 429 + Retry-After). 0: off."`
 	ThrottleBurst int           `help:"Token bucket size for --throttle-rps (default 1)."`
+	RetryAfter    string        `name:"retry-after" default:"turn" enum:"turn,next-token" help:"What a 429's Retry-After names: turn (the time to this client's turn: clients throttled together get distinct turns at the throttle's rate) or next-token (the time to the bucket's next token, the same for all)."`
 	FailRate      float64       `help:"Share of agent requests answered 503 (0..1)."`
 	DropRate      float64       `help:"Share of agent requests whose connection is cut mid-request (0..1)."`
 	Latency       time.Duration `help:"Latency added to every agent request."`
@@ -35,14 +36,17 @@ func (c *controlplaneCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := controlplane.New(c.TokenFile, controlplane.Faults{ThrottleRPS: c.ThrottleRPS, ThrottleBurst: c.ThrottleBurst,
+	if err := controlplane.CheckRetryAfter(c.RetryAfter); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	s := controlplane.New(c.TokenFile, controlplane.Faults{ThrottleRPS: c.ThrottleRPS, ThrottleBurst: c.ThrottleBurst, RetryAfter: c.RetryAfter,
 		FailRate: c.FailRate, DropRate: c.DropRate, Latency: c.Latency, ResendAcked: c.ResendAcked})
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", c.Listen, err)
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	log.Info().Str("listen", ln.Addr().String()).Float64("throttle_rps", c.ThrottleRPS).Float64("fail_rate", c.FailRate).
+	log.Info().Str("listen", ln.Addr().String()).Float64("throttle_rps", c.ThrottleRPS).Str("retry_after", c.RetryAfter).Float64("fail_rate", c.FailRate).
 		Float64("drop_rate", c.DropRate).Bool("resend_acked", c.ResendAcked).Msg("reference control plane serving (development and test tool, in memory)")
 	go func() {
 		<-ctx.Done()

@@ -45,13 +45,18 @@ type FleetOptions struct {
 	Slow       time.Duration // every answer's delay in the slow scenario
 	JournalDir string        // where the agents' journals go ("": the system's temp dir)
 	Policies   []string      // "agentd", "naive"
-	Scenarios  []string      // "storm", "slow", "outage-refused", "outage-hanging"
-	Log        io.Writer     // progress (nil: none)
+	// RetryAfter is what the control plane's 429s name, one fleet each: the first mode is the
+	// judged one, every policy run under it; the others (agentd alone) print beside it.
+	// Default: turn (the reference control plane's default), then next-token.
+	RetryAfter []string
+	Scenarios  []string  // "storm", "slow", "outage-refused", "outage-hanging"
+	Log        io.Writer // progress (nil: none)
 }
 
 // FleetRow is one scenario under one policy.
 type FleetRow struct {
 	Policy         string  `json:"policy"`
+	RetryAfter     string  `json:"retry_after"` // the control plane's Retry-After mode
 	Scenario       string  `json:"scenario"`
 	Agents         int     `json:"agents"`
 	Changes        int     `json:"changes"`
@@ -68,9 +73,10 @@ type FleetRow struct {
 	IdealP50       float64 `json:"ideal_agent_p50_seconds"` // the same percentiles for the ideal schedule (idealAgents)
 	IdealP99       float64 `json:"ideal_agent_p99_seconds"`
 	Herd           float64 `json:"herd_factor,omitempty"` // outage: most requests in a 1-s window of the first 30 s back ÷ rps
-	PaceP10        float64 `json:"pace_p10_seconds"`      // the agents' learnt pace when the scenario began
+	PaceP10        float64 `json:"pace_p10_seconds"`      // the agents' learnt slot (submit's Pace) when the scenario began
 	PaceP50        float64 `json:"pace_p50_seconds"`
 	PaceP90        float64 `json:"pace_p90_seconds"`
+	PaceMax        float64 `json:"pace_max_seconds"`
 	Cleanups       int     `json:"cleanups"`       // containers removed (the agents cleaned up)
 	EarlyCleanups  int     `json:"early_cleanups"` // containers removed before their task's STOPPED was accepted
 	SettledTwice   int     `json:"settled_twice"`  // STOPPED changes accepted more than once, or never, or violations
@@ -106,20 +112,33 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 	if o.JournalDir == "" {
 		o.JournalDir = os.TempDir()
 	}
+	if len(o.RetryAfter) == 0 {
+		o.RetryAfter = []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken}
+	}
 	res := FleetResult{Options: o, JournalDir: o.JournalDir, JournalFS: fsType(o.JournalDir)}
 	for _, p := range o.Policies {
 		if p != "agentd" && p != "naive" {
 			return res, fmt.Errorf("bench fleet: --policy %q: want agentd or naive", p)
 		}
-		f, err := startFleet(ctx, o, p)
-		if err != nil {
-			return res, err
+	}
+	for i, mode := range o.RetryAfter {
+		if err := controlplane.CheckRetryAfter(mode); err != nil {
+			return res, fmt.Errorf("bench fleet: --%w", err)
 		}
-		rows, err := f.run(ctx, &res)
-		res.Rows = append(res.Rows, rows...)
-		f.close()
-		if err != nil {
-			return res, err
+		for _, p := range o.Policies {
+			if i > 0 && p != "agentd" {
+				continue // the baseline beside the judged mode only
+			}
+			f, err := startFleet(ctx, o, p, mode)
+			if err != nil {
+				return res, err
+			}
+			rows, err := f.run(ctx, &res)
+			res.Rows = append(res.Rows, rows...)
+			f.close()
+			if err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil
@@ -139,6 +158,7 @@ type fleetAgent struct {
 type fleet struct {
 	o       FleetOptions
 	policy  string
+	mode    string // the control plane's Retry-After
 	cp      *controlplane.Server
 	plane   *plane
 	agents  []*fleetAgent
@@ -152,18 +172,18 @@ type fleet struct {
 	baseGor int
 }
 
-func startFleet(ctx context.Context, o FleetOptions, policy string) (*fleet, error) {
-	f := &fleet{o: o, policy: policy, logf: func(string, ...any) {}}
+func startFleet(ctx context.Context, o FleetOptions, policy, mode string) (*fleet, error) {
+	f := &fleet{o: o, policy: policy, mode: mode, logf: func(string, ...any) {}}
 	if o.Log != nil {
 		f.logf = func(format string, a ...any) {
-			fmt.Fprintf(o.Log, "fleet %s: "+format+"\n", append([]any{policy}, a...)...)
+			fmt.Fprintf(o.Log, "fleet %s (Retry-After %s): "+format+"\n", append([]any{policy, mode}, a...)...)
 		}
 	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	f.baseMem, f.baseGor = ms.HeapAlloc, runtime.NumGoroutine()
-	f.cp = controlplane.New("", controlplane.Faults{ThrottleRPS: o.RPS, ThrottleBurst: o.Burst})
+	f.cp = controlplane.New("", controlplane.Faults{ThrottleRPS: o.RPS, ThrottleBurst: o.Burst, RetryAfter: mode})
 	f.plane = &plane{g: &gate{h: f.cp.Handler()}, addr: "127.0.0.1:0"}
 	if err := f.plane.up(); err != nil {
 		return nil, err
@@ -256,7 +276,7 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 		if err != nil {
 			return rows, err
 		}
-		if f.policy == "agentd" && res.HeapPerAgent == 0 {
+		if f.policy == "agentd" && res.HeapPerAgent == 0 && f.mode == f.o.RetryAfter[0] {
 			runtime.GC()
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
@@ -279,9 +299,9 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 		if err != nil {
 			return rows, err
 		}
-		row.Policy, row.Scenario = f.policy, sc
+		row.Policy, row.Scenario, row.RetryAfter = f.policy, sc, f.mode
 		if n := len(paces); n > 0 {
-			row.PaceP10, row.PaceP50, row.PaceP90 = paces[n/10], paces[n/2], paces[n*9/10]
+			row.PaceP10, row.PaceP50, row.PaceP90, row.PaceMax = paces[n/10], paces[n/2], paces[n*9/10], paces[n-1]
 		}
 		f.logf("%s: %.1fs, %.2f× floor %.1fs, %d requests, %.0f%% 429", sc, row.Seconds, row.VsFloor, row.FloorSeconds, row.Requests, 100*row.ThrottledShare)
 		rows = append(rows, row)

@@ -8,7 +8,8 @@ import (
 )
 
 // A fleet of 20 agents — each a whole agent over real HTTP — through a throttled outage
-// (refused, then hanging) while their tasks stop: every STOPPED is settled exactly once by id,
+// (refused, then hanging) while their tasks stop, under a control plane whose Retry-After
+// names turns and one whose names the next token: every STOPPED is settled exactly once by id,
 // nothing is cleaned before the control plane accepted its task's STOPPED, and every journal
 // verifies. With the ack guard planted off (-tags simbug) the early cleanups show.
 func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
@@ -19,12 +20,12 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 2 {
-		t.Fatalf("%d rows; want 2", len(res.Rows))
+	if len(res.Rows) != 4 {
+		t.Fatalf("%d rows; want 4 (two outages under each Retry-After mode)", len(res.Rows))
 	}
 	for _, r := range res.Rows {
 		if !r.Finished {
-			t.Errorf("%s: not every STOPPED settled within the limit (%.1fs)", r.Scenario, r.Seconds)
+			t.Errorf("%s (%s): not every STOPPED settled within the limit (%.1fs)", r.Scenario, r.RetryAfter, r.Seconds)
 		}
 		if r.SettledTwice != 0 {
 			t.Errorf("%s: %d changes not settled exactly once, or protocol violations", r.Scenario, r.SettledTwice)

@@ -1,11 +1,17 @@
 package docker
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
 )
@@ -22,6 +28,12 @@ const oomWait = 2 * time.Second
 // oomMemory is how long an oom event is remembered for a die still to come.
 const oomMemory = time.Minute
 
+// catchUpSlack is how far before the cursor the catch-up looks. A container's FinishedAt is
+// when its process ended; its die comes after the engine has deleted the task and drained its
+// output (up to 30 s and 2 s in moby 20.10's handleContainerExit), so a die just after the
+// cursor can belong to an exit finished well before it.
+const catchUpSlack = time.Minute
+
 // Exits streams the engine's "die" events of this agent's containers after cursor (the
 // event's time in nanoseconds), each with whether the kernel killed the container for going
 // over its memory limit. It follows the "oom" events too: a die with code 137 that neither the
@@ -29,20 +41,34 @@ const oomMemory = time.Minute
 // oom, then the inspect is repeated. Exits leave in the order of their dies, so the cursor the
 // caller journals only ever grows, and a held exit holds back the ones behind it.
 //
-// The stream ends on any error; the caller resubscribes from the last cursor it saw, so no
-// exit is missed across a reconnect — a held exit was not seen, and comes again (the engine
-// keeps its last 256 events; reconciliation after a restart covers longer gaps).
+// The stream ends on any error; the caller resubscribes from the last cursor it saw. The
+// engine replays the dies after the cursor from its buffer of its last 256 events (moby
+// daemon/events eventsLimit), which a busy host overruns while the stream is down, so a
+// subscription with a cursor first catches up (exitStream.start): every container of this
+// agent that exited since the cursor is sent as an exit before the stream's own, and its
+// die, if the engine replays it, is not sent again. Across subscriptions an exit may come
+// twice; the core records an exit only for a container it holds RUNNING. While the buffer
+// still reaches back to the cursor, its replay misses nothing and the catch-up is skipped: a
+// stream resumed after an exit does not give it again.
 func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 	f := client.Filters{}.Add("type", "container").Add("event", "die", "oom").Add("label", LabelAgent+"="+e.agent)
 	opts := client.EventsListOptions{Filters: f}
 	if cursor > 0 {
-		opts.Since = fmt.Sprintf("%d.%09d", cursor/1e9, cursor%1e9)
+		opts.Since = stamp(cursor)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	// Subscribed once Events returns (the engine has answered): an exit after the catch-up's
+	// list is in the stream.
 	res := e.cli.Events(ctx, opts)
+	s := exitStream{inspect: e.exitState, replays: e.replaysFrom, exited: e.pastExits, wait: oomWait, ooms: map[string]time.Time{}}
+	if err := s.start(ctx, cursor); err != nil {
+		cancel()
+		return nil, err
+	}
 	out := make(chan Exit, 64)
 	go func() {
+		defer cancel()
 		defer close(out)
-		s := exitStream{inspect: e.exitState, wait: oomWait, ooms: map[string]time.Time{}}
 		for {
 			if !s.flush(ctx, out) {
 				return
@@ -74,9 +100,16 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 // exitStream orders and completes the exits of one subscription.
 type exitStream struct {
 	inspect func(ctx context.Context, id string) (exitState, error)
+	// replays says whether the engine's replay from cursor misses no die; exited lists this
+	// agent's exited containers, for the catch-up when it may.
+	replays func(ctx context.Context, cursor int64) (bool, error)
+	exited  func(ctx context.Context) ([]pastExit, error)
 	wait    time.Duration        // oomWait
 	queue   []heldExit           // in die order; the head leaves once it is known
 	ooms    map[string]time.Time // containers whose oom came with no die waiting for it: when
+	// caught holds the containers whose exit the catch-up sent, with when each finished, until
+	// the die of that exit comes: it is not sent again.
+	caught map[string]int64
 }
 
 // heldExit is an exit not yet sent: known (it may go), or waiting for its oom until until.
@@ -84,6 +117,42 @@ type heldExit struct {
 	x     Exit
 	known bool
 	until time.Time
+}
+
+// pastExit is a container the catch-up found exited, with what the exit stream asks of it.
+type pastExit struct {
+	State
+	memoryLimited bool
+}
+
+// start catches up on a subscription with a cursor whose replay may miss dies: every
+// container that finished at or after the cursor (less catchUpSlack) is queued as an exit,
+// oldest first, before any event. Such an exit carries the subscription's cursor, not its own
+// time: resuming after it must catch up again, since the dies before it may not be sent yet.
+func (s *exitStream) start(ctx context.Context, cursor int64) error {
+	if cursor <= 0 {
+		return nil // a first subscription: reconciliation stands for the past
+	}
+	whole, err := s.replays(ctx, cursor)
+	if err != nil || whole {
+		return err
+	}
+	since := time.Unix(0, cursor).Add(-catchUpSlack)
+	past, err := s.exited(ctx)
+	if err != nil {
+		return fmt.Errorf("exit stream: catching up on the exits since %s: %w", since.UTC().Format(time.RFC3339Nano), err)
+	}
+	past = slices.DeleteFunc(past, func(p pastExit) bool { return p.FinishedAt.Before(since) })
+	slices.SortFunc(past, func(a, b pastExit) int {
+		return cmp.Or(a.FinishedAt.Compare(b.FinishedAt), strings.Compare(a.ID, b.ID))
+	})
+	s.caught = make(map[string]int64, len(past))
+	for _, p := range past {
+		s.caught[p.ID] = p.FinishedAt.UnixNano()
+		x := Exit{ID: p.ID, Task: p.Task, Container: p.Container, ExitCode: p.ExitCode, At: p.FinishedAt.UTC(), Cursor: cursor}
+		s.queueExit(x, exitState{oomKilled: p.OOMKilled, memoryLimited: p.memoryLimited})
+	}
+	return nil
 }
 
 // event takes one die or oom message.
@@ -96,6 +165,9 @@ func (s *exitStream) event(ctx context.Context, m events.Message) {
 				return
 			}
 		}
+		if _, ok := s.caught[id]; ok {
+			return // the catch-up's inspect settled that exit; its die is no OOM kill to come
+		}
 		now := time.Now()
 		for k, at := range s.ooms {
 			if now.Sub(at) > oomMemory {
@@ -105,6 +177,10 @@ func (s *exitStream) event(ctx context.Context, m events.Message) {
 		s.ooms[id] = now // the oom came first: the die to come is an OOM kill
 		return
 	}
+	if finished, ok := s.caught[id]; ok && m.TimeNano >= finished {
+		delete(s.caught, id) // the die of an exit the catch-up queued: sent once
+		return
+	}
 	code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
 	x := Exit{ID: id, Task: m.Actor.Attributes[LabelTask], Container: m.Actor.Attributes[LabelContainer],
 		ExitCode: code, At: time.Unix(0, m.TimeNano).UTC(), Cursor: m.TimeNano}
@@ -112,15 +188,21 @@ func (s *exitStream) event(ctx context.Context, m events.Message) {
 		delete(s.ooms, id)
 		x.OOMKilled = true
 	}
-	limited := false
+	var st exitState
 	if code != 0 && !x.OOMKilled {
 		// The die event does not say why; the kernel's OOM kill shows in the state — when
-		// Docker has heard of it by now.
-		if st, err := s.inspect(ctx, id); err == nil {
-			x.OOMKilled, limited = st.oomKilled, st.memoryLimited
-		}
+		// Docker has heard of it by now. (Not answered: as if no kill and no limit.)
+		st, _ = s.inspect(ctx, id)
 	}
-	s.queue = append(s.queue, heldExit{x: x, known: code != 137 || x.OOMKilled || !limited, until: time.Now().Add(s.wait)})
+	s.queueExit(x, st)
+}
+
+// queueExit queues x behind the exits before it, known at once unless it is a 137 that
+// neither an oom nor the inspect (st) has shown to be an OOM kill, of a container under a
+// memory limit: that one waits for its oom until the wait runs out (expire).
+func (s *exitStream) queueExit(x Exit, st exitState) {
+	x.OOMKilled = x.OOMKilled || st.oomKilled
+	s.queue = append(s.queue, heldExit{x: x, known: x.ExitCode != 137 || x.OOMKilled || !st.memoryLimited, until: time.Now().Add(s.wait)})
 }
 
 // expire settles the held head whose oom did not come in time by asking the engine again.
@@ -156,5 +238,57 @@ func (e *Engine) exitState(ctx context.Context, id string) (exitState, error) {
 	if err != nil {
 		return exitState{}, err
 	}
-	return exitState{oomKilled: st.OOMKilled, memoryLimited: c.HostConfig != nil && c.HostConfig.Memory > 0}, nil
+	return exitState{oomKilled: st.OOMKilled, memoryLimited: memoryLimited(c)}, nil
+}
+
+func memoryLimited(c container.InspectResponse) bool {
+	return c.HostConfig != nil && c.HostConfig.Memory > 0
+}
+
+// replaysFrom says whether the engine's event buffer still holds a die of this agent at or
+// before cursor. The buffer keeps the engine's latest events (of every kind, any agent's), so
+// then it holds every die after cursor too, and a subscription made before this call replays
+// them all. No such die (pushed out, or the engine restarted since) says it may not; so does
+// no answer within a few seconds (a cursor ahead of the engine's clock makes it wait for
+// dies to come).
+func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	f := client.Filters{}.Add("type", "container").Add("event", "die").Add("label", LabelAgent+"="+e.agent)
+	res := e.cli.Events(rctx, client.EventsListOptions{Until: stamp(cursor), Filters: f})
+	select {
+	case m := <-res.Messages:
+		return m.TimeNano <= cursor, nil
+	case err := <-res.Err:
+		if errors.Is(err, io.EOF) || ctx.Err() == nil && rctx.Err() != nil {
+			return false, nil // the buffer ends (or does not) with nothing at or before cursor
+		}
+		return false, e.wrap("read", "the engine's buffered events", err)
+	}
+}
+
+// stamp is a time in nanoseconds as the events API takes it.
+func stamp(ns int64) string { return fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9) }
+
+// pastExits is every container of this agent that has run and stopped, inspected (the list
+// gives no exit code nor end time).
+func (e *Engine) pastExits(ctx context.Context) ([]pastExit, error) {
+	f := client.Filters{}.Add("label", LabelAgent+"="+e.agent).Add("status", string(container.StateExited), string(container.StateDead))
+	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, e.wrap("list", "exited containers", err)
+	}
+	out := make([]pastExit, 0, len(res.Items))
+	for _, item := range res.Items {
+		c, st, err := e.inspect(ctx, item.ID)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed since the list
+		} else if err != nil {
+			return nil, err
+		}
+		if st.Exited {
+			out = append(out, pastExit{State: st, memoryLimited: memoryLimited(c)})
+		}
+	}
+	return out, nil
 }

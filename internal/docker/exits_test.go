@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,13 +61,7 @@ func TestExitStreamWaitsForTheOOMOfA137(t *testing.T) {
 		if st.expire {
 			s.expire(ctx)
 		}
-		out := make(chan Exit, 10)
-		s.flush(ctx, out)
-		close(out)
-		var got []Exit
-		for x := range out {
-			got = append(got, x)
-		}
+		got := sent(ctx, &s)
 		if len(got) != len(st.want) {
 			t.Fatalf("%s: sent %+v; want %+v", st.name, got, st.want)
 		}
@@ -75,4 +71,120 @@ func TestExitStreamWaitsForTheOOMOfA137(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A subscription with a cursor first sends the exits the engine's event buffer may have lost:
+// every container that finished since the cursor (less the slack for a die logged after its
+// end), oldest first, through the same OOM rules as a die, and the dies the engine replays of
+// those exits are not sent again. The list and the inspect are scripted.
+func TestExitStreamCatchesUpFromTheCursor(t *testing.T) {
+	const cursor = int64(1_000_000 * time.Second)
+	at := func(d time.Duration) time.Time { return time.Unix(0, cursor).Add(d) }
+	past := func(id string, finished time.Duration, code int, limited bool) pastExit {
+		return pastExit{State: State{ID: id, Task: "task/" + id, Container: "app", Exited: true, ExitCode: code, FinishedAt: at(finished)}, memoryLimited: limited}
+	}
+	die := func(id, code string, after time.Duration) events.Message {
+		return events.Message{Action: events.ActionDie, TimeNano: at(after).UnixNano(), Actor: events.Actor{ID: id, Attributes: map[string]string{"exitCode": code, LabelTask: "task/" + id, LabelContainer: "app"}}}
+	}
+	listed := []pastExit{
+		past("b", 3*time.Second, 0, false),
+		past("old", -2*time.Minute, 1, false),    // before the cursor and its slack: reconciled or sent before
+		past("slack", -10*time.Second, 0, false), // ended before the cursor, its die may be after it
+		past("oom", 2*time.Second, 137, true),    // a 137 under a memory limit: waits for its oom
+		past("a", time.Second, 3, false),
+	}
+	s := exitStream{wait: time.Hour, ooms: map[string]time.Time{},
+		replays: func(context.Context, int64) (bool, error) { return false, nil },
+		exited:  func(context.Context) ([]pastExit, error) { return listed, nil },
+		inspect: func(context.Context, string) (exitState, error) { return exitState{}, nil }}
+	ctx := context.Background()
+	if err := s.start(ctx, cursor); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name   string
+		events []events.Message
+		want   []string // ids sent, in order, after the events
+	}{
+		{name: "the catch-up: oldest first, up to the held 137", want: []string{"slack", "a"}},
+		{name: "the engine replays a's die, then c dies", events: []events.Message{die("a", "3", time.Second+5*time.Millisecond), die("c", "0", 5*time.Second)}},
+		{name: "the oom of the held 137 comes", events: []events.Message{{Action: events.ActionOOM, Actor: events.Actor{ID: "oom"}}},
+			want: []string{"oom", "b", "c"}},
+		{name: "the replayed dies of the caught exits", events: []events.Message{die("slack", "0", time.Millisecond), die("oom", "137", 2*time.Second), die("b", "0", 3*time.Second)}},
+		{name: "b runs again and dies: a new exit", events: []events.Message{die("b", "2", 9*time.Second)}, want: []string{"b"}},
+	}
+	for _, st := range steps {
+		for _, m := range st.events {
+			s.event(ctx, m)
+		}
+		got := sent(ctx, &s)
+		var ids []string
+		for _, x := range got {
+			ids = append(ids, x.ID)
+			if x.ID == "oom" && (!x.OOMKilled || x.ExitCode != 137) || x.ID == "a" && x.ExitCode != 3 || x.Task != "task/"+x.ID {
+				t.Fatalf("%s: sent %+v", st.name, x)
+			}
+			if x.ID != "c" && x.ID != "b" && x.Cursor != cursor {
+				t.Fatalf("%s: the caught exit %s carries cursor %d; want the subscription's %d", st.name, x.ID, x.Cursor, cursor)
+			}
+		}
+		if !slices.Equal(ids, st.want) {
+			t.Fatalf("%s: sent %v; want %v", st.name, ids, st.want)
+		}
+	}
+}
+
+// The catch-up lists only when the subscription has a cursor and the engine's buffer no longer
+// reaches back to it; a failure of either call fails the subscription, which the caller makes
+// again.
+func TestExitStreamCatchesUpOnlyWhenTheReplayMayMissDies(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		cursor           int64
+		reaches          bool  // the buffer still holds a die at or before the cursor
+		readErr, listErr error // the calls fail
+		listed           bool
+		err              error
+	}{
+		{name: "a first subscription: reconciliation stands for the past", cursor: 0},
+		{name: "the buffer reaches back to the cursor", cursor: 1, reaches: true},
+		{name: "the buffer does not", cursor: 1, listed: true},
+		{name: "the buffer cannot be read", cursor: 1, readErr: ErrUnavailable, err: ErrUnavailable},
+		{name: "the list fails", cursor: 1, listErr: ErrUnavailable, listed: true, err: ErrUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			listed := false
+			s := exitStream{
+				replays: func(context.Context, int64) (bool, error) {
+					if tc.cursor <= 0 {
+						t.Fatal("a subscription without a cursor read the buffer")
+					}
+					return tc.reaches, tc.readErr
+				},
+				exited: func(context.Context) ([]pastExit, error) {
+					listed = true
+					return []pastExit{{State: State{ID: "a", Exited: true, FinishedAt: time.Unix(0, tc.cursor)}}}, tc.listErr
+				},
+			}
+			err := s.start(context.Background(), tc.cursor)
+			if !errors.Is(err, tc.err) || listed != tc.listed {
+				t.Fatalf("start: %v, listed %v; want %v, listed %v", err, listed, tc.err, tc.listed)
+			}
+			if queued := len(s.queue) > 0; queued != (tc.listed && tc.err == nil) {
+				t.Fatalf("queued %d exits", len(s.queue))
+			}
+		})
+	}
+}
+
+// sent flushes what the stream may send now.
+func sent(ctx context.Context, s *exitStream) []Exit {
+	out := make(chan Exit, 64)
+	s.flush(ctx, out)
+	close(out)
+	var got []Exit
+	for x := range out {
+		got = append(got, x)
+	}
+	return got
 }

@@ -15,6 +15,9 @@ func (e *Engine) handle(in Input) {
 	case PollInput:
 		if e.sub != nil {
 			e.sub.Answered(now) // the control plane answers: an outage's backoff is over
+			if len(in.Payloads) > 0 {
+				e.sub.Assigned(now) // what follows is the fleet's burst, begun now for every agent
+			}
 		}
 		for _, p := range in.Payloads {
 			e.handlePayload(now, PayloadInput{Payload: p})

@@ -85,8 +85,8 @@ type Reporting struct {
 	Failed      uint64    `json:"failed"`
 	Accepted    uint64    `json:"accepted"`
 	Rejected    uint64    `json:"rejected"`
-	// PaceSeconds is the spacing of requests the control plane's throttle has taught the
-	// submitter (0: no throttling seen).
+	// PaceSeconds is the agent's learnt slot in the fleet: how long after a burst of payloads
+	// began the control plane's throttle last served its first report (0: no throttling seen).
 	PaceSeconds float64 `json:"pace_seconds,omitempty"`
 }
 

@@ -9,30 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
 )
-
-// bucket is the reference control plane's throttle on a virtual clock.
-type bucket struct {
-	rps      float64
-	burst    float64
-	tokens   float64
-	refilled time.Time
-}
-
-func (b *bucket) take(now time.Time) (bool, time.Duration) {
-	if !b.refilled.IsZero() {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.refilled).Seconds()*b.rps)
-	}
-	b.refilled = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return true, 0
-	}
-	return false, time.Duration((1 - b.tokens) / b.rps * float64(time.Second))
-}
 
 // modelAgent is one submitter with its unsent changes.
 type modelAgent struct {
@@ -62,7 +43,7 @@ func (w *wakes) Pop() any          { o := *w; x := o[len(o)-1]; *w = o[:len(o)-1
 // reporting does to the control plane, with no I/O and no goroutine.
 type fleetModel struct {
 	agents   []*modelAgent
-	b        *bucket
+	b        *controlplane.Throttle
 	rtt      time.Duration
 	now      time.Time
 	q        wakes
@@ -72,8 +53,14 @@ type fleetModel struct {
 	early    int         // requests sent before their agent's Retry-After had passed
 }
 
-func newFleetModel(n int, rps float64, burst int, p Policy, seed uint64) *fleetModel {
-	m := &fleetModel{b: &bucket{rps: rps, burst: float64(burst), tokens: float64(burst)}, rtt: 2 * time.Millisecond, now: t0}
+// newFleetModel is n submitters against the reference control plane's own throttle, whose
+// Retry-After names each client's turn or (mode next-token) the next token.
+func newFleetModel(n int, rps float64, burst int, p Policy, seed uint64, mode string) *fleetModel {
+	th, err := controlplane.NewThrottle(rps, burst, mode)
+	if err != nil {
+		panic(err)
+	}
+	m := &fleetModel{b: th, rtt: 2 * time.Millisecond, now: t0}
 	for i := 0; i < n; i++ {
 		p.Seed = seed + uint64(i+1)
 		m.agents = append(m.agents, &modelAgent{sub: New(p)})
@@ -132,7 +119,7 @@ func (m *fleetModel) answer(i int, a *modelAgent) {
 	m.requests++
 	m.sends = append(m.sends, m.now)
 	var r protocol.ReportResult
-	if ok, after := m.b.take(m.now); ok {
+	if ok, after := m.b.Take(m.now, fmt.Sprint(i)); ok {
 		r = protocol.ReportResult{Outcome: protocol.Settled}
 		for _, c := range a.inSent {
 			r.Accepted = append(r.Accepted, c.ID)
@@ -252,73 +239,68 @@ func TestAnsweredEndsOutageBackoff(t *testing.T) {
 }
 
 // Retry-After is a floor for a whole fleet too (invariant 13): 200 agents through the tasks
-// starting and a storm under one throttle, and no agent asks again before the Retry-After
-// its last 429 named.
+// starting and a storm under one throttle, in either Retry-After mode, and no agent asks
+// again before the Retry-After its last 429 named.
 func TestFleetModelKeepsRetryAfter(t *testing.T) {
-	m := newFleetModel(200, 20, 20, Policy{}, 0)
-	m.waves(20, 3, 100*time.Millisecond)
-	m.quiet(30 * time.Second)
-	m.storm(20)
-	if m.throttle == 0 {
-		t.Fatal("no request was answered 429: the check saw nothing")
-	}
-	if m.early != 0 {
-		t.Fatalf("%d of %d requests sent before the Retry-After their agent was given", m.early, m.requests)
+	for _, mode := range []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken} {
+		m := newFleetModel(200, 20, 20, Policy{}, 0, mode)
+		m.waves(20, 3, 100*time.Millisecond)
+		m.quiet(30 * time.Second)
+		m.storm(20)
+		if m.throttle == 0 {
+			t.Fatalf("%s: no request was answered 429: the check saw nothing", mode)
+		}
+		if m.early != 0 {
+			t.Fatalf("%s: %d of %d requests sent before the Retry-After their agent was given", mode, m.early, m.requests)
+		}
 	}
 }
 
 // Tuning aid, not a check: AGENTD_FLEET_MODEL=1 go test -run FleetModel -v ./internal/submit
 // Like `agentd bench fleet`: each round, the tasks start (three waves of changes, reported
-// under the throttle), then every task stops at once (the storm, measured); the pace the
-// fleet learnt carries over to the next round. Each fleet size runs with three sets of seeds,
-// and the last line per size is the mean over every round (one storm is noisy).
+// under the throttle), then every task stops at once (the storm, measured); what the fleet
+// learnt carries over to the next round. Each fleet size runs with three sets of seeds, under
+// both Retry-After modes, and the last line per size is the mean over every round (one storm
+// is noisy).
 func TestFleetModel(t *testing.T) {
 	if os.Getenv("AGENTD_FLEET_MODEL") == "" {
 		t.Skip("tuning aid: set AGENTD_FLEET_MODEL=1")
 	}
-	for _, n := range modelSizes() {
-		fleetModelRounds(t, n, false)
-	}
-	// The same fleets with every agent's pace set to the fleet's N ÷ R before each storm: what
-	// the submitter's schedule does when the estimate is right and shared (no agent knows N).
-	for _, n := range modelSizes()[:min(2, len(modelSizes()))] {
-		fleetModelRounds(t, n, true)
+	for _, mode := range []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken} {
+		for _, n := range modelSizes() {
+			fleetModelRounds(t, n, mode)
+		}
 	}
 }
 
 // fleetModelRounds runs three fleets of n agents through four rounds each and logs every
-// storm and their mean; oracle sets every pace to N ÷ R before each storm.
-func fleetModelRounds(t *testing.T, n int, oracle bool) {
+// storm and their mean.
+func fleetModelRounds(t *testing.T, n int, mode string) {
 	rps, burst := 20.0, 20
 	floor := (float64(n) - float64(burst)) / rps
 	var sumX, sumTh, sumRatio, storms float64
 	for set := 0; set < modelSets(); set++ {
-		m := newFleetModel(n, rps, burst, Policy{}, uint64(set*n))
+		m := newFleetModel(n, rps, burst, Policy{}, uint64(set*n), mode)
 		for round := 1; round <= 4; round++ {
 			m.waves(20, 3, 100*time.Millisecond)
 			m.quiet(30 * time.Second)
-			if oracle {
-				for _, a := range m.agents {
-					a.sub.pace = time.Duration(float64(n) / rps * float64(time.Second))
-				}
-			}
-			var paces []float64
+			var slots []float64
 			for _, a := range m.agents {
-				paces = append(paces, a.sub.Pace().Seconds())
+				slots = append(slots, a.sub.Pace().Seconds())
 			}
-			slices.Sort(paces)
+			slices.Sort(slots)
 			r0, th0 := m.requests, m.throttle
 			d, per := m.storm(20)
 			m.quiet(30 * time.Second)
 			req, th := m.requests-r0, m.throttle-th0
 			p50, p99 := per[len(per)/2].Seconds(), per[int(math.Ceil(0.99*float64(len(per))))-1].Seconds()
 			sumX, sumTh, sumRatio, storms = sumX+d.Seconds()/floor, sumTh+float64(th)/float64(req), sumRatio+p99/p50, storms+1
-			t.Logf("n=%d seeds %d round %d storm: %.2f× floor %.1fs; %d requests, %2.0f%% 429; per agent p50 %5.1fs p99 %5.1fs (p99/p50 %.2f); pace before p10/p50/p90 %.1f/%.1f/%.1f",
-				n, set, round, d.Seconds()/floor, floor, req, 100*float64(th)/float64(req), p50, p99, p99/p50,
-				paces[len(paces)/10], paces[len(paces)/2], paces[len(paces)*9/10])
+			t.Logf("%s n=%d seeds %d round %d storm: %.2f× floor %.1fs; %d requests, %2.0f%% 429; per agent p50 %5.1fs p99 %5.1fs (p99/p50 %.2f); slot before p10/p50/p90 %.1f/%.1f/%.1f",
+				mode, n, set, round, d.Seconds()/floor, floor, req, 100*float64(th)/float64(req), p50, p99, p99/p50,
+				slots[len(slots)/10], slots[len(slots)/2], slots[len(slots)*9/10])
 		}
 	}
-	t.Logf("n=%d (oracle pace %v) mean of %.0f storms: %.2f× floor, %.0f%% 429, p99/p50 %.2f", n, oracle, storms, sumX/storms, 100*sumTh/storms, sumRatio/storms)
+	t.Logf("%s n=%d mean of %.0f storms: %.2f× floor, %.0f%% 429, p99/p50 %.2f", mode, n, storms, sumX/storms, 100*sumTh/storms, sumRatio/storms)
 }
 
 // modelSizes and modelSets: AGENTD_FLEET_MODEL=200 runs only the bench's default fleet, with

@@ -19,9 +19,10 @@ import (
 // held is a change refused alone.
 type held struct {
 	task  string
-	since time.Time // first refused alone
-	until time.Time // not sent again before this
-	tries int       // refusals so far
+	since time.Time        // first refused alone
+	until time.Time        // not sent again before this
+	tries int              // refusals so far
+	bo    *jitteredBackOff // its lone retries' waits: SlowRetry, doubling to MaxHeldWait
 }
 
 // MaxHeldWait is the longest a held change waits between its lone retries.
@@ -103,15 +104,11 @@ func (s *Submitter) refused(now time.Time, sent []protocol.StateChange, r protoc
 	c := sent[0]
 	h := s.held[c.ID]
 	if h == nil {
-		h = &held{task: c.TaskARN, since: now}
+		h = &held{task: c.TaskARN, since: now, bo: newBackOff(s.p.SlowRetry, MaxHeldWait, s.rng)}
 		s.held[c.ID] = h
 	}
 	h.tries++
-	wait := s.p.SlowRetry
-	for i := 1; i < h.tries && wait < MaxHeldWait; i++ {
-		wait *= 2
-	}
-	h.until = now.Add(s.jittered(min(wait, MaxHeldWait)))
+	h.until = now.Add(h.bo.NextBackOff())
 	s.Stats.Held = uint64(len(s.held))
 	msg := ""
 	if h.tries == 1 {

@@ -6,90 +6,191 @@ import (
 	"github.com/agentd/agentd/internal/protocol"
 )
 
-// The pace is how often the control plane's throttle is likely to serve this agent, learnt
-// from its answers as TCP learns its window: a 429 that follows a 429 grows it by paceGrow; a
-// report settled at its first try shrinks it by paceShrink; one settled after 429s raises it
-// to paceWaited of how long the throttle kept it out (tuned on TestFleetModel's virtual
-// fleets and `agentd bench fleet`). It protects three things:
-//   - a fleet throttled at one moment comes back spread over one pace, not in the slot
-//     Retry-After names (Retry-After stays a floor: the time to the throttle's next token,
-//     the same for every agent throttled at that moment);
-//   - the pace a fleet learnt outlives the streak, so the next storm (every task of every
-//     agent stopped by one operator action) starts spread instead of re-learning it through
-//     a wave of 429s;
-//   - while nothing answers, retries come at the pace: no herd at the return (the fleet
-//     failed together), and every agent finds out within about one pace, its tokens not
-//     left idle.
+// Under a fleet-wide throttle an agent learns two things from the answers, each protecting
+// one promise:
+//
+//   - its **slot**: how long after a burst of changes began (an operator's stop, the tasks
+//     starting) the throttle served the burst's first report, the last time it had to wait for
+//     it. The next burst's first report goes at that slot. A fleet that came back in the order
+//     the throttle served it, at the times it served it, arrives at the throttle's rate: no
+//     agent needs to know the fleet's size or the rate (each learns only its own place), and
+//     the throttle is busy from the first instant without a wave of 429s. A report served at
+//     its first try had tokens to spare, so the slot shrinks (slotShrink) and the fleet packs
+//     tighter; one that was kept out takes the time it was served as its slot. The reference
+//     control plane's Retry-After names each client's turn, so a throttled agent learns its
+//     place in one 429; under a throttle that names only the next token the places come out
+//     of the retries (the order is the throttle's, not a plan).
+//   - its **retry window**: how far past Retry-After a retry is spread. Retry-After is a floor
+//     (DESIGN.md invariant 13), the jitter only after it. A retry that is throttled again
+//     doubles the window (the fleet came back together: a throttle naming only its next token
+//     tells everyone the same time), one served at once halves it (Retry-After named this
+//     agent's turn, or the agent is alone: a window kept wide would leave its tokens idle —
+//     `bench throttled`).
+//
+// While nothing answers, reports are retried about once a slot (at least the first backoff
+// step): the fleet failed together, and retrying in slot order brings it back at the rate,
+// not in a herd; an answer from the control plane (a poll) sends the report at its slot from
+// that moment.
 const (
-	paceGrow   = 1.3  // a repeated 429's effect on the pace
-	paceShrink = 0.9  // a report settled at its first try
-	paceWaited = 0.75 // the pace is at least this share of how long a throttled report waited
-	paceFloor  = 5 * time.Millisecond
+	slotShrink   = 0.95 // a burst whose first report was served at its first try
+	windowGrow   = 2.0  // a retry throttled again
+	windowShrink = 0.5  // a retry served at once
+	spaceWaited  = 0.75 // a backlog's next report keeps this share of how long the last was kept out
+	minWindow    = 5 * time.Millisecond
+	// quietGap is how long the agent must have had nothing to report for new changes to
+	// begin a burst. Changes that trickle in behind a report just settled (tasks starting one
+	// after another) continue the burst: they neither wait for the slot again nor teach it,
+	// since where the throttle serves them depends on the fleet's follow-ups, not on its order.
+	quietGap = 2 * time.Second
+	// maxAssignLag bounds how long after payloads arrived the changes that follow still count
+	// from their arrival.
+	maxAssignLag = 30 * time.Second
 )
 
 // throttled is the wait after a 429 with Retry-After ra: at least ra, then a random point of
-// the pace, which a repeated 429 grows (up to Max).
-func (s *Submitter) throttled(ra time.Duration, again bool) time.Duration {
-	switch {
-	case s.pace == 0:
-		s.pace = max(ra, s.p.Initial)
-	case again:
-		s.pace = min(time.Duration(paceGrow*float64(s.pace)), s.p.Max)
+// the retry window, which a repeated 429 grows (up to Max).
+func (s *Submitter) throttled(now time.Time, ra time.Duration, again bool) time.Duration {
+	s.turnAt = now.Add(ra)
+	if !s.burstStart.IsZero() {
+		// Where the queue of this burst ended when this agent joined it (the last report of a
+		// burst joins behind the others' follow-ups): what the fleet's burst takes.
+		s.depth = min(max(s.depth, s.turnAt.Sub(s.burstStart)), s.p.Max)
 	}
-	return ra + s.spread(s.pace)
+	switch {
+	case s.window == 0:
+		// The first: over Retry-After itself (a throttle naming its next token tells everyone
+		// throttled together the same short time), at least the first backoff step, at most
+		// four (a throttle naming turns has spread them already).
+		s.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
+	case again:
+		// Throttled again right at Retry-After: the throttle names only its next token and the
+		// fleet is queued behind it (a turn is served when it comes). Spread over at least
+		// what is left of the fleet's burst as this agent knows it, not just twice the window.
+		// While the streak is younger than the fleet's burst, never wider than the burst: past
+		// it the tokens would wait for the retries. A streak outlasting it is the control plane
+		// asking for less: the window grows on, to Max (PROTOCOL.md §3: back off further).
+		burst := max(s.slot, s.depth)
+		w := time.Duration(windowGrow * float64(s.window))
+		if !s.burstStart.IsZero() {
+			w = max(w, burst-now.Sub(s.burstStart))
+		}
+		if burst > 0 && now.Sub(s.streakSince) < burst {
+			w = min(w, max(burst, 4*s.p.Initial))
+		}
+		s.window = min(w, s.p.Max)
+	}
+	return ra + s.spread(s.window)
 }
 
-// paced is when the next report may go after one settled (waited: how long the throttle
-// kept it out, 0 when served at the first try): the pace learns, and the next request keeps
-// about one pace from the last (jittered), so an agent with a backlog sends at the rate it
-// learnt rather than at once into a 429.
-func (s *Submitter) paced(now time.Time, waited time.Duration) time.Time {
-	if s.pace == 0 || s.p.Naive {
+// settledPaced learns from a report that settled (waited: how long the throttle kept it out,
+// 0 when served at its first try) and says when the next report of a backlog may go: about
+// one learnt spacing after the last was sent, so an agent with a backlog sends at the rate it
+// was served rather than at once into a 429.
+func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time {
+	if s.p.Naive {
 		return time.Time{}
+	}
+	if waited > 0 {
+		// The last retry was served at once.
+		s.window = max(time.Duration(windowShrink*float64(s.window)), minWindow)
+	}
+	if s.burst && !s.burstStart.IsZero() {
+		// The burst's first report: its slot.
+		if waited > 0 {
+			// The earliest the throttle would serve it (the last Retry-After), not when the
+			// retry came: the jitter after Retry-After is this agent's, not its place.
+			// At most Max: a burst kept out longer (minutes of 429s) says the control plane was
+			// refusing everyone, not where this agent stands in the fleet.
+			s.slot = min(s.turnAt.Sub(s.burstStart), s.p.Max)
+		} else {
+			s.slot = time.Duration(slotShrink * float64(s.slot))
+		}
+		if s.slot < minWindow {
+			s.slot = 0
+		}
+		s.burst = false
 	}
 	if waited == 0 {
-		// Served at the first try: there are tokens to spare, so ask a little faster.
-		s.pace = time.Duration(float64(s.pace) * paceShrink)
+		s.space = time.Duration(slotShrink * float64(s.space))
 	} else {
-		// The throttle kept this report out for waited: it serves this agent no faster.
-		s.pace = min(max(s.pace, time.Duration(paceWaited*float64(waited))), s.p.Max)
+		s.space = min(max(s.space, time.Duration(spaceWaited*float64(waited))), s.p.Max)
 	}
-	if s.pace < paceFloor {
-		s.pace = 0
+	if s.space < minWindow {
+		s.space = 0
 		return time.Time{}
 	}
-	if next := s.lastSend.Add(s.jittered(s.pace)); next.After(now) {
+	// Jittered on the early side only: a report late for its token leaves it idle, one early
+	// is told to wait for it.
+	if next := s.lastSend.Add(time.Duration(float64(s.space) * (0.5 + 0.5*s.rng.Float64()))); next.After(now) {
 		return next
 	}
 	return time.Time{}
 }
 
-// spreadQuiet defers the first report after the agent had nothing left to report (its last
-// report carried every pending change and settled) to a random point of one pace, and says
-// whether it may go now: a fleet handed one stop at once does not report at once. Changes
-// kept waiting by a failure or a backlog go when due.
+// spreadQuiet starts a burst: the first report after the agent had nothing left to report
+// (its last report carried every pending change and settled) goes at the agent's slot, and
+// Ready says whether it may go now. Changes kept waiting by a failure or a backlog go when due.
 func (s *Submitter) spreadQuiet(now time.Time) bool {
-	if s.pace == 0 || !s.drained {
+	if !s.drained {
 		return true
 	}
 	s.drained = false
-	s.next = now.Add(s.spread(s.pace))
+	if now.Sub(s.drainedAt) < quietGap {
+		return true
+	}
+	start := now
+	if s.assignedAt.After(s.drainedAt) && now.Sub(s.assignedAt) < maxAssignLag {
+		// The burst follows payloads the control plane sent the whole fleet at one moment:
+		// the slot counts from then, not from when this agent, busy or slow, had its first
+		// change ready, so the fleet keeps its order however long each agent took.
+		start = s.assignedAt
+	}
+	s.burst, s.burstStart = true, start
+	s.depth = max(s.slot, time.Duration(slotShrink*float64(s.depth)))
+	if s.slot == 0 || s.p.Naive {
+		return true
+	}
+	s.next = start.Add(s.slot + s.spread(s.slot/20))
 	return !now.Before(s.next)
 }
 
-// Answered says the control plane answered something (a poll): an outage's backoff is over,
-// and the report goes at a random point of the pace — the whole fleet sees the control plane
-// come back at the same moment.
+// Assigned says a poll brought payloads: the changes that follow begin a burst counted from
+// now (spreadQuiet).
+func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
+
+// Answered says the control plane answered something (a poll): an outage's backoff is over.
+// An agent that has learnt the fleet's burst keeps its schedule — its retries already come
+// once a burst, in its slot's order, so the fleet comes back at the rate — unless that is
+// further off than one burst; one that has not retries now, not when a backoff grown blind
+// through the outage would have it.
 func (s *Submitter) Answered(now time.Time) {
 	if s.p.Naive || s.streak != protocol.Network || s.inflight || !now.Before(s.next) {
 		return
 	}
 	s.bo.Reset()
-	s.next = now.Add(s.spread(s.pace))
+	if d := max(s.slot, s.depth); now.Add(d * 11 / 10).Before(s.next) {
+		s.next = now.Add(d)
+	}
 }
 
-// Pace is the learnt spacing of this agent's requests (0: no throttling seen).
-func (s *Submitter) Pace() time.Duration { return s.pace }
+// outageWait is the wait before retrying a report nothing answered (backoff: the backoff's
+// next step): about once the fleet's burst (depth) while the agent has learnt one. Faster is a
+// herd at the return — the fleet failed together, and every agent's first contact comes
+// within one period of it, so the period must be about what the throttle needs for the whole
+// fleet; slower leaves tokens idle when the control plane is back.
+func (s *Submitter) outageWait(backoff time.Duration) time.Duration {
+	if d := max(s.slot, s.depth); d > 0 {
+		return max(time.Duration(float64(d)*(0.9+0.2*s.rng.Float64())), s.p.Initial)
+	}
+	return backoff
+}
+
+// Pace is the agent's learnt slot: how long after a burst began the throttle last served it
+// (0: no throttling seen).
+func (s *Submitter) Pace() time.Duration { return s.slot }
+
+// RetryWindow is how far past Retry-After the next retry after a 429 is spread.
+func (s *Submitter) RetryWindow() time.Duration { return s.window }
 
 // spread is a uniformly random point of d.
 func (s *Submitter) spread(d time.Duration) time.Duration {

@@ -6,16 +6,17 @@
 //
 // It promises: never more than one report in flight (per-task order holds by construction);
 // at least the server's Retry-After after a 429 (a floor, never a target), the retry spread by
-// jitter over the agent's learnt pace (pace.go), which grows while 429s repeat and shrinks as
-// reports settle at their first try, so a fleet throttled at one moment does not come back at
-// one moment; the first report after the agent had nothing to report spread over that pace; a
-// backoff (cenkalti/backoff/v4, never giving up) that starts afresh when a failure streak
-// changes kind, is replaced by the pace while the control plane answers nothing, and ends as
-// soon as it answers anything (Answered: a successful poll included); slow retries on refused
-// credentials, changes kept; a report refused as a whole (400, 413) split until the change at
-// fault stands alone, which is then held and retried alone, slowly, while the others flow
-// (isolate.go); no report body over protocol.MaxRequestBody and no reason over
-// protocol.MaxReasonBytes; and one log line per change of outcome, not one per attempt.
+// jitter over a window that grows while 429s repeat and shrinks when retries are served at once;
+// a burst's first report at the agent's learnt slot in the fleet (pace.go), so a fleet handed one
+// stop comes back in the order the throttle served it rather than at one instant; one backoff
+// shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
+// failure streak changes kind, is replaced by about one fleet burst while the control plane
+// answers nothing, and ends as soon as it answers anything (Answered: a successful poll
+// included); slow retries on refused credentials, changes kept; a report refused as a whole
+// (400, 413) split until the change at fault stands alone, which is then held and retried
+// alone, slowly, while the others flow (isolate.go); no report body over
+// protocol.MaxRequestBody and no reason over protocol.MaxReasonBytes; and one log line per
+// change of outcome, not one per attempt.
 package submit
 
 import (
@@ -48,7 +49,7 @@ type Policy struct {
 // Submitter decides when to report. Not safe for concurrent use: one engine loop owns it.
 type Submitter struct {
 	p        Policy
-	bo       *backoff.ExponentialBackOff
+	bo       *jitteredBackOff
 	rng      *rand.Rand
 	inflight bool
 	next     time.Time
@@ -56,10 +57,18 @@ type Submitter struct {
 	limit    int              // most changes the next report carries (halved by a refusal)
 	held     map[string]*held // changes refused alone, by id
 
-	pace     time.Duration // learnt spacing of this agent's requests under throttling (pace.go)
-	lastSend time.Time     // when the last report was begun
-	carried  bool          // the report in flight carries every change pending when it began
-	drained  bool          // the last report carried every pending change and settled
+	slot       time.Duration // when in a burst the throttle last served this agent (pace.go)
+	window     time.Duration // how far past Retry-After a retry is spread (pace.go)
+	depth      time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it (pace.go)
+	space      time.Duration // learnt spacing of a backlog's reports (pace.go)
+	burst      bool          // the burst's first report is not settled yet: it teaches the slot
+	burstStart time.Time     // when the current burst began
+	turnAt     time.Time     // when the last 429's Retry-After ended
+	lastSend   time.Time     // when the last report was begun
+	carried    bool          // the report in flight carries every change pending when it began
+	drained    bool          // the last report carried every pending change and settled
+	drainedAt  time.Time     // when it settled
+	assignedAt time.Time     // when a poll last brought payloads
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -95,11 +104,9 @@ func New(p Policy) *Submitter {
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	// Growth comes from the library; jitter from our own generator, so a seeded simulation
-	// replays exactly. MaxElapsedTime 0: reports awaiting acknowledgement never give up.
-	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(p.Initial), backoff.WithMaxInterval(p.Max),
-		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
-	s := &Submitter{p: p, bo: bo, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), limit: BatchSize, held: map[string]*held{}}
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s := &Submitter{p: p, bo: newBackOff(p.Initial, p.Max, rng), rng: rng, limit: BatchSize, held: map[string]*held{},
+		drained: true} // nothing reported yet: the first changes begin a burst
 	if p.Naive {
 		s.limit = 1
 	}
@@ -195,14 +202,17 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			}
 			s.streak, s.health, s.unjournaled, s.streakTries = "", "", 0, 0
 			s.bo.Reset()
-			s.next = s.paced(now, waited)
-			s.drained = s.carried
+			s.next = s.settledPaced(now, waited)
+			s.drained, s.drainedAt = s.carried, now
 			return o
 		}
 		// A 200 that settles none of what was sent: not progress, so back off like a failure.
 		r.Outcome, r.Err = protocol.ServerError, fmt.Errorf("HTTP 200 settled none of the %d changes sent", len(sent))
 	}
 	s.Stats.Failed++
+	if r.Outcome != protocol.Throttled {
+		s.burst = false // its first report's time says nothing of the throttle's order
+	}
 	if s.streak != "" && s.streak != r.Outcome {
 		// A streak of another kind: what grew the backoff is over, so it starts afresh.
 		s.bo.Reset()
@@ -216,10 +226,10 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		}
 	case r.Outcome == protocol.Throttled:
 		s.Stats.Throttled++
-		wait = s.throttled(r.RetryAfter, s.streak == protocol.Throttled)
+		wait = s.throttled(now, r.RetryAfter, s.streak == protocol.Throttled)
 		s.health = ""
 	case r.Outcome == protocol.Unauthorized:
-		wait = max(s.jittered(s.bo.NextBackOff()), s.p.SlowRetry)
+		wait = max(s.bo.NextBackOff(), s.p.SlowRetry)
 		s.health = fmt.Sprintf("control plane refuses the agent's credentials (HTTP %d) since %s", r.HTTPStatus, s.sinceOr(now, r.Outcome))
 	case r.Outcome == protocol.BadRequest || r.Outcome == protocol.TooLarge:
 		// Refused as a whole: split until the change at fault stands alone, then hold it.
@@ -231,12 +241,9 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			o.Log = msg
 		}
 	default:
-		wait = s.jittered(s.bo.NextBackOff())
-		if r.Outcome == protocol.Network && s.pace > 0 {
-			// Nothing answers: retry at the pace the throttle taught. Faster is pointless
-			// (and a herd at the return, the fleet having failed together), slower leaves
-			// this agent's tokens idle when the control plane is back.
-			wait = s.jittered(s.pace)
+		wait = s.bo.NextBackOff()
+		if r.Outcome == protocol.Network {
+			wait = s.outageWait(wait)
 		}
 		s.health = ""
 	}
@@ -274,9 +281,35 @@ func (s *Submitter) sinceOr(now time.Time, out protocol.Outcome) string {
 }
 
 // jittered spreads a wait by ±50%, so a fleet throttled together does not retry together.
-func (s *Submitter) jittered(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.5 + s.rng.Float64()))
+func (s *Submitter) jittered(d time.Duration) time.Duration { return jitter(s.rng, d) }
+
+func jitter(rng *rand.Rand, d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.5 + rng.Float64()))
 }
+
+// jitteredBackOff is the submitter's one backoff shape (the report's failures, each held
+// change's lone retries): cenkalti/backoff's exponential growth — doubling from first to max,
+// never giving up (MaxElapsedTime 0: reports awaiting acknowledgement are never dropped) —
+// each step spread ±50% by the submitter's own seeded generator. The library's own jitter
+// draws from the global math/rand, which a seeded simulation could not replay
+// (LIBRARY-NOTES), so its randomization is off and this wrapper adds it.
+type jitteredBackOff struct {
+	exp *backoff.ExponentialBackOff
+	rng *rand.Rand
+}
+
+var _ backoff.BackOff = (*jitteredBackOff)(nil)
+
+func newBackOff(first, max time.Duration, rng *rand.Rand) *jitteredBackOff {
+	return &jitteredBackOff{rng: rng, exp: backoff.NewExponentialBackOff(backoff.WithInitialInterval(first), backoff.WithMaxInterval(max),
+		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))}
+}
+
+// NextBackOff is the next step, jittered.
+func (b *jitteredBackOff) NextBackOff() time.Duration { return jitter(b.rng, b.exp.NextBackOff()) }
+
+// Reset starts over from the first step.
+func (b *jitteredBackOff) Reset() { b.exp.Reset() }
 
 // Health is "" when reporting works, else what is wrong (for /healthz and metrics), and
 // whether the problem is the agent's credentials rather than the reports themselves. A change

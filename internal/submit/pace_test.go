@@ -1,0 +1,154 @@
+package submit
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// throttledBurst plays one burst begun by payloads at start: the first change is ready at
+// start+lag, its report is answered 429 with a Retry-After of ra, and the retry is served.
+// It returns when the retry was served.
+func throttledBurst(t *testing.T, s *Submitter, start time.Time, lag, ra time.Duration) time.Time {
+	t.Helper()
+	s.Assigned(start)
+	now := start.Add(lag)
+	for !s.Ready(now) {
+		now = s.NextAttempt()
+	}
+	sent := s.BeginAt(now, batch("c-1"))
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: ra})
+	now = s.NextAttempt()
+	sent = s.BeginAt(now, batch("c-1"))
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
+	return now
+}
+
+// An agent learns its slot — when after the payloads arrived the throttle would serve its
+// burst's first report (its Retry-After's end, not its own jitter after it) — and the next
+// burst's first report goes there, counted from the payloads' arrival, however long the agent
+// took to have its changes ready; a burst served at its first try shrinks the slot.
+func TestSlotPlacesTheNextBurstWhereTheThrottleServedTheLast(t *testing.T) {
+	s := New(Policy{Seed: 11})
+	throttledBurst(t, s, t0, 100*time.Millisecond, 3*time.Second)
+	if got, want := s.Pace(), 3100*time.Millisecond; got != want {
+		t.Fatalf("slot %v after a first report sent 100 ms after the payloads and told 3 s; want %v", got, want)
+	}
+	next := t0.Add(time.Minute)
+	s.Assigned(next)
+	ready := next.Add(700 * time.Millisecond) // this agent was slow to stop its containers
+	if s.Ready(ready) {
+		t.Fatal("the next burst's first report goes at once, not at its slot")
+	}
+	if at := s.NextAttempt().Sub(next); at < 3100*time.Millisecond || at > 3100*time.Millisecond*105/100 {
+		t.Fatalf("the next burst's first report goes %v after the payloads; want its slot, 3.1 s (+5%%)", at)
+	}
+	now := s.NextAttempt()
+	sent := s.BeginAt(now, batch("c-2"))
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-2"}})
+	if got, want := s.Pace(), time.Duration(0.95*float64(3100*time.Millisecond)); got != want {
+		t.Fatalf("slot %v after a burst served at its first try; want it shrunk to %v", got, want)
+	}
+}
+
+// Changes that trickle in right behind a report that settled everything (tasks starting one
+// after another) continue the burst: where the throttle serves them depends on the fleet's
+// other follow-ups, so they do not teach the slot.
+func TestTricklingChangesContinueTheBurst(t *testing.T) {
+	s := New(Policy{Seed: 12})
+	served := throttledBurst(t, s, t0, 0, 2*time.Second)
+	slot := s.Pace()
+	if slot == 0 {
+		t.Fatal("no slot learnt: the check would see nothing")
+	}
+	now := served.Add(300 * time.Millisecond)
+	for !s.Ready(now) { // paced behind the last report, then asked again
+		now = s.NextAttempt()
+	}
+	sent := s.BeginAt(now, batch("c-2"))
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 5 * time.Second})
+	now = s.NextAttempt()
+	sent = s.BeginAt(now, batch("c-2"))
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-2"}})
+	if s.Pace() != slot {
+		t.Fatalf("slot %v after a trickled change was kept out 5 s; want it unchanged, %v: the trickle began a burst", s.Pace(), slot)
+	}
+}
+
+// The retry window past Retry-After doubles while retries are throttled again (a throttle
+// naming its next token tells everyone the same time) and halves when a retry is served at
+// once (a turn, or an agent alone) — so a lone agent's retries come right at Retry-After
+// and leave none of its tokens idle (bench throttled).
+func TestRetryWindowFollowsWhetherRetriesAreServed(t *testing.T) {
+	s := New(Policy{Seed: 13})
+	now := t0
+	throttle := func() {
+		sent := s.BeginAt(now, batch("c-1"))
+		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 50 * time.Millisecond})
+		now = s.NextAttempt()
+	}
+	throttle()
+	first := s.RetryWindow()
+	throttle()
+	throttle()
+	if w := s.RetryWindow(); w != 4*first {
+		t.Fatalf("window %v after three 429s in a row; want %v (doubled twice from %v)", w, 4*first, first)
+	}
+	for i := 0; i < 6; i++ {
+		sent := s.BeginAt(now, batch("c-1"))
+		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
+		throttle()
+	}
+	if w := s.RetryWindow(); w > first/4 {
+		t.Fatalf("window %v after six retries served at once; want it shrunk well below the first %v", w, first)
+	}
+}
+
+// While nothing answers, an agent that has learnt its place retries about once the fleet's
+// burst (not at a backoff grown blind, not every few hundred milliseconds), and a poll answered
+// meanwhile does not pull its retry in: the fleet keeps coming back in its slots' order.
+func TestOutageRetriesComeOnceABurst(t *testing.T) {
+	s := New(Policy{Seed: 14})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	burst := max(s.Pace(), s.depth)
+	now := t0.Add(time.Minute)
+	for i := 0; i < 5; i++ {
+		if i > 0 {
+			now = s.NextAttempt()
+		}
+		sent := s.BeginAt(now, batch("c-9"))
+		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection refused")})
+		if w := s.NextAttempt().Sub(now); w < burst*9/10 || w > burst*11/10 {
+			t.Fatalf("retry %d after a refused connection waits %v; want about the burst, %v (±10%%)", i, w, burst)
+		}
+	}
+	due := s.NextAttempt()
+	s.Answered(now.Add(100 * time.Millisecond))
+	if s.NextAttempt() != due {
+		t.Fatalf("a poll answered moved the retry from %v to %v", due, s.NextAttempt())
+	}
+}
+
+// A model fleet of 200 agents against the reference control plane's throttle naming turns
+// (virtual clock, seeded): after the tasks start under it once, a fleet-wide stop settles
+// within the issue's targets — ≤ 1.25× the floor, ≤ 25% of requests answered 429 — twice in a
+// row. (The real bench, `agentd bench fleet`, judges the same on real HTTP.)
+func TestFleetModelStormMeetsTheTargetsUnderTurns(t *testing.T) {
+	const n, rps, burst = 200, 20.0, 20
+	floor := (n - burst) / rps
+	m := newFleetModel(n, rps, burst, Policy{}, 1, controlplane.RetryAfterTurn)
+	for round := 1; round <= 2; round++ {
+		m.waves(20, 3, 100*time.Millisecond)
+		m.quiet(30 * time.Second)
+		r0, th0 := m.requests, m.throttle
+		d, _ := m.storm(20)
+		m.quiet(30 * time.Second)
+		share := float64(m.throttle-th0) / float64(m.requests-r0)
+		if x := d.Seconds() / floor; x > 1.25 || share > 0.25 {
+			t.Fatalf("round %d: the storm took %.2f× the floor with %.0f%% of %d requests answered 429; want ≤ 1.25× and ≤ 25%%", round, x, 100*share, m.requests-r0)
+		}
+	}
+}
