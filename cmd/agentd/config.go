@@ -17,6 +17,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/agentd/agentd/internal/backend"
+	"github.com/agentd/agentd/internal/datadir"
 )
 
 // The settings file of `agentd run`: a JSON object whose keys are the flags' names in
@@ -72,9 +73,12 @@ func loadConfigFile(r io.Reader) (kong.Resolver, error) {
 // it opened: the settings decide the backend, the bind roots and the engine, so whoever can
 // write the file runs the agent. It must be a regular file (opening never blocks: a FIFO is
 // refused, not waited on), owned by root or the agent's user, and not writable by group or
-// others. A link is followed (config management links files into /etc): what it reaches is
-// what is checked and read.
+// others, on a path no one else could redirect (datadir.CheckPathTrusted). A link is followed
+// (config management links files into /etc): what it reaches is what is checked and read.
 func loadSettingsFile(path string) (kong.Resolver, error) {
+	if err := datadir.CheckPathTrusted(kong.ExpandPath(path)); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(kong.ExpandPath(path), os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err

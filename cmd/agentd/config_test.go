@@ -326,6 +326,8 @@ func TestSettingsFileOthersCanWriteIsRefused(t *testing.T) {
 		{"group-writable", func(p string) error { return os.Chmod(p, 0o664) }, "writable by group or others"},
 		{"world-writable", func(p string) error { return os.Chmod(p, 0o646) }, "writable by group or others"},
 		{"a FIFO", func(p string) error { os.Remove(p); return syscall.Mkfifo(p, 0o600) }, "not a regular file"},
+		// a 0600 root-owned file others could swap (rename theirs into place) before the start
+		{"in a directory others can write", func(p string) error { return os.Chmod(filepath.Dir(p), 0o777) }, "is writable by group or others"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			file := writeFile(t, "agentd.json", text)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -440,8 +441,12 @@ func TestBadInputAtTheCommandLine(t *testing.T) {
 		"run --runtime podman --backend http://x":                      "--runtime",
 		"controlplane --fail-rate 2":                                   "--fail-rate",
 		"run --runtime sim --backend http://x --allow-bind-root rel":   "--allow-bind-root",
+		// a task binding the data dir could rewrite the journal and read the seal key
+		"run --runtime sim --backend http://x --allow-bind-root " + dir + " --data-dir " + dir + "/held": "--data-dir " + dir + "/held lies under --allow-bind-root " + dir,
 	} {
-		out, err := exec.Command(agentdBinary(t), strings.Fields(args)...).CombinedOutput()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // an agent that starts is a failure, not a hang
+		out, err := exec.CommandContext(ctx, agentdBinary(t), strings.Fields(args)...).CombinedOutput()
+		cancel()
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Errorf("agentd %s: %v\n%s\nwant a failure naming %s", args, err, out, want)
 		}

@@ -79,6 +79,12 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 		return err
 	}
 	defer roots.Close()
+	for _, own := range []struct{ flag, path string }{{"--data-dir", r.DataDir}, {"--token-file", r.TokenFile}, {"--ca-file", r.CAFile},
+		{"--registry-auth-file", r.RegistryAuthFile}, {"--api-token-file", r.APITokenFile}, {"--config", r.Config}} {
+		if root := roots.Holds(own.path); root != "" {
+			return fmt.Errorf("%s %s lies under --allow-bind-root %s: a task with a writable bind there could rewrite the agent's own files (journal, seal key, token, CA, settings); keep them outside every bind root", own.flag, own.path, root)
+		}
+	}
 	if len(r.AllowBindRoot) > 0 && r.Runtime == "docker" {
 		if err := docker.CheckHostNamespaces(); err != nil {
 			return err

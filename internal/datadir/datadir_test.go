@@ -177,3 +177,63 @@ func TestReadTrustedRefusesWhatOthersCouldRewrite(t *testing.T) {
 		}
 	}
 }
+
+// TestReadTrustedRefusesAPathOthersCouldRedirect: a root-owned 0644 CA file is only as
+// trustworthy as the directories on its way. In one others can write, or another user owns,
+// they could swap it (or a link to it) for a file of their choosing before the agent starts;
+// a link is judged by its own directory and by its target's. A sticky directory (like /tmp)
+// is fine when the entry taken from it is root's or the agent's.
+func TestReadTrustedRefusesAPathOthersCouldRedirect(t *testing.T) {
+	base := t.TempDir()
+	mkdir := func(name string, mode os.FileMode) string {
+		d := filepath.Join(base, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	open, sticky, shared := mkdir("open", 0o755), mkdir("sticky", os.ModeSticky|0o777), mkdir("shared", 0o777)
+	for _, d := range []string{open, sticky, shared} {
+		if err := writeMode(filepath.Join(d, "ca.pem"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(shared, "ca.pem"), filepath.Join(open, "to-shared")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(open, "ca.pem"), filepath.Join(shared, "to-open")); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		path, want string // want "": read
+	}{
+		{filepath.Join(open, "ca.pem"), ""},
+		{filepath.Join(sticky, "ca.pem"), ""},
+		{filepath.Join(shared, "ca.pem"), "directory " + shared + " on its path (mode 0777) is writable by group or others"},
+		{filepath.Join(open, "to-shared"), "directory " + shared + " on its path"},
+		{filepath.Join(shared, "to-open"), "directory " + shared + " on its path"},
+		{filepath.Join(shared, "..", "open", "ca.pem"), ""},
+	}
+	if os.Geteuid() == 0 {
+		nobodys := mkdir("nobodys", 0o755)
+		if err := writeMode(filepath.Join(nobodys, "ca.pem"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(nobodys, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, struct{ path, want string }{filepath.Join(nobodys, "ca.pem"), "directory " + nobodys + " on its path belongs to uid 65534"})
+	}
+	for _, c := range cases {
+		b, err := datadir.ReadTrusted(c.path, 64)
+		switch {
+		case c.want == "" && (err != nil || string(b) != "secret"):
+			t.Errorf("%s: %q, %v; want it read", c.path, b, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: %q, %v; want a refusal saying %q", c.path, b, err, c.want)
+		}
+	}
+}

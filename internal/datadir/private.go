@@ -74,8 +74,12 @@ func kindOf(m os.FileMode) string {
 // and at most limit bytes. A symbolic link is followed (CA bundles are often links into
 // /etc/ssl), and the checks are made on the file opened at its end. Opening never blocks: a
 // FIFO in its place is refused, not waited on. Errors do not name the path (the caller says
-// which file and setting it is); a missing file wraps os.ErrNotExist.
+// which file and setting it is); a missing file wraps os.ErrNotExist. The path to it is
+// checked too (CheckPathTrusted): a directory others can write would let them swap the file.
 func ReadTrusted(path string, limit int64) ([]byte, error) {
+	if err := CheckPathTrusted(path); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentd/agentd/internal/datadir"
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -53,6 +54,11 @@ func OpenBindRoots(paths []string) (*BindRoots, error) {
 			return nil, fmt.Errorf("--allow-bind-root %q: %w (want an existing directory)", p, err)
 		}
 		f := os.NewFile(uintptr(fd), clean)
+		if err := datadir.CheckPathTrusted(clean); err != nil {
+			f.Close()
+			r.Close()
+			return nil, fmt.Errorf("--allow-bind-root %q: %w (at the next start it could name another directory)", p, err)
+		}
 		resolved, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 		if err != nil || !filepath.IsAbs(resolved) {
 			f.Close()
@@ -75,10 +81,14 @@ func OpenBindRoots(paths []string) (*BindRoots, error) {
 // checkClosedToOthers refuses a root that local users other than root and the agent can reach:
 // a task with a writable bind writes as root, so it can leave a setuid-root program or a device
 // node there, and any user who can walk to it could run it and own the host. The root is closed
-// when it, or a directory above it, lets neither group nor others search it (no x for either)
-// and belongs to root or the agent's uid (whoever owns it could open it again).
+// when a directory above it lets neither group nor others search it (no x for either) and
+// belongs to root or the agent's uid (whoever owns it could open it again). The root itself
+// closed is not enough: a task may bind the root itself, writable, and chmod it open.
 func checkClosedToOthers(dir string) error {
-	for d := dir; ; d = filepath.Dir(d) {
+	if dir == "/" {
+		return fmt.Errorf("local users can reach it: a task writes there as root and could leave a setuid program for them to run")
+	}
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
 		var st unix.Stat_t
 		if err := unix.Stat(d, &st); err != nil {
 			return fmt.Errorf("cannot read the mode of %s: %w", d, err)
@@ -87,7 +97,7 @@ func checkClosedToOthers(dir string) error {
 			return nil
 		}
 		if d == "/" {
-			return fmt.Errorf("local users can reach it (no directory from / to %s is closed to group and others): a task writes there as root and could leave a setuid program for them to run; put the root inside a directory of mode 0700 (or chmod go-x %s)", dir, dir)
+			return fmt.Errorf("local users can reach it (no directory from / to above %s is closed to group and others; the root's own mode does not count, as a task binding it could chmod it): a task writes there as root and could leave a setuid program for them to run; put the root inside a directory of mode 0700 (chmod go-x %s)", dir, filepath.Dir(dir))
 		}
 	}
 }
@@ -130,6 +140,43 @@ func (r *BindRoots) Names() []string {
 		}
 	}
 	return out
+}
+
+// Holds names the root (as configured) beneath which path lies, or is, as its name resolves
+// now ("" when none): the agent's own files — its data directory with the journal and the
+// seal key, its token, CA and settings files — must lie beneath none, or a task with a
+// writable bind there could rewrite them. A path not made yet is judged by where its nearest
+// existing ancestor resolves.
+func (r *BindRoots) Holds(path string) string {
+	if r == nil || path == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return ""
+	}
+	resolved, rest := abs, ""
+	for {
+		if rp, err := filepath.EvalSymlinks(resolved); err == nil {
+			resolved = filepath.Join(rp, rest)
+			break
+		}
+		if resolved == "/" {
+			break
+		}
+		rest = filepath.Join(filepath.Base(resolved), rest)
+		resolved = filepath.Dir(resolved)
+	}
+	for _, b := range r.roots {
+		for _, root := range []string{b.configured, b.resolved} {
+			for _, p := range []string{abs, resolved} {
+				if _, ok := within(root, p); ok {
+					return b.configured
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // Close releases the roots' descriptors.

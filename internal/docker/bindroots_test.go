@@ -230,7 +230,9 @@ func TestABindRootLocalUsersCanReachIsRefused(t *testing.T) {
 		refused        bool
 	}{
 		{"closed above", 0o700, 0o755, 0o755, false},
-		{"the root itself closed", 0o755, 0o755, 0o700, false},
+		{"its parent closed", 0o755, 0o700, 0o755, false},
+		// a task binding the root itself, writable, could chmod it open: only above counts
+		{"the root itself closed", 0o755, 0o755, 0o700, true},
 		{"group may search the root only", 0o755, 0o755, 0o750, true},
 		{"others may search the root only", 0o755, 0o755, 0o701, true},
 		{"open all the way", 0o755, 0o755, 0o755, true},
@@ -255,12 +257,85 @@ func TestABindRootLocalUsersCanReachIsRefused(t *testing.T) {
 	if os.Geteuid() == 0 { // a closed directory another user owns: its owner could open it again
 		must(t, os.Chmod(top, 0o755))
 		must(t, os.Chmod(base, 0o755))
-		dir := filepath.Join(base, "nobodys")
-		must(t, os.Mkdir(dir, 0o700))
-		must(t, os.Chown(dir, 65534, 65534))
+		closed := filepath.Join(base, "nobodys")
+		dir := filepath.Join(closed, "root") // closed above, but by uid 65534's directory
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.Chmod(closed, 0o700))
+		must(t, os.Chown(closed, 65534, 65534))
 		if roots, err := OpenBindRoots([]string{dir}); err == nil {
 			roots.Close()
 			t.Error("a root closed only by a directory uid 65534 owns was taken")
+		}
+	}
+}
+
+// TestABindRootOthersCouldRedirectIsRefused: a root named through a directory another user
+// can write (or owns) is theirs to point elsewhere before the next start — a link there turned
+// toward /root/.ssh would pass every other check (closed above, root's own) and hand tasks
+// root's keys. Such a root is refused, naming the directory; one through a link in a directory
+// only root can write is taken.
+func TestABindRootOthersCouldRedirectIsRefused(t *testing.T) {
+	base := t.TempDir() // closed above: its parent is 0700
+	must(t, os.Chmod(base, 0o755))
+	target := filepath.Join(base, "closed", "root")
+	must(t, os.MkdirAll(target, 0o755))
+	must(t, os.Chmod(filepath.Dir(target), 0o700))
+	shared := filepath.Join(base, "shared")
+	must(t, os.Mkdir(shared, 0o700))
+	must(t, os.Chmod(shared, 0o777))
+	must(t, os.Symlink(target, filepath.Join(shared, "root")))
+	private := filepath.Join(base, "private")
+	must(t, os.Mkdir(private, 0o755))
+	must(t, os.Symlink(target, filepath.Join(private, "root")))
+
+	if roots, err := OpenBindRoots([]string{filepath.Join(shared, "root")}); err == nil {
+		roots.Close()
+		t.Errorf("a root linked from a directory others can write was taken")
+	} else if !strings.Contains(err.Error(), "directory "+shared+" on its path") {
+		t.Errorf("refused as %v; want the writable directory named", err)
+	}
+	roots, err := OpenBindRoots([]string{filepath.Join(private, "root")})
+	if err != nil {
+		t.Fatalf("a root linked from a directory only root can write: %v; want it taken", err)
+	}
+	roots.Close()
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(base, "theirs")
+		must(t, os.Mkdir(theirs, 0o755))
+		must(t, os.Symlink(target, filepath.Join(theirs, "root")))
+		must(t, os.Chown(theirs, 65534, 65534))
+		if roots, err := OpenBindRoots([]string{filepath.Join(theirs, "root")}); err == nil {
+			roots.Close()
+			t.Errorf("a root linked from a directory uid 65534 owns was taken")
+		}
+	}
+}
+
+// TestBindRootsNameWhatTheyHold: the agent's own files must lie beneath no root (a task with a
+// writable bind could rewrite them), whether named through a link or not made yet; a path
+// beside a root, or one whose name only starts like it, lies beneath none.
+func TestBindRootsNameWhatTheyHold(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	must(t, os.MkdirAll(filepath.Join(root, "data"), 0o755))
+	must(t, os.Symlink(filepath.Join(root, "data"), filepath.Join(base, "data-link")))
+	roots, err := OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	for path, want := range map[string]string{
+		root:                                   root,
+		filepath.Join(root, "data"):            root,
+		filepath.Join(base, "data-link"):       root,
+		filepath.Join(base, "data-link", "db"): root,
+		filepath.Join(root, "not", "made"):     root,
+		filepath.Join(base, "rootless"):        "",
+		base:                                   "",
+		"":                                     "",
+	} {
+		if got := roots.Holds(path); got != want {
+			t.Errorf("Holds(%q) = %q; want %q", path, got, want)
 		}
 	}
 }

@@ -341,6 +341,9 @@ func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
 		e.ours.Store(c.ID, bindVolumesOf(c.Mounts)) // listed under this agent's label
 		st := State{ID: c.ID, Task: c.Labels[LabelTask], Container: c.Labels[LabelContainer]}
 		st.Running, st.Exited = phase(c.State)
+		if st.Running {
+			st.Bindings = summaryBindings(c.Ports) // a restart's reconcile learns them here
+		}
 		if st.Exited {
 			// The list gives no exit code: inspect the ones that ended.
 			if full, err := e.own(ctx, c.ID); err == nil {

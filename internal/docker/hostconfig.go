@@ -174,6 +174,23 @@ func bindingsOf(ports network.PortMap) []event.NetworkBinding {
 	return out
 }
 
+// summaryBindings reads the ports a container list gives, as bindingsOf reads an inspect's.
+func summaryBindings(ports []container.PortSummary) []event.NetworkBinding {
+	var out []event.NetworkBinding
+	for _, p := range ports {
+		if p.PublicPort == 0 {
+			continue // exposed, not published
+		}
+		ip := ""
+		if p.IP.IsValid() {
+			ip = p.IP.String()
+		}
+		out = append(out, event.NetworkBinding{ContainerPort: int(p.PrivatePort), HostPort: int(p.PublicPort), Protocol: p.Type, HostIP: ip})
+	}
+	SortBindings(out)
+	return out
+}
+
 // SortBindings puts a container's host bindings in the one order both runtimes report them in
 // (container port, protocol, host IP, host port), so equal bindings compare equal.
 func SortBindings(bs []event.NetworkBinding) {

@@ -37,6 +37,11 @@ func (e *Engine) dispatch(now time.Time, a fsm.Action) {
 	}
 	e.burst.out.Add(key)    // out once the burst's commit returns (begin); until then, in its layer
 	e.record(a.Intent()...) // journaled with the burst, before the call can be made
+	if a.Task != "" && e.quarantine.of(a.Task) != "" {
+		// Its intent was refused (quarantine.go): never journaled, so the call must not go.
+		e.burst.out.End(key)
+		return
+	}
 	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
 }
 

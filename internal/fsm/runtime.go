@@ -247,7 +247,8 @@ func (s *State) reconcile(in RuntimeObserved) Verdict {
 				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning})
 				rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(o.ExitCode), Reason: oomReason(o.OOMKilled, "exited while the agent was down")})
 			case o.Running && c.Known == event.StatusCreated:
-				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, Reason: "found running after restart"})
+				// With the ports bound for it: its RUNNING is reported with them (PROTOCOL.md §4).
+				rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusRunning, Reason: "found running after restart", NetworkBindings: o.Bindings})
 			}
 		}
 	}

@@ -100,7 +100,7 @@ type Observed struct {
 	Running, Exited     bool
 	ExitCode            int
 	OOMKilled           bool
-	Bindings            []event.NetworkBinding // the host ports bound for it (read from calls' outcomes only)
+	Bindings            []event.NetworkBinding // the host ports bound for it while it runs
 	Gone                bool                   // asked for by id: the runtime has no such container
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -268,7 +269,9 @@ func healthChecksReachTheirVerdicts(t *testing.T, s *subject) {
 }
 
 // A published port with no host port gets one, and an inspect of the running container
-// reports the binding as bound: container port, protocol, host address, host port.
+// reports the binding as bound: container port, protocol, host address, host port. The list
+// says the same of it: a restart learns a running container's ports from the list alone
+// (reconcile), and its RUNNING must carry them.
 func publishedPortsAreReportedAsBound(t *testing.T, s *subject) {
 	spec := s.spec("task/ports", "serve", "8080")
 	spec.Container.Ports = []event.PortMapping{{ContainerPort: 8080, HostIP: "127.0.0.1"}}
@@ -279,6 +282,10 @@ func publishedPortsAreReportedAsBound(t *testing.T, s *subject) {
 	}
 	if b := st.Bindings[0]; b.ContainerPort != 8080 || b.Protocol != "tcp" || b.HostIP != "127.0.0.1" || b.HostPort <= 0 {
 		t.Fatalf("binding %+v; want 8080/tcp on 127.0.0.1 at an assigned host port", b)
+	}
+	list, err := s.rt.List(context.Background())
+	if err != nil || len(list) != 1 || !slices.Equal(list[0].Bindings, st.Bindings) {
+		t.Fatalf("list: %+v, %v; want the running container with the bindings inspect gave, %+v", list, err, st.Bindings)
 	}
 }
 
