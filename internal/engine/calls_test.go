@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -138,4 +139,56 @@ func sameCalls(got, want map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// flakyCreates is a runtime whose creates fail while fails says so, and whose first start
+// finds its container gone (a create Docker rolled back); it notes when each create came.
+type flakyCreates struct {
+	docker.Runtime
+	now     func() time.Time
+	fails   func(create int) bool
+	creates []time.Time
+	vanish  bool
+}
+
+func (f *flakyCreates) Create(ctx context.Context, spec docker.CreateSpec) (string, error) {
+	f.creates = append(f.creates, f.now())
+	if f.fails(len(f.creates)) {
+		return "", fmt.Errorf("create: %w", docker.ErrUnavailable)
+	}
+	return f.Runtime.Create(ctx, spec)
+}
+
+func (f *flakyCreates) Start(ctx context.Context, id string) error {
+	if !f.vanish {
+		f.vanish = true
+		if err := f.Runtime.Remove(ctx, id); err != nil {
+			return err
+		}
+		return fmt.Errorf("start: %w", docker.ErrNotFound)
+	}
+	return f.Runtime.Start(ctx, id)
+}
+
+// A call's backoff ends with its success (calls.succeeded): a create that failed twice, then
+// went through, then failed again once rolled back and made anew, is retried after the first
+// backoff (200ms, jittered up by half), not after a third (at least 400ms).
+func TestACallsBackoffEndsWithItsSuccess(t *testing.T) {
+	rt := &flakyCreates{fails: func(n int) bool { return n <= 2 || n == 4 }}
+	r := newRig(t, time.Hour)
+	rt.now = r.clock.Now
+	r.wrap = func(inner docker.Runtime) docker.Runtime { rt.Runtime = inner; return rt }
+	r.crash() // the engine again, now through the flaky runtime
+
+	r.assign("task/flaky", "RUNNING", ctr("app", "sleep", "1h"))
+	r.advance(10 * time.Second)
+	if len(rt.creates) != 5 {
+		t.Fatalf("%d creates; want 5: two failed, one rolled back, one failed, one made", len(rt.creates))
+	}
+	if r.task("task/flaky") == nil || r.task("task/flaky").Container("app").Known != event.StatusRunning {
+		t.Fatalf("the task is not RUNNING after its create went through: %+v", r.task("task/flaky"))
+	}
+	if wait := rt.creates[4].Sub(rt.creates[3]); wait > 300*time.Millisecond {
+		t.Fatalf("a create that failed after one that succeeded is retried %v later (creates at %v); want the first backoff, at most 300ms", wait, rt.creates)
+	}
 }

@@ -14,7 +14,7 @@ func (e *Engine) watchExits(ctx context.Context) {
 	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+3))
 	cursor := e.exits.from
 	for ctx.Err() == nil {
-		began := time.Now()
+		began := e.clock.Now()
 		ch, err := e.rt.Exits(ctx, cursor)
 		if err != nil {
 			e.log.Warn().Err(err).Msg("runtime event stream unavailable; retrying")
@@ -32,7 +32,7 @@ func (e *Engine) watchExits(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if time.Since(began) < time.Second {
+			if e.clock.Now().Sub(began) < time.Second {
 				e.setHealth(HealthExitStream, "the runtime's event stream keeps breaking (is the engine down?)")
 			} else {
 				bo.Reset()
@@ -42,7 +42,7 @@ func (e *Engine) watchExits(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(bo.NextBackOff()):
+		case <-e.clock.After(bo.NextBackOff()): // the engine's clock: a test steps it (backoff_test.go)
 		}
 	}
 }

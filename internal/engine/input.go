@@ -20,6 +20,9 @@ type inbox struct {
 	answered chan struct{} // a report was answered: the poller's backoff is over (poller.go)
 	ready    atomic.Bool   // recovery has finished and the loop runs
 	wg       sync.WaitGroup
+	// stopping is set, by the loop, once Run shuts down: wg is waited for, so work started on
+	// the executor then would outlive Run and race the journal's close. Nothing starts.
+	stopping bool
 }
 
 type query struct {

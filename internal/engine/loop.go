@@ -61,6 +61,9 @@ func (e *Engine) shutdown(ctx context.Context) error {
 	e.calls.stopPulls() // a pull may progress for many minutes; it is made again after the restart
 	done := make(chan struct{})
 	go func() { e.inbox.wg.Wait(); close(done) }()
+	// The only burst left is the shutdown's, after the wait group is done: work it started on
+	// the executor would outlive Run (its snapshot may plan a compaction), so release drops it.
+	e.inbox.stopping = true
 	for {
 		select {
 		case <-done:

@@ -80,7 +80,7 @@ func (s *pollStreak) fail(ctx context.Context, err error, kind, what string) {
 	}
 	select {
 	case <-ctx.Done():
-	case <-time.After(wait):
+	case <-s.e.clock.After(wait): // the engine's clock: a test steps it (backoff_test.go)
 	case <-s.e.inbox.answered:
 		s.bo.Reset()
 	}

@@ -238,6 +238,9 @@ func (e *Engine) dropBurst(b *burst, err error) {
 // Acks are answered, and the poller acknowledges them), then runtime actions, then the
 // compaction and the questions of the runtime (its disk space, what it holds).
 func (e *Engine) release(r Ready, payloads []waiting) {
+	if e.inbox.stopping {
+		r = Ready{Acks: r.Acks} // Run is past its wait group: the payloads are answered, nothing starts
+	}
 	if len(r.Report) > 0 {
 		e.exec.Go(e.sendReport(r.Report))
 	}

@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/protocol"
+)
+
+// A streak of failures grows a goroutine's backoff; one success ends it, so the first failure
+// after the success waits the initial backoff again, not the grown one. These tests drive the
+// poller and the exit watcher alone, on a clock that moves only when the test fires a wait.
+
+// firstWaitMax is the longest a first backoff may be: 250ms, jittered up by half.
+const firstWaitMax = 375 * time.Millisecond
+
+// clockWait is one wait the engine asked its clock for; the test ends it by firing it.
+type clockWait struct {
+	d    time.Duration
+	fire chan time.Time
+}
+
+// steppedClock hands every wait to the test instead of timing it.
+type steppedClock struct {
+	mu    sync.Mutex
+	now   time.Time
+	waits chan clockWait
+}
+
+func newSteppedClock() *steppedClock {
+	return &steppedClock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), waits: make(chan clockWait, 1)}
+}
+
+func (c *steppedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *steppedClock) After(d time.Duration) <-chan time.Time {
+	w := clockWait{d: d, fire: make(chan time.Time, 1)}
+	c.waits <- w
+	return w.fire
+}
+
+func (c *steppedClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// nextWait is the next wait the engine asks for, within a bound.
+func (c *steppedClock) nextWait(t *testing.T, what string) clockWait {
+	t.Helper()
+	select {
+	case w := <-c.waits:
+		return w
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no wait asked for %s within 10s", what)
+		panic("unreachable")
+	}
+}
+
+// send hands v to a scripted fake within a bound.
+func send[T any](t *testing.T, c chan<- T, v T, what string) {
+	t.Helper()
+	select {
+	case c <- v:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not taken within 10s", what)
+	}
+}
+
+// runAlone starts one of the engine's goroutines (poller, watchExits) and stops it, within a
+// bound, when the test ends.
+func runAlone(t *testing.T, e *Engine, g func(context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.inbox.wg.Add(1)
+	go g(ctx)
+	t.Cleanup(func() {
+		cancel()
+		done := make(chan struct{})
+		go func() { e.inbox.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the goroutine did not stop within 10s of its context's end")
+		}
+	})
+}
+
+// growBackoff fails n times through fail and returns the last wait, fired.
+func growBackoff(t *testing.T, clk *steppedClock, n int, fail func()) time.Duration {
+	t.Helper()
+	var last time.Duration
+	for i := 0; i < n; i++ {
+		fail()
+		w := clk.nextWait(t, "a failure")
+		last = w.d
+		clk.advance(w.d)
+		w.fire <- clk.Now()
+	}
+	return last
+}
+
+// needGrown checks the test's premise: the backoff has grown past the first one.
+func needGrown(t *testing.T, grown time.Duration) {
+	t.Helper()
+	if grown <= firstWaitMax {
+		t.Fatalf("the backoff after the failures is %v; the test needs a grown one", grown)
+	}
+}
+
+// scriptedPolls answers each poll with the error the test sends (nil: an empty answer).
+type scriptedPolls struct{ next chan error }
+
+func (cp *scriptedPolls) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
+	select {
+	case err := <-cp.next:
+		return nil, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+func (cp *scriptedPolls) Ack(context.Context, []string) error { return nil }
+func (cp *scriptedPolls) Report(context.Context, []protocol.StateChange) protocol.ReportResult {
+	return protocol.ReportResult{}
+}
+
+// Fails when the poller keeps its grown backoff after an answered poll (poller.go bo.Reset).
+func TestAnsweredPollEndsThePollBackoff(t *testing.T) {
+	clk, cp := newSteppedClock(), &scriptedPolls{next: make(chan error)}
+	e := New(Config{Seed: 1}, nil, nil, cp, clk, nil, zerolog.Nop())
+	runAlone(t, e, e.poller)
+	down := errors.New("dial tcp 127.0.0.1:8080: connect: connection refused")
+	grown := growBackoff(t, clk, 4, func() { send(t, cp.next, down, "failed poll") })
+	needGrown(t, grown)
+	send(t, cp.next, nil, "answered poll")
+	send(t, cp.next, down, "failed poll after the answer")
+	if w := clk.nextWait(t, "the failure after an answer"); w.d > firstWaitMax {
+		t.Fatalf("after an answered poll the next failure waits %v (grown: %v); want the initial backoff, at most %v", w.d, grown, firstWaitMax)
+	}
+}
+
+// scriptedExits is a runtime whose exit stream the test opens, fails and ends.
+type scriptedExits struct {
+	docker.Runtime // only Exits is called
+	next           chan exitStream
+}
+
+type exitStream struct {
+	ch  chan docker.Exit
+	err error
+}
+
+func (rt *scriptedExits) Exits(ctx context.Context, _ int64) (<-chan docker.Exit, error) {
+	select {
+	case s := <-rt.next:
+		return s.ch, s.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Fails when the exit watcher keeps its grown backoff after a stream that stayed up (exits.go
+// bo.Reset): a stream that worked for over a second ends the streak of failures.
+func TestExitStreamThatStayedUpEndsItsBackoff(t *testing.T) {
+	clk, rt := newSteppedClock(), &scriptedExits{next: make(chan exitStream)}
+	e := New(Config{Seed: 1}, nil, rt, nil, clk, nil, zerolog.Nop())
+	runAlone(t, e, e.watchExits)
+	growBackoff(t, clk, 2, func() {
+		send(t, rt.next, exitStream{err: errors.New("Cannot connect to the Docker daemon")}, "failed subscription")
+	})
+	grown := growBackoff(t, clk, 2, func() { // streams that end at once: the engine is down
+		ch := make(chan docker.Exit)
+		close(ch)
+		send(t, rt.next, exitStream{ch: ch}, "stream that ends at once")
+	})
+	needGrown(t, grown)
+	up := make(chan docker.Exit)
+	send(t, rt.next, exitStream{ch: up}, "stream that stays up")
+	clk.advance(2 * time.Second)
+	close(up)
+	if w := clk.nextWait(t, "the stream's end"); w.d > firstWaitMax {
+		t.Fatalf("after a stream up for 2s the resubscription waits %v (grown: %v); want the initial backoff, at most %v", w.d, grown, firstWaitMax)
+	}
+}
