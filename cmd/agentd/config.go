@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -69,35 +68,18 @@ func loadConfigFile(r io.Reader) (kong.Resolver, error) {
 	return &configFile{values: values}, nil
 }
 
-// loadSettingsFile reads the settings file through loadConfigFile, after checking the file
-// it opened: the settings decide the backend, the bind roots and the engine, so whoever can
-// write the file runs the agent. It must be a regular file (opening never blocks: a FIFO is
-// refused, not waited on), owned by root or the agent's user, and not writable by group or
-// others, on a path no one else could redirect (datadir.CheckPathTrusted). A link is followed
-// (config management links files into /etc): what it reaches is what is checked and read.
+// loadSettingsFile reads the settings file through loadConfigFile: the settings decide the
+// backend, the bind roots and the engine, so whoever can write the file runs the agent. It is
+// read as a file the agent trusts (datadir.ReadTrusted): a regular file (a FIFO is refused, not
+// waited on), owned by root or the agent's user, writable by no group or other user, on a path
+// no one else could redirect, at most 1 MiB. A link is followed (config management links files
+// into /etc): what it reaches is what is checked and read.
 func loadSettingsFile(path string) (kong.Resolver, error) {
-	if err := datadir.CheckPathTrusted(kong.ExpandPath(path)); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(kong.ExpandPath(path), os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	b, err := datadir.ReadTrusted(kong.ExpandPath(path), 1<<20)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s): a settings file is one", st.Mode().Type())
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Uid != 0 && int(sys.Uid) != os.Geteuid() {
-		return nil, fmt.Errorf("owned by uid %d, who could rewrite the agent's settings (its backend, bind roots, engine): chown root %s", sys.Uid, path)
-	}
-	if perm := st.Mode().Perm(); perm&0o022 != 0 {
-		return nil, fmt.Errorf("mode %04o: writable by group or others, who could rewrite the agent's settings (its backend, bind roots, engine): chmod go-w %s", perm, path)
-	}
-	return loadConfigFile(f)
+	return loadConfigFile(bytes.NewReader(b))
 }
 
 // checkDuplicateKeys refuses an object, at any depth, that names a key twice: encoding/json

@@ -323,8 +323,8 @@ func TestSettingsFileOthersCanWriteIsRefused(t *testing.T) {
 		make func(path string) error
 		want string
 	}{
-		{"group-writable", func(p string) error { return os.Chmod(p, 0o664) }, "writable by group or others"},
-		{"world-writable", func(p string) error { return os.Chmod(p, 0o646) }, "writable by group or others"},
+		{"group-writable", func(p string) error { return os.Chmod(p, 0o664) }, "lets group or others write it"},
+		{"world-writable", func(p string) error { return os.Chmod(p, 0o646) }, "lets group or others write it"},
 		{"a FIFO", func(p string) error { os.Remove(p); return syscall.Mkfifo(p, 0o600) }, "not a regular file"},
 		// a 0600 root-owned file others could swap (rename theirs into place) before the start
 		{"in a directory others can write", func(p string) error { return os.Chmod(filepath.Dir(p), 0o777) }, "is writable by group or others"},
