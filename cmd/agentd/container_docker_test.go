@@ -378,9 +378,13 @@ func containerSeesTheEnginesDisk(t *testing.T, image, stamp string) {
 // and with --pid host, exits at start with an error naming the flag and the namespace at fault
 // (README "As a container": a container has a mount namespace of its own).
 func containerBindRootsRefused(t *testing.T, image string) {
+	// A root the boundary's own checks take (a directory inside a 0700 one), so what refuses
+	// the start is the namespace.
+	closed := []string{"--mount", "type=tmpfs,destination=/closed,tmpfs-mode=0700", "--mount", "type=bind,source=" + t.TempDir() + ",destination=/closed/root"}
 	for _, pid := range [][]string{nil, {"--pid", "host"}} {
 		args := append([]string{"run", "--rm", "--net", "host", "-v", "/var/run/docker.sock:/var/run/docker.sock"}, pid...)
-		args = append(args, image, "run", "--backend", "http://127.0.0.1:9", "--data-dir", "/tmp/data", "--allow-bind-root", "/var/lib/agentd", "--log-format", "json")
+		args = append(args, closed...)
+		args = append(args, image, "run", "--backend", "http://127.0.0.1:9", "--data-dir", "/tmp/data", "--allow-bind-root", "/closed/root", "--log-format", "json")
 		out, err := exec.Command("docker", args...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "--allow-bind-root needs agentd in the ") {
 			t.Errorf("docker %s: %v\n%s\nwant a refusal naming --allow-bind-root and the namespace at fault", strings.Join(args, " "), err, tail(string(out), 10))
