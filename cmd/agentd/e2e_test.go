@@ -386,7 +386,10 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 		t.Fatal(err)
 	}
 	for k, n := range created {
-		if n != 1+rolledBack[k] || rolledBack[k] > 1 {
+		// A long runner the control plane stopped between the rollback and the next create is
+		// not made again: it is STOPPED without having run (seen once in CI: task/e2e-16).
+		stoppedFirst := n == rolledBack[k] && slices.Contains(runners, strings.TrimSuffix(k, "/app"))
+		if (n != 1+rolledBack[k] && !stoppedFirst) || rolledBack[k] > 1 {
 			t.Fatalf("%s created %d times, rolled back by the runtime %d times", k, n, rolledBack[k])
 		}
 		if rolledBack[k] > 0 {
