@@ -111,7 +111,7 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 	if len(r.Rows) > 1 {
 		add(benchRow{"recovery", "ready time, largest vs smallest journal", r.LargeVsSmall, "-", 0, "≤ 1.2x", r.LargeVsSmall <= 1.2})
 		last := r.Rows[len(r.Rows)-1]
-		add(benchRow{"disk", "bytes per record under churn with compaction", last.BytesPerRecord, fmt.Sprintf("used bytes each million: %v", last.SizeOverTime), 0, "≤ 200 and flat", last.BytesPerRecord <= 200 && flat(last.SizeOverTime)})
+		add(benchRow{"disk", "bytes per record under churn with compaction", last.BytesPerRecord, fmt.Sprintf("file bytes each million: %v", last.SizeOverTime), 0, "≤ 200 and flat", last.BytesPerRecord <= 200 && flat(last.SizeOverTime)})
 	}
 
 	fo := benchmark.FleetOptions{Agents: 200, Tasks: 10, RPS: 20, Burst: 20, Outage: 10 * time.Second, JournalDir: b.Dir,

@@ -29,8 +29,8 @@ type RecoveryRow struct {
 	BytesPerRecord float64 `json:"bytes_per_record"`
 	ReadyMs        float64 `json:"ready_ms"`
 	BaselineMs     float64 `json:"baseline_ready_ms"`
-	ReplayAtMs     float64 `json:"replay_at_middle_ms"` // agentd journal replay --at, halfway through the history
-	SizeOverTime   []int64 `json:"used_bytes_each_million"`
+	ReplayAtMs     float64 `json:"replay_at_middle_ms"`     // agentd journal replay --at, halfway through the history
+	SizeOverTime   []int64 `json:"used_bytes_each_million"` // the file's size (tx.Size), not the bytes in use
 }
 
 // RecoveryResult holds the rows and the ratio the target is stated in.
