@@ -28,13 +28,15 @@ import (
 // nothing. Sources may name a root by the name it was configured with or by the directory it
 // resolved to.
 type BindRoots struct {
-	roots []bindRoot
+	roots  []bindRoot
+	mounts []mountEntry // the mount table when the roots were opened
 }
 
 type bindRoot struct {
-	configured string   // as given to --allow-bind-root, cleaned
-	resolved   string   // the directory it named when it was opened
-	f          *os.File // O_PATH|O_DIRECTORY, held until Close
+	configured string     // as given to --allow-bind-root, cleaned
+	resolved   string     // the directory it named when it was opened
+	fs         fsLocation // that directory in its file system, whatever mount shows it
+	f          *os.File   // O_PATH|O_DIRECTORY, held until Close
 }
 
 // OpenBindRoots opens each root: it must be an absolute path naming an existing directory.
@@ -42,6 +44,15 @@ type bindRoot struct {
 // opened (no window between resolving and opening). A bad root is an error naming it.
 func OpenBindRoots(paths []string) (*BindRoots, error) {
 	r := &BindRoots{}
+	if len(paths) > 0 {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err == nil {
+			r.mounts, err = parseMountinfo(string(b))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--allow-bind-root: cannot read the mount table /proc/self/mountinfo (where else a root shows): %w", err)
+		}
+	}
 	for _, p := range paths {
 		if p == "" || !filepath.IsAbs(p) || strings.ContainsRune(p, 0) {
 			r.Close()
@@ -67,6 +78,10 @@ func OpenBindRoots(paths []string) (*BindRoots, error) {
 		}
 		r.roots = append(r.roots, bindRoot{configured: clean, resolved: resolved, f: f})
 		if err := checkClosedToOthers(resolved); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("--allow-bind-root %q: %w", p, err)
+		}
+		if r.roots[len(r.roots)-1].fs, err = checkOtherPaths(r.mounts, f, resolved); err != nil {
 			r.Close()
 			return nil, fmt.Errorf("--allow-bind-root %q: %w", p, err)
 		}
@@ -100,6 +115,30 @@ func checkClosedToOthers(dir string) error {
 			return fmt.Errorf("local users can reach it (no directory from / to above %s is closed to group and others; the root's own mode does not count, as a task binding it could chmod it): a task writes there as root and could leave a setuid program for them to run; put the root inside a directory of mode 0700 (chmod go-x %s)", dir, filepath.Dir(dir))
 		}
 	}
+}
+
+// checkOtherPaths refuses a root that shows, whole or in part, at another path local users
+// can reach: the same file system mounted twice, or a directory above the root (or the root,
+// or one inside it) bind-mounted elsewhere, is the same directory under another name, and a
+// setuid program a task leaves there runs from either (read-only or not: only nosuid stops
+// it, and the rule does not weigh mount options). Each such path must be closed to others as
+// checkClosedToOthers says. It returns where the root lies in its file system (for Holds).
+func checkOtherPaths(mounts []mountEntry, f *os.File, dir string) (fsLocation, error) {
+	holder := 0 // the mount holding what was opened, not what the path names now
+	var stx unix.Statx_t
+	if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err == nil && stx.Mask&unix.STATX_MNT_ID != 0 {
+		holder = int(stx.Mnt_id)
+	}
+	loc, others, err := otherPaths(mounts, holder, dir)
+	if err != nil {
+		return loc, fmt.Errorf("cannot tell where else it shows: %w", err)
+	}
+	for _, o := range others {
+		if err := checkClosedToOthers(o.path); err != nil {
+			return loc, fmt.Errorf("it also shows at %s, through the mount at %s of the same file system (device %s, its directory %s), and there %w; or unmount %s", o.path, o.mount.point, o.mount.dev, o.mount.root, err, o.mount.point)
+		}
+	}
+	return loc, nil
 }
 
 // checkNotNested refuses a root that lies inside another (by either's name as configured or
@@ -144,9 +183,11 @@ func (r *BindRoots) Names() []string {
 
 // Holds names the root (as configured) beneath which path lies, or is, as its name resolves
 // now ("" when none): the agent's own files — its data directory with the journal and the
-// seal key, its token, CA and settings files — must lie beneath none, or a task with a
-// writable bind there could rewrite them. A path not made yet is judged by where its nearest
-// existing ancestor resolves.
+// seal key, its token, CA and settings files, the Docker Engine's socket — must lie beneath
+// none, or a task with a writable bind there could rewrite them (or, binding the socket, run
+// as root on the host). A path not made yet is judged by where its nearest existing ancestor
+// resolves. A path shown by another mount of a root's file system is judged by where it lies
+// in that file system: beneath the root's directory there, the root holds it.
 func (r *BindRoots) Holds(path string) string {
 	if r == nil || path == "" {
 		return ""
@@ -167,7 +208,13 @@ func (r *BindRoots) Holds(path string) string {
 		rest = filepath.Join(filepath.Base(resolved), rest)
 		resolved = filepath.Dir(resolved)
 	}
+	loc, _, err := locate(r.mounts, resolved)
 	for _, b := range r.roots {
+		if err == nil && loc.dev == b.fs.dev {
+			if _, ok := within(b.fs.path, loc.path); ok {
+				return b.configured
+			}
+		}
 		for _, root := range []string{b.configured, b.resolved} {
 			for _, p := range []string{abs, resolved} {
 				if _, ok := within(root, p); ok {

@@ -265,6 +265,30 @@ func TestDockerBindMountsOfAnEarlierProcessAreNeverStarted(t *testing.T) {
 	must(t, later.Remove(ctx, old))
 }
 
+// An agent restarted while a task with a bind mount runs takes its root again: the engine's
+// mount of that task's bind volume, under its data root, is in the mount table then, showing
+// a directory inside the root — not another way in for local users (engineBindVolume).
+func TestDockerARootInUseIsTakenAgainAtRestart(t *testing.T) {
+	r := newBindRig(t)
+	ctx := context.Background()
+	spec := catSpec("app", r.insideDir(t, "shared/x"))
+	spec.Container.Command = nil // runs until stopped
+	id := mustCreate(t, r.e, spec)
+	defer r.e.Remove(ctx, id)
+	must(t, r.e.Start(ctx, id))
+	table, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	if !strings.Contains(string(table), "/volumes/"+BindVolumePrefix) {
+		t.Fatalf("no mount of a bind volume while its task runs: this test proves nothing\n%s", table)
+	}
+	roots, err := OpenBindRoots([]string{r.root})
+	if err != nil {
+		t.Fatalf("the root of a running task's bind, at restart: %v; want it taken", err)
+	}
+	roots.Close()
+	must(t, r.e.Remove(ctx, id))
+}
+
 // At start the agent removes its bind volumes no container uses (a process that died between
 // making them and making its container); another agent's, and any in use, stay.
 func TestDockerUnusedBindVolumesAreSweptAtStart(t *testing.T) {
