@@ -437,7 +437,11 @@ func TestBadInputAtTheCommandLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	dir := t.TempDir()
+	dir, other := t.TempDir(), t.TempDir()
+	if err := os.Symlink(dir, filepath.Join(other, "link")); err != nil {
+		t.Fatal(err)
+	}
+	docker := "run --runtime docker --backend http://x --listen 127.0.0.1:0 --data-dir " + other + "/data --allow-bind-root " + dir
 	for args, want := range map[string]string{
 		"run --runtime sim --backend http://x --cleanup-wait banana":   "--cleanup-wait",
 		"run --runtime sim --backend ftp://x --data-dir " + dir + "/a": "--backend",
@@ -446,9 +450,23 @@ func TestBadInputAtTheCommandLine(t *testing.T) {
 		"run --runtime sim --backend http://x --allow-bind-root rel":   "--allow-bind-root",
 		// a task binding the data dir could rewrite the journal and read the seal key
 		"run --runtime sim --backend http://x --allow-bind-root " + dir + " --data-dir " + dir + "/held": "--data-dir " + dir + "/held lies under --allow-bind-root " + dir,
+		// a task binding the engine's socket could start a privileged container: root on the host
+		docker + " --docker-host unix://" + dir + "/docker.sock":            "--docker-host socket " + dir + "/docker.sock lies under --allow-bind-root " + dir,
+		docker + " --docker-host unix://" + other + "/link/run/docker.sock": "lies under --allow-bind-root " + dir,
+		"DOCKER_HOST=unix://" + dir + "/d.sock " + docker:                   "DOCKER_HOST socket " + dir + "/d.sock lies under --allow-bind-root " + dir,
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // an agent that starts is a failure, not a hang
-		out, err := exec.CommandContext(ctx, agentdBinary(t), strings.Fields(args)...).CombinedOutput()
+		argv := strings.Fields(args)
+		cmd := exec.CommandContext(ctx, agentdBinary(t))
+		for len(argv) > 0 && strings.Contains(argv[0], "=") { // leading NAME=value: the environment
+			if cmd.Env == nil {
+				cmd.Env = os.Environ()
+			}
+			cmd.Env = append(cmd.Env, argv[0])
+			argv = argv[1:]
+		}
+		cmd.Args = append(cmd.Args, argv...)
+		out, err := cmd.CombinedOutput()
 		cancel()
 		if err == nil || !strings.Contains(string(out), want) {
 			t.Errorf("agentd %s: %v\n%s\nwant a failure naming %s", args, err, out, want)

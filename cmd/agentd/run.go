@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"time"
 
@@ -79,10 +80,20 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 		return err
 	}
 	defer roots.Close()
-	for _, own := range []struct{ flag, path string }{{"--data-dir", r.DataDir}, {"--token-file", r.TokenFile}, {"--ca-file", r.CAFile},
-		{"--registry-auth-file", r.RegistryAuthFile}, {"--api-token-file", r.APITokenFile}, {"--config", r.Config}} {
+	const rewrite = "a task with a writable bind there could rewrite the agent's own files (journal, seal key, token, CA, settings)"
+	owned := []struct{ flag, path, why string }{{"--data-dir", r.DataDir, rewrite}, {"--token-file", r.TokenFile, rewrite}, {"--ca-file", r.CAFile, rewrite},
+		{"--registry-auth-file", r.RegistryAuthFile, rewrite}, {"--api-token-file", r.APITokenFile, rewrite}, {"--config", r.Config, rewrite}}
+	if len(r.AllowBindRoot) > 0 && r.Runtime == "docker" { // the simulated runtime mounts nothing
+		sock, err := docker.SocketPath(r.DockerHost)
+		if err != nil {
+			return err
+		}
+		owned = append(owned, struct{ flag, path, why string }{dockerSocketSetting(r.DockerHost), sock,
+			"a task binding the directory of the Docker Engine's socket could start a privileged container: root on the host"})
+	}
+	for _, own := range owned {
 		if root := roots.Holds(own.path); root != "" {
-			return fmt.Errorf("%s %s lies under --allow-bind-root %s: a task with a writable bind there could rewrite the agent's own files (journal, seal key, token, CA, settings); keep them outside every bind root", own.flag, own.path, root)
+			return fmt.Errorf("%s %s lies under --allow-bind-root %s: %s; keep it outside every bind root", own.flag, own.path, root, own.why)
 		}
 	}
 	if len(r.AllowBindRoot) > 0 && r.Runtime == "docker" {
@@ -111,6 +122,17 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 		return err
 	}
 	return a.wait(ctx)
+}
+
+// dockerSocketSetting names where the engine's address came from, for an error about its socket.
+func dockerSocketSetting(flag string) string {
+	switch {
+	case flag != "":
+		return "--docker-host socket"
+	case os.Getenv("DOCKER_HOST") != "":
+		return "DOCKER_HOST socket"
+	}
+	return "the Docker Engine's default socket"
 }
 
 type agentConfig struct {

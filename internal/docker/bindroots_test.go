@@ -339,3 +339,25 @@ func TestBindRootsNameWhatTheyHold(t *testing.T) {
 		}
 	}
 }
+
+// The engine's socket is found where NewEngine finds it — --docker-host, else DOCKER_HOST,
+// else the default — so run.go can refuse a bind root holding it; tcp has no path.
+func TestTheEnginesSocketPath(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "")
+	for host, want := range map[string]string{
+		"":                       "/var/run/docker.sock",
+		"unix:///srv/run/d.sock": "/srv/run/d.sock",
+		"tcp://127.0.0.1:2375":   "",
+	} {
+		if got, err := SocketPath(host); err != nil || got != want {
+			t.Errorf("SocketPath(%q) = %q, %v; want %q", host, got, err, want)
+		}
+	}
+	t.Setenv("DOCKER_HOST", "unix:///srv/env/d.sock")
+	if got, err := SocketPath(""); err != nil || got != "/srv/env/d.sock" {
+		t.Errorf("DOCKER_HOST unix:///srv/env/d.sock: %q, %v; want its path", got, err)
+	}
+	if _, err := SocketPath("no-scheme"); err == nil || !strings.Contains(err.Error(), "--docker-host") {
+		t.Errorf("a bad host: %v; want an error naming --docker-host", err)
+	}
+}

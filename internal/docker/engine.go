@@ -59,13 +59,9 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 	if err := CheckPullPolicy(pulls.DefaultPolicy); err != nil {
 		return nil, fmt.Errorf("--pull-policy: %w", err)
 	}
-	opts := []client.Opt{client.FromEnv}
-	if host != "" {
-		opts = append(opts, client.WithHost(host))
-	}
-	cli, err := client.New(opts...)
+	cli, err := newClient(host)
 	if err != nil {
-		return nil, fmt.Errorf("--docker-host %q: %w", host, err)
+		return nil, err
 	}
 	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults(), bindVols: map[string]*os.File{}}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -83,6 +79,37 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 	// of them is ever started, checkBindMounts).
 	_ = e.sweepBindVolumes(pctx)
 	return e, nil
+}
+
+// newClient is a client of the engine at host (empty: the client's environment — DOCKER_HOST
+// and the rest — and defaults). It does not connect.
+func newClient(host string) (*client.Client, error) {
+	opts := []client.Opt{client.FromEnv}
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("--docker-host %q: %w", host, err)
+	}
+	return cli, nil
+}
+
+// SocketPath is the unix socket NewEngine(host) reaches the engine through — host, else
+// DOCKER_HOST, else the default /var/run/docker.sock — or "" when it is reached otherwise
+// (tcp: no path on this host). Whoever can bind that socket into a container is root on the
+// host, so it must lie beneath no bind root (BindRoots.Holds).
+func SocketPath(host string) (string, error) {
+	cli, err := newClient(host)
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	p, _ := strings.CutPrefix(cli.DaemonHost(), "unix://")
+	if p == cli.DaemonHost() {
+		return "", nil
+	}
+	return p, nil
 }
 
 func (e *Engine) Name() string { return "docker" }
