@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -26,12 +27,7 @@ func TestARefusedPayloadRecordIsNamedAfterARestart(t *testing.T) {
 	r.assign("task/good", "RUNNING", ctr("app"))
 	r.advance(time.Second)
 
-	// The bug: a task_added without containers, which the projection refuses.
-	ready := r.e.JournalPayload("m-bad", fsm.Verdict{Records: []event.Record{
-		{Event: &event.PayloadReceived{MessageID: "m-bad"}},
-		{Task: "task/bad", Event: &event.TaskAdded{MessageID: "m-bad", Desired: event.StatusRunning,
-			Containers: nil}},
-	}})
+	ready := refuseTaskAdded(r, "m-bad", "task/bad")
 	if !slices.Contains(ready.Acks, "m-bad") {
 		t.Fatalf("the payload is not acknowledged:\n%s", ready)
 	}
@@ -81,4 +77,42 @@ func TestARefusedPayloadRecordIsNamedAfterARestart(t *testing.T) {
 	if h := r.e.Unhealthy(); !strings.Contains(h, "m-bad") || strings.Contains(h, "never run") {
 		t.Fatalf("core slot after the task arrived again: %q", h)
 	}
+}
+
+// refuseTaskAdded hands the engine, as the core's verdict on payload m, a task_added for arn
+// that the projection refuses (no containers): a bug in the core.
+func refuseTaskAdded(r *rig, m, arn string) engine.Ready {
+	return r.e.JournalPayload(m, fsm.Verdict{Records: []event.Record{
+		{Event: &event.PayloadReceived{MessageID: m}},
+		{Task: arn, Event: &event.TaskAdded{MessageID: m, Desired: event.StatusRunning}},
+	}})
+}
+
+// A refusal is named until the retention ends, no longer: then a compaction forgets it with its
+// record, the core slot clears, and a restart does not bring it back.
+func TestARefusalIsForgottenWhenItsRetentionEnds(t *testing.T) {
+	r := newRig(t, 0)
+	r.cfg.Retention, r.cfg.SnapshotEvery = time.Minute, 10
+	r.crash() // take the new config
+	refuseTaskAdded(r, "m-bad", "task/bad")
+	r.crash()
+	if h := r.e.Unhealthy(); !strings.Contains(h, "task/bad") {
+		t.Fatalf("the core slot does not name the refusal after a restart: %q", h)
+	}
+	r.advance(2 * time.Minute)
+	for i := 0; i < 3; i++ { // enough new records for a snapshot, which triggers compaction
+		r.assign(fmt.Sprintf("task/new-%d", i), "RUNNING", ctr("app", "exit", "0"))
+		r.advance(time.Second)
+	}
+	if h := r.e.Unhealthy(); strings.Contains(h, "core") {
+		t.Fatalf("the core slot outlived the refusal's retention: %q", h)
+	}
+	if n := len(r.records("task/bad", event.TypeRecordRefused)); n != 0 {
+		t.Fatalf("%d record_refused outlived the retention", n)
+	}
+	r.crash()
+	if h := r.e.Unhealthy(); strings.Contains(h, "core") {
+		t.Fatalf("a restart brought a forgotten refusal back: %q", h)
+	}
+	r.verify()
 }
