@@ -52,7 +52,13 @@ func (e *Engine) handle(in Input) {
 // journal holds it already).
 func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
 	p := in.Payload
-	v := e.st.Step(now, fsm.PayloadArrived{MessageID: p.MessageID, Tasks: p.Tasks, Rules: e.cfg.TaskRules})
+	e.journalPayload(in, e.st.Step(now, fsm.PayloadArrived{MessageID: p.MessageID, Tasks: p.Tasks, Rules: e.cfg.TaskRules}))
+}
+
+// journalPayload records the core's verdict on a payload and acknowledges it once the burst
+// commits — also when the projection refused a record of it (quarantine.go).
+func (e *Engine) journalPayload(in PayloadInput, v fsm.Verdict) {
+	p := in.Payload
 	for _, s := range v.Skipped {
 		e.log.Warn().Str("message", p.MessageID).Str("problem", s).Msg("skipped")
 	}

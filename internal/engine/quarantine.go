@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
 )
 
 // A record the projection refuses is a bug in the core (or the engine): the core decided it
@@ -25,7 +26,15 @@ import (
 //     agentd_core_refused_records_total counts the refusals.
 //
 // The quarantine lives in memory: after a restart the core decides the task afresh, from a
-// journal that never held the refused record.
+// journal that never held the refused record. But a refused record made from a payload (it
+// carries a message id: a task_added, a desired status change) is replaced in the burst by a
+// record_refused naming the task, the payload and the reason — never the task's definition
+// (PROTOCOL.md §5) — because the payload is acknowledged all the same (withholding the ack
+// would have the control plane re-send it forever): without it, after a restart the task would
+// be lost in silence, the control plane believing the agent has it. The projection keeps the
+// refusals until the retention ends (fsm/refused.go), and the core slot names each of them,
+// also after a restart; a re-send of the payload is acknowledged and not applied again, a
+// later payload with the task is decided afresh.
 
 // errDecidedWithRefused drops the records decided in the same verdict as a refused record of
 // their task: they were decided together, on the state the refused one would have made.
@@ -71,8 +80,10 @@ func (q *quarantine) problem() string {
 	return strings.Join(parts, "; ")
 }
 
-// refuse drops a record the projection refused and quarantines its task.
-func (e *Engine) refuse(rec event.Record, err error) {
+// refuse drops a record the projection refused and quarantines its task. A record made from a
+// payload gets a stand-in, applied and numbered like the refused one would have been: its
+// record_refused, for the burst to journal in its place (ok false: nothing to journal).
+func (e *Engine) refuse(rec event.Record, err error) (standIn event.Record, ok bool) {
 	e.metrics.coreRefused.Inc()
 	typ := "bodiless"
 	if rec.Event != nil {
@@ -81,7 +92,65 @@ func (e *Engine) refuse(rec event.Record, err error) {
 	e.log.Error().Err(err).Str("type", typ).Str("task", rec.Task).Str("container", rec.Container).
 		Msg("BUG: the projection refused a record the core made; dropped before the commit, its task quarantined")
 	e.quarantine.add(rec, typ, err)
-	e.setHealth(HealthCore, e.quarantine.problem())
+	defer e.coreHealth()
+	m := ""
+	if rec.Event != nil {
+		m = event.MessageOf(rec.Event)
+	}
+	if m == "" {
+		return event.Record{}, false
+	}
+	reason := err.Error()
+	if ae := (*fsm.ApplyError)(nil); errors.As(err, &ae) {
+		reason = ae.Err.Error() // the record's seq, type and task are the stand-in's own
+	}
+	standIn = event.Record{Seq: rec.Seq, Time: rec.Time, Task: rec.Task, Container: rec.Container,
+		Event: &event.RecordRefused{MessageID: m, Record: typ, Reason: reason}}
+	if err := e.st.Apply(standIn); err != nil {
+		e.log.Error().Err(err).Str("task", rec.Task).Str("message", m).Msg("BUG: the projection refused a record_refused; the payload's task is named only until a restart")
+		return event.Record{}, false
+	}
+	return standIn, true
+}
+
+// maxNamedRefusals bounds the refusals the core slot words: the newest, and how many more.
+const maxNamedRefusals = 5
+
+// coreHealth sets the core slot: the quarantined tasks (this run), then the refusals of
+// payload records the projection remembers (across restarts, until the retention ends),
+// newest first; cleared when there is neither.
+func (e *Engine) coreHealth() {
+	var parts []string
+	if q := e.quarantine.problem(); q != "" {
+		parts = append(parts, q)
+	}
+	refusals := e.st.Refusals
+	for i := len(refusals) - 1; i >= 0 && i >= len(refusals)-maxNamedRefusals; i-- {
+		parts = append(parts, e.refusalProblem(refusals[i]))
+	}
+	if n := len(refusals) - maxNamedRefusals; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d older refusals (agentd journal dump --type %s)", n, event.TypeRecordRefused))
+	}
+	if len(parts) == 0 {
+		e.clearHealth(HealthCore)
+		return
+	}
+	e.setHealth(HealthCore, strings.Join(parts, "; "))
+}
+
+// refusalProblem words one refusal: whose payload, which record, why, and whether the task
+// is known now (a task whose task_added was refused and not sent again never ran).
+func (e *Engine) refusalProblem(r fsm.Refusal) string {
+	subject := "a payload"
+	if r.Task != "" {
+		subject = "task " + event.Printable(r.Task)
+	}
+	msg := fmt.Sprintf("%s: payload %s acknowledged, its %s refused by the core at record %d: %s",
+		subject, event.Printable(r.MessageID), r.Record, r.Seq, r.Reason)
+	if r.Task != "" && e.st.Tasks[r.Task] == nil && e.st.Tombstones[r.Task] == nil {
+		msg += "; never run"
+	}
+	return msg
 }
 
 // Quarantined is why a task is quarantined ("" when it is not). Call it on the loop's

@@ -98,7 +98,9 @@ func (e *Engine) inFlight() *fsm.InFlight {
 // record stamps (now, where unset), numbers and applies records and keeps them for the
 // burst's commit. A record the projection refuses is dropped before the commit — never
 // journaled, so every restart's Load accepts the journal — and its task quarantined
-// (quarantine.go); the records of the same call for that task go with it.
+// (quarantine.go); the records of the same call for that task go with it. A refused record
+// made from a payload is replaced by its record_refused, so the acknowledged payload's task
+// is named after a restart, not lost.
 func (e *Engine) record(recs ...event.Record) {
 	b := e.burst
 	now := e.clock.Now()
@@ -113,14 +115,17 @@ func (e *Engine) record(recs ...event.Record) {
 			err = e.st.Apply(rec)
 		}
 		if err != nil {
-			e.refuse(rec, err)
+			standIn, ok := e.refuse(rec, err)
 			if rec.Task != "" {
 				if refused == nil {
 					refused = map[string]bool{}
 				}
 				refused[rec.Task] = true
 			}
-			continue
+			if !ok {
+				continue
+			}
+			rec = standIn // a payload's record: its record_refused is journaled instead
 		}
 		b.next++
 		b.ready.Records = append(b.ready.Records, rec)
@@ -135,6 +140,9 @@ func (e *Engine) afterApply(r event.Record) {
 		e.sched.mark(r.Task)
 	}
 	e.exits.after(e.st, r)
+	if len(e.st.Refusals) > 0 && (r.Type() == event.TypeTaskAdded || r.Type() == event.TypeTaskRejected) {
+		e.coreHealth() // a task a refusal named "never run" may be this one, sent again
+	}
 	switch ev := r.Event.(type) {
 	case *event.TaskAdded:
 		e.log.Info().Str("task", r.Task).Str("desired", string(ev.Desired)).Msg("task assigned")
@@ -293,6 +301,7 @@ func (e *Engine) rebuild() error {
 		return err
 	}
 	e.st = l.State
+	e.coreHealth()  // refusals of the burst that failed are gone with it
 	e.sched.reset() // every task is decided again, and asks for its wakes again
 	for _, t := range e.st.SortedTasks() {
 		e.sched.mark(t.ARN)

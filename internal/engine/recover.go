@@ -26,6 +26,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 		return fmt.Errorf("engine: recover: %w", err)
 	}
 	e.st, e.upkeep.snapSeq = l.State, l.FromSnap
+	e.coreHealth() // refusals the journal remembers: their tasks are named, never run (quarantine.go)
 	e.exits.resumeAt(e.st.ExitCursor, startedAt)
 	want := e.cfg.AgentID
 	if want == "" {

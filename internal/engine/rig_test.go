@@ -16,6 +16,7 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
@@ -251,6 +252,18 @@ func (r *rig) containers(arn string) int {
 		}
 	}
 	return n
+}
+
+// verify fails the test unless `agentd journal verify` finds nothing in the rig's journal.
+func (r *rig) verify() {
+	r.t.Helper()
+	rep, err := forensics.Verify(r.j)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if len(rep.Findings) > 0 {
+		r.t.Fatalf("journal verify: %+v", rep.Findings)
+	}
 }
 
 // openJournal opens the journal in dir; while full is set, every commit fails as on a full disk.

@@ -88,6 +88,7 @@ func (e *Engine) handleCompact(now time.Time, in CompactInput) {
 	}
 	// Lost with a failed commit, the next compaction repeats it (the records are gone already).
 	e.record(e.st.Step(now, fsm.CompactionFinished{Done: in.Done}).Records...)
+	e.coreHealth() // refusals past the retention are forgotten
 	e.metrics.droppedEarly.Add(float64(len(in.Done.Early)))
 	e.log.Info().Int("records", in.Done.Records).Int("tasks", len(in.Done.Tasks)).Int("messages", len(in.Done.Messages)).Int("histories_dropped_early", len(in.Done.Early)).Msg("journal compacted")
 }

@@ -63,6 +63,10 @@ func Describe(e Event) string {
 	case *TaskRejected:
 		kv("message", e.MessageID)
 		kv("reason", e.Reason)
+	case *RecordRefused:
+		kv("message", e.MessageID)
+		kv("refused", e.Record)
+		kv("reason", e.Reason)
 	case *TaskResent:
 		kv("message", e.MessageID)
 		kv("desired", string(e.Desired))
@@ -125,6 +129,9 @@ func Describe(e Event) string {
 		kv("tasks", len(e.Tasks))
 		kv("messages", len(e.Messages))
 		kv("early", len(e.Early)) // histories dropped before the retention ended (the journal budget)
+		if e.RefusedUpTo > 0 {
+			kv("refused_up_to", fmt.Sprint(e.RefusedUpTo))
+		}
 	case *ReportAttempted:
 		kv("outcome", e.Outcome)
 		kv("http", e.HTTPStatus)

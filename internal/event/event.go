@@ -42,6 +42,7 @@ const (
 	TypeImageRemoved          Type = 21
 	TypeImageReleased         Type = 22
 	TypeContainerRolledBack   Type = 23
+	TypeRecordRefused         Type = 24
 )
 
 // typeInfo is the catalogue: wire name and a constructor for the body.
@@ -72,6 +73,7 @@ var typeInfo = map[Type]struct {
 	TypeImageRemoved:          {"image_removed", func() Event { return &ImageRemoved{} }},
 	TypeImageReleased:         {"image_released", func() Event { return &ImageReleased{} }},
 	TypeContainerRolledBack:   {"container_rolled_back", func() Event { return &ContainerRolledBack{} }},
+	TypeRecordRefused:         {"record_refused", func() Event { return &RecordRefused{} }},
 }
 
 // Known reports whether t is a record type this build understands.
@@ -137,6 +139,26 @@ func MarshalBody(e Event) ([]byte, error) {
 		return nil, fmt.Errorf("event: encode %s: %w", e.Type(), err)
 	}
 	return b, nil
+}
+
+// MessageOf is the payload a record was made from: the message id of a payload's records
+// ("" for every other record).
+func MessageOf(e Event) string {
+	switch e := e.(type) {
+	case *PayloadReceived:
+		return e.MessageID
+	case *TaskAdded:
+		return e.MessageID
+	case *TaskRejected:
+		return e.MessageID
+	case *TaskResent:
+		return e.MessageID
+	case *DesiredChanged:
+		return e.MessageID
+	case *RecordRefused:
+		return e.MessageID
+	}
+	return ""
 }
 
 // UnmarshalBody decodes the body of a record of type t.

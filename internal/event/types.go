@@ -251,6 +251,18 @@ type ContainerRolledBack struct {
 	Reason    string `json:"reason,omitempty"`
 }
 
+// RecordRefused stands in the journal for a record the core made from a payload and the
+// projection refused (a bug in the core, DESIGN.md invariant 11): the refused record is never
+// journaled, yet the payload is acknowledged, so this says — durably, past a restart — which
+// task and payload it was and why, so that the task is named rather than lost. It carries
+// only names and the reason, never the task's definition or environment (PROTOCOL.md §5).
+// Subject: the refused record's task and container, if any.
+type RecordRefused struct {
+	MessageID string `json:"message_id,omitempty"`
+	Record    string `json:"record"` // the refused record's type name
+	Reason    string `json:"reason"` // the projection's reason
+}
+
 // CallStarted records, before it is made, a runtime call that must never be made twice (a
 // start: Docker runs an exited container again). Until the call's outcome is journaled the
 // container is in flight: possibly running, so never declared STOPPED, never started again;
@@ -324,6 +336,9 @@ type CompactionDone struct {
 	// journal passed --journal-max-bytes: their tombstones stay until the retention ends.
 	Early   []string `json:"early,omitempty"`
 	Records int      `json:"records"`
+	// RefusedUpTo: the record_refused records at or before this sequence number are past
+	// the retention, forgotten with their records.
+	RefusedUpTo uint64 `json:"refused_up_to,omitempty"`
 }
 
 // ImageRemoved records that image garbage collection removed an image this agent pulled, which
@@ -380,3 +395,4 @@ func (*ReportAttempted) Type() Type       { return TypeReportAttempted }
 func (*ImageRemoved) Type() Type          { return TypeImageRemoved }
 func (*ImageReleased) Type() Type         { return TypeImageReleased }
 func (*ContainerRolledBack) Type() Type   { return TypeContainerRolledBack }
+func (*RecordRefused) Type() Type         { return TypeRecordRefused }

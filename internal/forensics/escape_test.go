@@ -29,6 +29,7 @@ func TestHostileStringsPrintEscaped(t *testing.T) {
 	recs := []event.Record{
 		{Time: at, Task: arn, Event: &event.TaskAdded{MessageID: "m-1\nforged", Desired: event.StatusRunning, Containers: spec}},
 		{Time: at, Task: arn, Event: &event.TaskRejected{MessageID: "m-1", Reason: "bad\r\nrecord 1: forged\x00"}},
+		{Time: at, Task: arn, Event: &event.RecordRefused{MessageID: "m-2\nforged", Record: "task_added", Reason: "bad\r\nrecord 1: forged\x00"}},
 	}
 	if _, err := j.Append(ctx, recs...); err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestHostileStringsPrintEscaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 || strings.Count(dump.String(), "\n") != n {
+	if n != 3 || strings.Count(dump.String(), "\n") != n {
 		t.Fatalf("dump --task: %d records in %d lines:\n%s", n, strings.Count(dump.String(), "\n"), dump.String())
 	}
 	assertPrintable(t, "dump", dump.String())

@@ -1,11 +1,13 @@
 package forensics_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
@@ -137,5 +139,58 @@ func TestLockedJournalIsExplained(t *testing.T) {
 	_, _, err = forensics.Open(context.Background(), forensics.Source{File: path})
 	if err == nil || !strings.Contains(err.Error(), "locked by another agentd process (pid") || !strings.Contains(err.Error(), "--live") {
 		t.Fatalf("open of a held journal: %v", err)
+	}
+}
+
+// A record_refused (engine/quarantine.go) is what is left of a payload record the core made
+// and the projection refused: `journal dump --type record_refused` prints it with its task,
+// payload and reason, the task's timeline tells it, and verify accepts it.
+func TestARefusedPayloadRecordIsDumpedAndTold(t *testing.T) {
+	path := copyJournal(t, "dev")
+	j, err := journal.Open(path, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) // after the golden journal
+	if _, err := j.Append(context.Background(),
+		event.Record{Time: at, Event: &event.PayloadReceived{MessageID: "m-17"}},
+		event.Record{Time: at, Task: "task/lost", Event: &event.RecordRefused{MessageID: "m-17", Record: "task_added", Reason: "task without containers"}}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j, closeJ, err := forensics.Open(context.Background(), forensics.Source{File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeJ()
+
+	types, err := forensics.ParseTypes("record_refused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dump bytes.Buffer
+	if n, err := forensics.Dump(&dump, j, forensics.Filter{Types: types}, false); err != nil || n != 1 {
+		t.Fatalf("dump --type record_refused: %d records, %v:\n%s", n, err, dump.String())
+	}
+	for _, want := range []string{"record_refused", "task/lost", "message=m-17 refused=task_added reason=\"task without containers\""} {
+		if !strings.Contains(dump.String(), want) {
+			t.Fatalf("dump does not say %q:\n%s", want, dump.String())
+		}
+	}
+	tl, err := forensics.BuildTimeline(j, "task/lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	tl.WriteText(&text)
+	if !strings.Contains(text.String(), "payload m-17 acknowledged, its task_added refused by the core") {
+		t.Fatalf("timeline of task/lost:\n%s", text.String())
+	}
+	rep, err := forensics.Verify(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Findings) > 0 {
+		t.Fatalf("journal verify: %+v", rep.Findings)
 	}
 }

@@ -63,6 +63,8 @@ func (s *State) apply(rec event.Record) error {
 		s.Messages[e.MessageID] = rec.Seq
 	case *event.TaskAdded:
 		return s.addTask(rec, e)
+	case *event.RecordRefused:
+		s.refused(rec, e)
 	case *event.TaskRejected:
 		if err := s.newARN(rec.Task); err != nil {
 			return err
@@ -198,6 +200,7 @@ func (s *State) apply(rec event.Record) error {
 		for _, m := range e.Messages {
 			delete(s.Messages, m)
 		}
+		s.forgetRefusals(e.RefusedUpTo)
 	default:
 		return fmt.Errorf("record type %s is not understood by the projection", rec.Event.Type())
 	}

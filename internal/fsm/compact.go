@@ -26,7 +26,10 @@ type CompactionPlan struct {
 	// history gone: the live tasks' history alone needs more ("" when it fits).
 	OverBudget string
 	InUse      int64 // the journal's bytes in use when planned (0: no budget)
-	drop       map[string]bool
+	// RefusedUpTo: the refusals past the retention go, the newest at this sequence number,
+	// with their record_refused records (refused.go); never early, whatever the budget.
+	RefusedUpTo uint64
+	drop        map[string]bool
 }
 
 // JournalFacts is what planning a compaction needs to know of the journal file, read by the
@@ -90,6 +93,7 @@ func (s *State) PlanCompaction(now time.Time, pol CompactionPolicy, f JournalFac
 				p.Tasks = append(p.Tasks, arn)
 			}
 		}
+		p.RefusedUpTo = s.refusedUpTo(horizon, p.Cut)
 	}
 	held := map[string]bool{} // payloads that hold a live task: a re-send of one must stay recognised
 	for _, t := range s.Tasks {
@@ -175,7 +179,7 @@ func overBudgetProblem(s *State, inUse, left, snaps, perTask, maxBytes int64) st
 
 // Empty reports whether there is nothing to forget.
 func (p CompactionPlan) Empty() bool {
-	return len(p.Tasks) == 0 && len(p.Messages) == 0 && len(p.Early) == 0
+	return len(p.Tasks) == 0 && len(p.Messages) == 0 && len(p.Early) == 0 && p.RefusedUpTo == 0
 }
 
 // Drops is the compaction's predicate over a record's task, type and sequence number. A
@@ -183,8 +187,12 @@ func (p CompactionPlan) Empty() bool {
 // whole. agent_started records stay: they are few, and a replay from the start needs the
 // journal id they carry. Other records without a task (payloads as received, failed report
 // attempts, snapshot and compaction marks) change no task's state: only their age counts.
+// A record_refused changes no task's state either, whatever its subject: it goes with its
+// refusal, at the end of the retention (or with its task's history).
 func (p CompactionPlan) Drops(task string, typ event.Type, seq uint64) bool {
 	switch {
+	case typ == event.TypeRecordRefused:
+		return p.drop[task] || seq <= p.RefusedUpTo
 	case task != "":
 		return p.drop[task]
 	case typ == event.TypeAgentStarted:
@@ -195,5 +203,5 @@ func (p CompactionPlan) Drops(task string, typ event.Type, seq uint64) bool {
 
 // Done is the record that closes the compaction.
 func (p CompactionPlan) Done(records int) *event.CompactionDone {
-	return &event.CompactionDone{UpToSeq: p.UpTo, Tasks: p.Tasks, Messages: p.Messages, Early: p.Early, Records: records}
+	return &event.CompactionDone{UpToSeq: p.UpTo, Tasks: p.Tasks, Messages: p.Messages, Early: p.Early, Records: records, RefusedUpTo: p.RefusedUpTo}
 }

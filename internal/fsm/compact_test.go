@@ -100,3 +100,36 @@ func TestCompactionDrops(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot's refusals are checked as strictly as its tombstones: out of order, past the
+// snapshot's own record, or more than MaxRefusals is damage, named, and the snapshot refused;
+// a snapshot from before refusals existed (none listed) restores.
+func TestRestoreChecksRefusals(t *testing.T) {
+	st := fsm.New()
+	for seq := uint64(1); seq <= 3; seq++ {
+		if err := st.Apply(event.Record{Seq: seq, Time: t0, Task: "task/lost", Event: &event.RecordRefused{MessageID: "m-1", Record: "task_added", Reason: "task without containers"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsm.Restore(good); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	old := strings.Replace(string(good), `"refusals":[`, `"ignored":[`, 1)
+	old = old[:strings.Index(old, `,"ignored"`)] + "}}" // no refusals at all, as before they existed
+	if back, err := fsm.Restore([]byte(old)); err != nil || len(back.Refusals) != 0 {
+		t.Fatalf("a snapshot without refusals: %v, %d refusals", err, len(back.Refusals))
+	}
+	for name, bad := range map[string]string{
+		"out of order":   strings.Replace(string(good), `"seq":3`, `"seq":1`, 1),
+		"past the state": strings.Replace(string(good), `"seq":3`, `"seq":9`, 1),
+		"too many":       strings.Replace(string(good), `"refusals":[`, `"refusals":[`+strings.Repeat(`{"seq":0,"at_ns":0,"record":"x","reason":"y"},`, fsm.MaxRefusals), 1),
+	} {
+		if _, err := fsm.Restore([]byte(bad)); err == nil || !strings.Contains(err.Error(), "refusal") {
+			t.Errorf("%s: restore = %v, want an error naming the refusals", name, err)
+		}
+	}
+}

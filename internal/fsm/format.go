@@ -11,7 +11,7 @@ import (
 
 // Format renders the projection for people: every live task with its known / desired / sent
 // status and containers, what each waiting container waits for (depends_on, derived at now),
-// the tombstones and the outbox. It is what `agentd journal replay` prints and what the
+// the tombstones, the payload records refused (refused.go) and the outbox. It is what `agentd journal replay` prints and what the
 // projection's script tests compare against.
 func (s *State) Format(now time.Time, cfg Config) string {
 	var b strings.Builder
@@ -44,6 +44,16 @@ func (s *State) Format(now time.Time, cfg Config) string {
 	for _, id := range ids {
 		img := s.Images[id]
 		fmt.Fprintf(&b, "image %s refs=%s pulled=%s last_used=%s\n", event.Printable(id), event.Printable(strings.Join(img.Refs, ",")), ts(img.PulledAt), ts(img.LastUsed))
+	}
+	for _, r := range s.Refusals {
+		fmt.Fprintf(&b, "refused at record %d (%s) %s", r.Seq, ts(r.At()), r.Record)
+		if r.Task != "" {
+			fmt.Fprintf(&b, " task %s", event.Printable(r.Task))
+		}
+		if r.Container != "" {
+			fmt.Fprintf(&b, " container %s", event.Printable(r.Container))
+		}
+		fmt.Fprintf(&b, " message %s reason=%q\n", event.Printable(r.MessageID), r.Reason)
 	}
 	if out := s.Pending(len(s.Outbox)); len(out) > 0 {
 		fmt.Fprintf(&b, "outbox (%d unsent, %d to send after coalescing):\n", len(s.Outbox), len(out))

@@ -437,3 +437,74 @@ func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 		}
 	})
 }
+
+// TestPropertyRefusalsStayBounded: however many payload records a looping bug in the core has
+// refused, with time passing and compactions between them, the projection keeps the newest
+// refusals, at most fsm.MaxRefusals, oldest first; a compaction forgets those past the
+// retention and no other; and a snapshot restores them as they were.
+func TestPropertyRefusalsStayBounded(t *testing.T) {
+	type refusal struct {
+		seq uint64
+		at  time.Time
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		st := fsm.New()
+		now := t0
+		var seq uint64
+		var model []refusal // what the projection must keep
+		apply := func(task string, e event.Event) {
+			seq++
+			if err := st.Apply(event.Record{Seq: seq, Time: now, Task: task, Event: e}); err != nil {
+				t.Fatalf("record %d refused: %v", seq, err)
+			}
+		}
+		const retention = time.Hour
+		for range rapid.IntRange(1, 12).Draw(t, "rounds") {
+			for i := range rapid.IntRange(0, 400).Draw(t, "refusals") {
+				m := fmt.Sprintf("m-%d", rapid.IntRange(0, 50).Draw(t, "message")) // the same payload refused again
+				apply(fmt.Sprintf("task-%d", i%7), &event.RecordRefused{MessageID: m, Record: "task_added", Reason: "task without containers"})
+				model = append(model, refusal{seq, now})
+				if len(model) > fsm.MaxRefusals {
+					model = model[1:]
+				}
+			}
+			now = now.Add(time.Duration(rapid.IntRange(0, 90).Draw(t, "minutes")) * time.Minute)
+			if rapid.Bool().Draw(t, "compact") && seq > 0 {
+				horizon := now.Add(-retention)
+				var horizonSeq uint64 // the last record at or before the horizon, as the journal finds it
+				for _, r := range model {
+					if !r.at.After(horizon) {
+						horizonSeq = r.seq
+					}
+				}
+				p := st.PlanCompaction(now, fsm.CompactionPolicy{Retention: retention}, fsm.JournalFacts{Snapshots: []uint64{seq}, Newest: seq, HorizonSeq: horizonSeq})
+				apply("", p.Done(0))
+				for len(model) > 0 && model[0].at.Before(horizon) && model[0].seq <= horizonSeq {
+					model = model[1:]
+				}
+			}
+			if len(st.Refusals) > fsm.MaxRefusals {
+				t.Fatalf("%d refusals kept, more than %d", len(st.Refusals), fsm.MaxRefusals)
+			}
+			if len(st.Refusals) != len(model) {
+				t.Fatalf("%d refusals kept, want %d", len(st.Refusals), len(model))
+			}
+			for i, r := range st.Refusals {
+				if r.Seq != model[i].seq || !r.At().Equal(model[i].at) {
+					t.Fatalf("refusal %d is record %d at %s, want record %d at %s", i, r.Seq, r.At(), model[i].seq, model[i].at)
+				}
+			}
+		}
+		snap, err := st.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := fsm.Restore(snap)
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		if again, _ := back.Snapshot(); !bytes.Equal(again, snap) {
+			t.Fatal("a restored snapshot differs from the projection it was taken of")
+		}
+	})
+}

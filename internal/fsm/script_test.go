@@ -29,6 +29,7 @@ type harness struct {
 	registry bool
 	pushes   map[string]int   // re-pushes of a reference: each resolves it to a new image
 	queue    fsm.RemovalQueue // tasks waiting for a removal slot, as the engine queues them
+	gone     map[uint64]bool  // records a compact-plan dropped (the history keeps them)
 }
 
 // TestScripts runs the scripts in testdata/. Rewrite expectations with -rewrite.
@@ -197,6 +198,10 @@ func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
 	case "compact":
 		arg, _ := d.Arg("tasks")
 		return h.record("", "", &event.CompactionDone{Tasks: arg.Vals})
+	case "refused": // refused task=T msg=M record=TYPE: the stand-in of a refused payload record
+		return h.record(task, ctr, &event.RecordRefused{MessageID: str(t, d, "msg"), Record: str(t, d, "record"), Reason: reason})
+	case "compact-plan":
+		return h.compactPlan(t, d)
 	case "decide":
 		return formatDecisions(h.st.Decide(h.now, h.cfg))
 	case "queue":
@@ -418,4 +423,42 @@ func (h *harness) checkReplay(t *testing.T) {
 			t.Fatalf("snapshot at %d + tail differs from full replay", cut)
 		}
 	}
+}
+
+// compactPlan plans a compaction as the engine does (compact-plan retention=D upto=N: the
+// snapshot at N the only one kept), names the records it drops that no compaction before it
+// did and journals its compaction_done. The history keeps them, so that every later `state`
+// still proves a full replay equal to snapshot + tail (payloads that hold live tasks go by
+// age while their ids stay: a compacted journal replays only from its snapshot).
+func (h *harness) compactPlan(t *testing.T, d *datadriven.TestData) string {
+	var ret string
+	var upTo uint64
+	d.ScanArgs(t, "retention", &ret)
+	d.ScanArgs(t, "upto", &upTo)
+	retention, err := time.ParseDuration(ret)
+	if err != nil {
+		d.Fatalf(t, "retention: %v", err)
+	}
+	f := fsm.JournalFacts{Snapshots: []uint64{upTo}, Newest: upTo}
+	for _, r := range h.history {
+		if !r.Time.After(h.now.Add(-retention)) {
+			f.HorizonSeq = r.Seq
+		}
+	}
+	p := h.st.PlanCompaction(h.now, fsm.CompactionPolicy{Retention: retention}, f)
+	var b strings.Builder
+	fmt.Fprintf(&b, "plan: cut=%d tasks=%v messages=%v refused-up-to=%d\n", p.Cut, p.Tasks, p.Messages, p.RefusedUpTo)
+	var dropped []string
+	for _, r := range h.history {
+		if r.Seq <= p.UpTo && !h.gone[r.Seq] && p.Drops(r.Task, r.Type(), r.Seq) {
+			dropped = append(dropped, fmt.Sprintf("#%d", r.Seq))
+			if h.gone == nil {
+				h.gone = map[uint64]bool{}
+			}
+			h.gone[r.Seq] = true
+		}
+	}
+	fmt.Fprintf(&b, "dropped %s\n", strings.Join(dropped, " "))
+	b.WriteString(h.record("", "", p.Done(len(dropped))))
+	return b.String()
 }

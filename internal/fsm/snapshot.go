@@ -82,6 +82,9 @@ func Restore(data []byte) (*State, error) {
 			return nil, fmt.Errorf("fsm: restore snapshot at %d: image %q is damaged", s.LastSeq, id)
 		}
 	}
+	if err := s.checkRefusals(); err != nil {
+		return nil, fmt.Errorf("fsm: restore snapshot at %d: %w", s.LastSeq, err)
+	}
 	for arn, t := range s.Tasks {
 		if t == nil || t.ARN != arn || !t.Known.Valid() || !t.Desired.Valid() || !t.Sent.Valid() || t.Sent.Rank() > t.Known.Rank() {
 			return nil, fmt.Errorf("fsm: restore snapshot at %d: task %q is damaged", s.LastSeq, arn)

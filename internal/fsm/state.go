@@ -153,6 +153,7 @@ type State struct {
 	Outbox     map[uint64]*Change    `json:"outbox"`                // unsettled changes by seq
 	ExitCursor int64                 `json:"exit_cursor,omitempty"` // the runtime event stream's position, from journaled exits
 	Images     map[string]*Image     `json:"images,omitempty"`      // images this agent pulled and has not removed, by id
+	Refusals   []Refusal             `json:"refusals,omitempty"`    // payload records the projection refused, oldest first (refused.go)
 
 	order      []uint64          // Outbox keys ascending, possibly with settled ones not yet swept
 	interned   map[string]string // reasons and container names tombstones share (intern)

@@ -86,6 +86,9 @@ func LogRecord(r event.Record, observed time.Time) *logspb.LogRecord {
 		addStr(AttrMessageID, e.MessageID)
 	case *event.DesiredChanged:
 		addStr(AttrMessageID, e.MessageID)
+	case *event.RecordRefused: // INFO: §5 names no refusal among the WARNs
+		addStr(AttrMessageID, e.MessageID)
+		addStr(AttrReason, e.Reason)
 	case *event.CallEnded:
 		addStr(AttrReason, e.Reason)
 	case *event.AgentStopped:

@@ -32,6 +32,8 @@ func TestLogRecordSeverityAndAttributes(t *testing.T) {
 			true, map[string]any{AttrReason: "failed: no such image"}},
 		{"stopped acked", event.Record{Task: "arn:t", Event: &event.StoppedAcked{ChangeID: "c-9"}}, false, map[string]any{AttrChangeID: "c-9"}},
 		{"payload", event.Record{Event: &event.PayloadReceived{MessageID: "m-1"}}, false, map[string]any{AttrMessageID: "m-1", AttrTask: nil}},
+		{"a payload's record refused by the core", event.Record{Task: "arn:t", Event: &event.RecordRefused{MessageID: "m-17", Record: "task_added", Reason: "task without containers"}},
+			false, map[string]any{AttrType: "record_refused", AttrTask: "arn:t", AttrMessageID: "m-17", AttrReason: "task without containers", AttrContainer: nil}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
