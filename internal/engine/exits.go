@@ -7,22 +7,29 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 )
 
-// watchExits follows the runtime's exit stream and resubscribes from the last cursor when it
-// ends, with backoff, until ctx ends. It owns the exit stream's health slot.
+// watchExits follows the runtime's exit stream and resubscribes at the last cursor when it
+// ends, with backoff, until ctx ends. It owns the exit stream's health slot. A resumed stream
+// gives again the exits at its cursor (a second container may have exited in that same
+// nanosecond): those this watcher handed in already are dropped (docker.ExitMark). After a
+// restart the mark is gone and the core drops the repeats (an exit of a container that is not
+// RUNNING records nothing).
 func (e *Engine) watchExits(ctx context.Context) {
 	defer e.inbox.wg.Done()
 	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+3))
-	cursor := e.exits.from
+	mark := docker.ExitMark{Cursor: e.exits.from}
 	for ctx.Err() == nil {
 		began := e.clock.Now()
-		ch, err := e.rt.Exits(ctx, cursor)
+		ch, err := e.rt.Exits(ctx, mark.Cursor)
 		if err != nil {
 			e.log.Warn().Err(err).Msg("runtime event stream unavailable; retrying")
 			e.setHealth(HealthExitStream, err.Error())
 		} else {
 			e.clearHealth(HealthExitStream)
 			for x := range ch {
-				cursor = max(cursor, x.Cursor)
+				if mark.Taken(x) {
+					continue
+				}
+				mark.Take(x)
 				select {
 				case e.inbox.in <- ExitInput{Exit: x}:
 				case <-ctx.Done():
