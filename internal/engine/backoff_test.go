@@ -16,7 +16,8 @@ import (
 
 // A streak of failures grows a goroutine's backoff; one success ends it, so the first failure
 // after the success waits the initial backoff again, not the grown one. These tests drive the
-// poller and the exit watcher alone, on a clock that moves only when the test fires a wait.
+// poller and the exit and health watchers alone, on a clock that moves only when the test
+// fires a wait.
 
 // firstWaitMax is the longest a first backoff may be: 250ms, jittered up by half.
 const firstWaitMax = 375 * time.Millisecond
@@ -78,8 +79,8 @@ func send[T any](t *testing.T, c chan<- T, v T, what string) {
 	}
 }
 
-// runAlone starts one of the engine's goroutines (poller, watchExits) and stops it, within a
-// bound, when the test ends.
+// runAlone starts one of the engine's goroutines (poller, watchExits, watchHealth) and stops
+// it, within a bound, when the test ends.
 func runAlone(t *testing.T, e *Engine, g func(context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.inbox.wg.Add(1)
@@ -179,28 +180,51 @@ func (rt *scriptedExits) Exits(ctx context.Context, cursor int64) (<-chan docker
 	return rt.next.open(ctx)
 }
 
+// scriptedHealth is a runtime's health stream the test opens, fails and ends.
+type scriptedHealth struct{ next streams[docker.HealthChange] }
+
+func (hw *scriptedHealth) Health(ctx context.Context) (<-chan docker.HealthChange, error) {
+	return hw.next.open(ctx)
+}
+
+// stayedUpEndsTheBackoff grows a stream watcher's backoff with failed subscriptions and
+// streams that end at once, then checks that a stream up for 2s ends it.
+func stayedUpEndsTheBackoff[T any](t *testing.T, clk *steppedClock, next streams[T]) {
+	t.Helper()
+	growBackoff(t, clk, 2, func() {
+		send(t, next, stream[T]{err: errors.New("Cannot connect to the Docker daemon")}, "failed subscription")
+	})
+	grown := growBackoff(t, clk, 2, func() { // streams that end at once: the engine is down
+		ch := make(chan T)
+		close(ch)
+		send(t, next, stream[T]{ch: ch}, "stream that ends at once")
+	})
+	needGrown(t, grown)
+	up := make(chan T)
+	send(t, next, stream[T]{ch: up}, "stream that stays up")
+	clk.advance(2 * time.Second)
+	close(up)
+	if w := clk.nextWait(t, "the stream's end"); w.d > firstWaitMax {
+		t.Fatalf("after a stream up for 2s the resubscription waits %v (grown: %v); want the initial backoff, at most %v", w.d, grown, firstWaitMax)
+	}
+}
+
 // Fails when the exit watcher keeps its grown backoff after a stream that stayed up (exits.go
 // bo.Reset): a stream that worked for over a second ends the streak of failures.
 func TestExitStreamThatStayedUpEndsItsBackoff(t *testing.T) {
 	clk, rt := newSteppedClock(), &scriptedExits{next: make(streams[docker.Exit])}
 	e := New(Config{Seed: 1}, nil, rt, nil, clk, nil, zerolog.Nop())
 	runAlone(t, e, e.watchExits)
-	growBackoff(t, clk, 2, func() {
-		send(t, rt.next, stream[docker.Exit]{err: errors.New("Cannot connect to the Docker daemon")}, "failed subscription")
-	})
-	grown := growBackoff(t, clk, 2, func() { // streams that end at once: the engine is down
-		ch := make(chan docker.Exit)
-		close(ch)
-		send(t, rt.next, stream[docker.Exit]{ch: ch}, "stream that ends at once")
-	})
-	needGrown(t, grown)
-	up := make(chan docker.Exit)
-	send(t, rt.next, stream[docker.Exit]{ch: up}, "stream that stays up")
-	clk.advance(2 * time.Second)
-	close(up)
-	if w := clk.nextWait(t, "the stream's end"); w.d > firstWaitMax {
-		t.Fatalf("after a stream up for 2s the resubscription waits %v (grown: %v); want the initial backoff, at most %v", w.d, grown, firstWaitMax)
-	}
+	stayedUpEndsTheBackoff(t, clk, rt.next)
+}
+
+// Fails when the health watcher keeps its grown backoff after a stream that stayed up
+// (exits.go watchHealth's bo.Reset), or waits on another clock than the engine's.
+func TestHealthStreamThatStayedUpEndsItsBackoff(t *testing.T) {
+	clk, hw := newSteppedClock(), &scriptedHealth{next: make(streams[docker.HealthChange])}
+	e := New(Config{Seed: 1}, nil, nil, nil, clk, nil, zerolog.Nop())
+	runAlone(t, e, func(ctx context.Context) { e.watchHealth(ctx, hw) })
+	stayedUpEndsTheBackoff(t, clk, hw.next)
 }
 
 // Fails when the exit watcher resumes after the cursor of the last exit it took, or hands that
