@@ -34,7 +34,7 @@ const oomMemory = time.Minute
 // cursor can belong to an exit finished well before it.
 const catchUpSlack = time.Minute
 
-// Exits streams the engine's "die" events of this agent's containers after cursor (the
+// Exits streams the engine's "die" events of this agent's containers at or after cursor (the
 // event's time in nanoseconds), each with whether the kernel killed the container for going
 // over its memory limit. It follows the "oom" events too: a die with code 137 that neither the
 // inspect nor an oom event has shown to be an OOM kill is held for at most oomWait for its
@@ -42,14 +42,15 @@ const catchUpSlack = time.Minute
 // caller journals only ever grows, and a held exit holds back the ones behind it.
 //
 // The stream ends on any error; the caller resubscribes from the last cursor it saw. The
-// engine replays the dies after the cursor from its buffer of its last 256 events (moby
+// engine replays the dies from the cursor on from its buffer of its last 256 events (moby
 // daemon/events eventsLimit), which a busy host overruns while the stream is down, so a
 // subscription with a cursor first catches up (exitStream.start): every container of this
 // agent that exited since the cursor is sent as an exit before the stream's own, and its
 // die, if the engine replays it, is not sent again. Across subscriptions an exit may come
 // twice; the core records an exit only for a container it holds RUNNING. While the buffer
-// still reaches back to the cursor, its replay misses nothing and the catch-up is skipped: a
-// stream resumed after an exit does not give it again.
+// still reaches back past the cursor, its replay misses nothing and the catch-up is skipped: a
+// stream resumed at an exit's cursor gives again only the dies of that nanosecond, which the
+// reader drops as taken (docker.ExitMark) — one of them may be another container's.
 func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 	f := client.Filters{}.Add("type", "container").Add("event", "die", "oom").Add("label", LabelAgent+"="+e.agent)
 	opts := client.EventsListOptions{Filters: f}
@@ -60,7 +61,7 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 	// Subscribed once Events returns (the engine has answered): an exit after the catch-up's
 	// list is in the stream.
 	res := e.cli.Events(ctx, opts)
-	s := exitStream{inspect: e.exitState, replays: e.replaysFrom, exited: e.pastExits, wait: oomWait, ooms: map[string]time.Time{}}
+	s := exitStream{from: cursor, inspect: e.exitState, replays: e.replaysFrom, exited: e.pastExits, wait: oomWait, ooms: map[string]time.Time{}}
 	if err := s.start(ctx, cursor); err != nil {
 		cancel()
 		return nil, err
@@ -88,9 +89,7 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 				if !ok {
 					return
 				}
-				if m.TimeNano > cursor {
-					s.event(ctx, m)
-				}
+				s.event(ctx, m)
 			}
 		}
 	}()
@@ -99,6 +98,7 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 
 // exitStream orders and completes the exits of one subscription.
 type exitStream struct {
+	from    int64 // the subscription's cursor: what came before it is not this subscription's
 	inspect func(ctx context.Context, id string) (exitState, error)
 	// replays says whether the engine's replay from cursor misses no die; exited lists this
 	// agent's exited containers, for the catch-up when it may.
@@ -155,8 +155,13 @@ func (s *exitStream) start(ctx context.Context, cursor int64) error {
 	return nil
 }
 
-// event takes one die or oom message.
+// event takes one die or oom message. One before the subscription's cursor is dropped; one at
+// it is kept (Runtime.Exits): a second container may have died in the same nanosecond as the
+// last exit the reader took.
 func (s *exitStream) event(ctx context.Context, m events.Message) {
+	if m.TimeNano < s.from {
+		return
+	}
 	id := m.Actor.ID
 	if m.Action == events.ActionOOM {
 		for i := range s.queue {
@@ -245,10 +250,12 @@ func memoryLimited(c container.InspectResponse) bool {
 	return c.HostConfig != nil && c.HostConfig.Memory > 0
 }
 
-// replaysFrom says whether the engine's event buffer still holds a die of this agent at or
-// before cursor. The buffer keeps the engine's latest events (of every kind, any agent's), so
-// then it holds every die after cursor too, and a subscription made before this call replays
-// them all. No such die (pushed out, or the engine restarted since) says it may not; so does
+// replaysFrom says whether the engine's event buffer still holds a die of this agent before
+// cursor. The buffer keeps the engine's latest events (of every kind, any agent's), so then it
+// holds every die at or after cursor too, and a subscription made before this call replays
+// them all. A die at the cursor's nanosecond is not enough: another die of that nanosecond may
+// have been logged before it and pushed out. No such die (pushed out, or the engine restarted
+// since) says it may not; so does
 // no answer within a few seconds (a cursor ahead of the engine's clock makes it wait for
 // dies to come).
 func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
@@ -258,10 +265,10 @@ func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
 	res := e.cli.Events(rctx, client.EventsListOptions{Until: stamp(cursor), Filters: f})
 	select {
 	case m := <-res.Messages:
-		return m.TimeNano <= cursor, nil
+		return m.TimeNano < cursor, nil
 	case err := <-res.Err:
 		if errors.Is(err, io.EOF) || ctx.Err() == nil && rctx.Err() != nil {
-			return false, nil // the buffer ends (or does not) with nothing at or before cursor
+			return false, nil // the buffer ends (or does not) with nothing before cursor
 		}
 		return false, e.wrap("read", "the engine's buffered events", err)
 	}

@@ -177,6 +177,29 @@ func TestExitStreamCatchesUpOnlyWhenTheReplayMayMissDies(t *testing.T) {
 	}
 }
 
+// A subscription gives the dies at its cursor's nanosecond, not only those after it: the reader
+// resumes at the cursor of the last exit it took, and a second container may have died in that
+// same nanosecond (the reader drops the exits it took already: ExitMark). Dies before the
+// cursor are not the subscription's.
+func TestExitStreamGivesTheDiesAtItsCursor(t *testing.T) {
+	const cursor = int64(1_000_000 * time.Second)
+	die := func(id string, at int64) events.Message {
+		return events.Message{Action: events.ActionDie, TimeNano: at, Actor: events.Actor{ID: id, Attributes: map[string]string{"exitCode": "0", LabelTask: "task/" + id, LabelContainer: "app"}}}
+	}
+	s := exitStream{from: cursor, wait: time.Hour, ooms: map[string]time.Time{}}
+	ctx := context.Background()
+	for _, m := range []events.Message{die("before", cursor-1), die("taken", cursor), die("same-nanosecond", cursor), die("after", cursor+1)} {
+		s.event(ctx, m)
+	}
+	var ids []string
+	for _, x := range sent(ctx, &s) {
+		ids = append(ids, x.ID)
+	}
+	if want := []string{"taken", "same-nanosecond", "after"}; !slices.Equal(ids, want) {
+		t.Fatalf("a subscription from the cursor sent %v; want %v", ids, want)
+	}
+}
+
 // sent flushes what the stream may send now.
 func sent(ctx context.Context, s *exitStream) []Exit {
 	out := make(chan Exit, 64)

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -132,7 +133,33 @@ type Exit struct {
 	ExitCode  int
 	OOMKilled bool // killed for going over its memory limit: report a reason starting OutOfMemory
 	At        time.Time
-	Cursor    int64 // resume the stream after this
+	Cursor    int64 // the stream's position at this exit: it resumes here (ExitMark)
+}
+
+// ExitMark is how far a reader of the exit stream has come: the cursor of the exits it took
+// last, and which containers' exits it took at exactly that cursor. Two containers can exit in
+// the same nanosecond (Docker's die times are the daemon's wall clock), so a stream resumed
+// only after the cursor could skip the second for good — its container would stay RUNNING in
+// the agent. Runtime.Exits therefore gives every exit at or after its cursor, and the reader
+// drops the ones it already took there (Taken). The set is reset whenever the cursor moves on.
+type ExitMark struct {
+	Cursor int64
+	taken  []string // ids of the containers whose exits at Cursor were taken
+}
+
+// Taken says whether x is an exit at the mark's cursor that the reader already took.
+func (m *ExitMark) Taken(x Exit) bool {
+	return x.Cursor == m.Cursor && slices.Contains(m.taken, x.ID)
+}
+
+// Take notes x as taken. An exit behind the mark (a stream gives none) leaves it as it is.
+func (m *ExitMark) Take(x Exit) {
+	switch {
+	case x.Cursor > m.Cursor:
+		m.Cursor, m.taken = x.Cursor, []string{x.ID}
+	case x.Cursor == m.Cursor && !slices.Contains(m.taken, x.ID):
+		m.taken = append(slices.Clip(m.taken), x.ID) // a copy of the mark keeps its own set
+	}
 }
 
 // HealthChange is a container's health check reaching a verdict (PROTOCOL.md §4).
@@ -171,8 +198,9 @@ type Runtime interface {
 	Find(ctx context.Context, task, container string) (State, error)
 	// List returns every container carrying this agent's id.
 	List(ctx context.Context) ([]State, error)
-	// Exits streams container exits after cursor until ctx ends; the channel closes on error
-	// or end, and the caller resubscribes from the last cursor it saw.
+	// Exits streams container exits at or after cursor until ctx ends; the channel closes on
+	// error or end, and the caller resubscribes from the last cursor it saw, dropping the
+	// exits it already took at that cursor (ExitMark).
 	Exits(ctx context.Context, cursor int64) (<-chan Exit, error)
 	Close() error
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // A streak of failures grows a goroutine's backoff; one success ends it, so the first failure
 // after the success waits the initial backoff again, not the grown one. These tests drive the
-// poller and the exit watcher alone, on a clock that moves only when the test fires a wait.
+// poller and the exit and health watchers alone, on a clock that moves only when the test
+// fires a wait.
 
 // firstWaitMax is the longest a first backoff may be: 250ms, jittered up by half.
 const firstWaitMax = 375 * time.Millisecond
@@ -77,8 +79,8 @@ func send[T any](t *testing.T, c chan<- T, v T, what string) {
 	}
 }
 
-// runAlone starts one of the engine's goroutines (poller, watchExits) and stops it, within a
-// bound, when the test ends.
+// runAlone starts one of the engine's goroutines (poller, watchExits, watchHealth) and stops
+// it, within a bound, when the test ends.
 func runAlone(t *testing.T, e *Engine, g func(context.Context)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.inbox.wg.Add(1)
@@ -148,46 +150,120 @@ func TestAnsweredPollEndsThePollBackoff(t *testing.T) {
 	}
 }
 
-// scriptedExits is a runtime whose exit stream the test opens, fails and ends.
-type scriptedExits struct {
-	docker.Runtime // only Exits is called
-	next           chan exitStream
-}
-
-type exitStream struct {
-	ch  chan docker.Exit
+// stream is one subscription a scripted runtime hands out: its channel, or its error.
+type stream[T any] struct {
+	ch  chan T
 	err error
 }
 
-func (rt *scriptedExits) Exits(ctx context.Context, _ int64) (<-chan docker.Exit, error) {
+// streams hands out the subscriptions the test sends, one per call.
+type streams[T any] chan stream[T]
+
+func (next streams[T]) open(ctx context.Context) (<-chan T, error) {
 	select {
-	case s := <-rt.next:
+	case s := <-next:
 		return s.ch, s.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-// Fails when the exit watcher keeps its grown backoff after a stream that stayed up (exits.go
-// bo.Reset): a stream that worked for over a second ends the streak of failures.
-func TestExitStreamThatStayedUpEndsItsBackoff(t *testing.T) {
-	clk, rt := newSteppedClock(), &scriptedExits{next: make(chan exitStream)}
-	e := New(Config{Seed: 1}, nil, rt, nil, clk, nil, zerolog.Nop())
-	runAlone(t, e, e.watchExits)
+// scriptedExits is a runtime whose exit stream the test opens, fails and ends.
+type scriptedExits struct {
+	docker.Runtime // only Exits is called
+	next           streams[docker.Exit]
+	cursor         atomic.Int64 // of the last subscription
+}
+
+func (rt *scriptedExits) Exits(ctx context.Context, cursor int64) (<-chan docker.Exit, error) {
+	rt.cursor.Store(cursor)
+	return rt.next.open(ctx)
+}
+
+// scriptedHealth is a runtime's health stream the test opens, fails and ends.
+type scriptedHealth struct{ next streams[docker.HealthChange] }
+
+func (hw *scriptedHealth) Health(ctx context.Context) (<-chan docker.HealthChange, error) {
+	return hw.next.open(ctx)
+}
+
+// stayedUpEndsTheBackoff grows a stream watcher's backoff with failed subscriptions and
+// streams that end at once, then checks that a stream up for 2s ends it.
+func stayedUpEndsTheBackoff[T any](t *testing.T, clk *steppedClock, next streams[T]) {
+	t.Helper()
 	growBackoff(t, clk, 2, func() {
-		send(t, rt.next, exitStream{err: errors.New("Cannot connect to the Docker daemon")}, "failed subscription")
+		send(t, next, stream[T]{err: errors.New("Cannot connect to the Docker daemon")}, "failed subscription")
 	})
 	grown := growBackoff(t, clk, 2, func() { // streams that end at once: the engine is down
-		ch := make(chan docker.Exit)
+		ch := make(chan T)
 		close(ch)
-		send(t, rt.next, exitStream{ch: ch}, "stream that ends at once")
+		send(t, next, stream[T]{ch: ch}, "stream that ends at once")
 	})
 	needGrown(t, grown)
-	up := make(chan docker.Exit)
-	send(t, rt.next, exitStream{ch: up}, "stream that stays up")
+	up := make(chan T)
+	send(t, next, stream[T]{ch: up}, "stream that stays up")
 	clk.advance(2 * time.Second)
 	close(up)
 	if w := clk.nextWait(t, "the stream's end"); w.d > firstWaitMax {
 		t.Fatalf("after a stream up for 2s the resubscription waits %v (grown: %v); want the initial backoff, at most %v", w.d, grown, firstWaitMax)
 	}
+}
+
+// Fails when the exit watcher keeps its grown backoff after a stream that stayed up (exits.go
+// bo.Reset): a stream that worked for over a second ends the streak of failures.
+func TestExitStreamThatStayedUpEndsItsBackoff(t *testing.T) {
+	clk, rt := newSteppedClock(), &scriptedExits{next: make(streams[docker.Exit])}
+	e := New(Config{Seed: 1}, nil, rt, nil, clk, nil, zerolog.Nop())
+	runAlone(t, e, e.watchExits)
+	stayedUpEndsTheBackoff(t, clk, rt.next)
+}
+
+// Fails when the health watcher keeps its grown backoff after a stream that stayed up
+// (exits.go watchHealth's bo.Reset), or waits on another clock than the engine's.
+func TestHealthStreamThatStayedUpEndsItsBackoff(t *testing.T) {
+	clk, hw := newSteppedClock(), &scriptedHealth{next: make(streams[docker.HealthChange])}
+	e := New(Config{Seed: 1}, nil, nil, nil, clk, nil, zerolog.Nop())
+	runAlone(t, e, func(ctx context.Context) { e.watchHealth(ctx, hw) })
+	stayedUpEndsTheBackoff(t, clk, hw.next)
+}
+
+// Fails when the exit watcher resumes after the cursor of the last exit it took, or hands that
+// exit in again (exits.go's docker.ExitMark): a resumed stream gives the exits of the cursor's
+// nanosecond again, and of those only another container's — one that exited in the same
+// nanosecond — reaches the loop.
+func TestResumedExitStreamHandsInTheCursorsNanosecondOnce(t *testing.T) {
+	clk, rt := newSteppedClock(), &scriptedExits{next: make(streams[docker.Exit])}
+	e := New(Config{Seed: 1}, nil, rt, nil, clk, nil, zerolog.Nop())
+	runAlone(t, e, e.watchExits)
+	const at = int64(1_000_000 * time.Second)
+	exits := func(xs ...docker.Exit) stream[docker.Exit] {
+		ch := make(chan docker.Exit, len(xs))
+		for _, x := range xs {
+			ch <- x
+		}
+		close(ch)
+		return stream[docker.Exit]{ch: ch}
+	}
+	a, b, c := docker.Exit{ID: "a", Cursor: at}, docker.Exit{ID: "b", Cursor: at}, docker.Exit{ID: "c", Cursor: at + 1}
+	handedIn := func(want string) {
+		t.Helper()
+		select {
+		case in := <-e.inbox.in:
+			if x, ok := in.(ExitInput); !ok || x.Exit.ID != want {
+				t.Fatalf("handed in %+v; want the exit of %s", in, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the exit of %s not handed in within 10s", want)
+		}
+	}
+	send(t, rt.next, exits(a), "a stream that gives a's exit and breaks")
+	handedIn("a")
+	w := clk.nextWait(t, "the stream's end")
+	w.fire <- clk.Now()
+	send(t, rt.next, exits(a, b, c), "the resumed stream: the cursor's nanosecond again, then later")
+	if got := rt.cursor.Load(); got != at {
+		t.Fatalf("resubscribed at %d; want a's cursor %d", got, at)
+	}
+	handedIn("b")
+	handedIn("c")
 }

@@ -7,22 +7,29 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 )
 
-// watchExits follows the runtime's exit stream and resubscribes from the last cursor when it
-// ends, with backoff, until ctx ends. It owns the exit stream's health slot.
+// watchExits follows the runtime's exit stream and resubscribes at the last cursor when it
+// ends, with backoff, until ctx ends. It owns the exit stream's health slot. A resumed stream
+// gives again the exits at its cursor (a second container may have exited in that same
+// nanosecond): those this watcher handed in already are dropped (docker.ExitMark). After a
+// restart the mark is gone and the core drops the repeats (an exit of a container that is not
+// RUNNING records nothing).
 func (e *Engine) watchExits(ctx context.Context) {
 	defer e.inbox.wg.Done()
 	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+3))
-	cursor := e.exits.from
+	mark := docker.ExitMark{Cursor: e.exits.from}
 	for ctx.Err() == nil {
 		began := e.clock.Now()
-		ch, err := e.rt.Exits(ctx, cursor)
+		ch, err := e.rt.Exits(ctx, mark.Cursor)
 		if err != nil {
 			e.log.Warn().Err(err).Msg("runtime event stream unavailable; retrying")
 			e.setHealth(HealthExitStream, err.Error())
 		} else {
 			e.clearHealth(HealthExitStream)
 			for x := range ch {
-				cursor = max(cursor, x.Cursor)
+				if mark.Taken(x) {
+					continue
+				}
+				mark.Take(x)
 				select {
 				case e.inbox.in <- ExitInput{Exit: x}:
 				case <-ctx.Done():
@@ -32,7 +39,7 @@ func (e *Engine) watchExits(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if e.clock.Now().Sub(began) < time.Second {
+			if !e.stayedUp(began) {
 				e.setHealth(HealthExitStream, "the runtime's event stream keeps breaking (is the engine down?)")
 			} else {
 				bo.Reset()
@@ -46,6 +53,12 @@ func (e *Engine) watchExits(ctx context.Context) {
 		}
 	}
 }
+
+// stayedUp says whether a runtime stream subscribed at began worked: one that stayed up a
+// second ends its streak of failures (its backoff starts over); one that broke at once counts
+// as a failure — the engine is down, or refuses the subscription — so resubscribing does not
+// spin at the first backoff.
+func (e *Engine) stayedUp(began time.Time) bool { return e.clock.Now().Sub(began) >= time.Second }
 
 // healthWatcher is the runtime's stream of health verdicts, when it has one (through a
 // wrapper that says what it wraps, too).
@@ -64,12 +77,14 @@ func healthWatcher(rt docker.Runtime) docker.HealthWatcher {
 }
 
 // watchHealth follows the runtime's health verdicts and resubscribes when the stream ends,
-// with backoff, until ctx ends. Every subscription repeats the current verdicts; the core
-// records a verdict only when it changed.
+// with backoff, until ctx ends: a stream that stayed up ends the backoff, like the exit
+// stream's. Every subscription repeats the current verdicts; the core records a verdict only
+// when it changed.
 func (e *Engine) watchHealth(ctx context.Context, hw docker.HealthWatcher) {
 	defer e.inbox.wg.Done()
 	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+4))
 	for ctx.Err() == nil {
+		began := e.clock.Now()
 		ch, err := hw.Health(ctx)
 		if err == nil {
 			for h := range ch {
@@ -79,14 +94,16 @@ func (e *Engine) watchHealth(ctx context.Context, hw docker.HealthWatcher) {
 					return
 				}
 			}
-			bo.Reset()
+			if e.stayedUp(began) {
+				bo.Reset()
+			}
 		} else {
 			e.log.Warn().Err(err).Msg("runtime health stream unavailable; retrying")
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(bo.NextBackOff()):
+		case <-e.clock.After(bo.NextBackOff()): // the engine's clock: a test steps it (backoff_test.go)
 		}
 	}
 }

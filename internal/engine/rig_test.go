@@ -92,7 +92,7 @@ type rig struct {
 	j        *journal.Journal
 	rt       *simruntime.Runtime
 	e        *engine.Engine
-	cursor   int64
+	mark     docker.ExitMark // how far settle has handed in the runtime's exits
 	msg      int
 	diskFull atomic.Bool // makes every journal commit fail, as a full disk would
 	// wrap, when set, stands between the engine and the simulated runtime (a call counter).
@@ -132,7 +132,7 @@ func (r *rig) start() {
 	if err := r.e.Recover(context.Background()); err != nil {
 		r.t.Fatal(err)
 	}
-	r.cursor = 0
+	r.mark = docker.ExitMark{}
 }
 
 // crash drops the engine and every in-memory object without a clean shutdown, then starts
@@ -152,9 +152,9 @@ func (r *rig) settle() {
 	ctx := context.Background()
 	r.e.Step(ctx, nil)
 	for i := 0; i < 10000; i++ {
-		if exits, _ := r.rt.ExitsAfter(r.cursor); len(exits) > 0 {
+		if exits, _ := r.rt.ExitsAfter(r.mark); len(exits) > 0 {
 			for _, x := range exits {
-				r.cursor = max(r.cursor, x.Cursor)
+				r.mark.Take(x)
 				r.e.Step(ctx, engine.ExitInput{Exit: x})
 			}
 			continue
@@ -177,7 +177,7 @@ func (r *rig) advance(d time.Duration) {
 	for {
 		r.settle()
 		next := r.e.NextWake()
-		if _, exit := r.rt.ExitsAfter(r.cursor); !exit.IsZero() && (next.IsZero() || exit.Before(next)) {
+		if _, exit := r.rt.ExitsAfter(r.mark); !exit.IsZero() && (next.IsZero() || exit.Before(next)) {
 			next = exit
 		}
 		if next.IsZero() || next.After(end) {

@@ -18,7 +18,7 @@ import (
 
 // scanExitsAfter and scanVerdicts are the simulated runtime's answers as a scan of every
 // container gives them: the index (index.go) must give the same.
-func scanExitsAfter(s *Runtime, cursor int64) (exits []docker.Exit, next time.Time) {
+func scanExitsAfter(s *Runtime, m docker.ExitMark) (exits []docker.Exit, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -26,15 +26,16 @@ func scanExitsAfter(s *Runtime, cursor int64) (exits []docker.Exit, next time.Ti
 		if c.Agent != s.agent {
 			continue
 		}
-		for _, p := range c.Past {
-			if p.At.UnixNano() > cursor {
-				exits = append(exits, docker.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: p.Code, At: p.At, Cursor: p.At.UnixNano()})
+		after := func(x docker.Exit) {
+			if x.Cursor >= m.Cursor && !m.Taken(x) {
+				exits = append(exits, x)
 			}
 		}
+		for _, p := range c.Past {
+			after(docker.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: p.Code, At: p.At, Cursor: p.At.UnixNano()})
+		}
 		if at, code, ended := exitOf(c, now); ended {
-			if at.UnixNano() > cursor {
-				exits = append(exits, docker.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, OOMKilled: c.OOM, At: at, Cursor: at.UnixNano()})
-			}
+			after(docker.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, OOMKilled: c.OOM, At: at, Cursor: at.UnixNano()})
 		} else if !c.EndsAt.IsZero() && (next.IsZero() || c.EndsAt.Before(next)) {
 			next = c.EndsAt
 		}
@@ -63,7 +64,7 @@ func scanVerdicts(s *Runtime) []docker.HealthChange {
 
 // Random histories of creates, starts (re-runs too), stops, removals, restarts of the runtime
 // from its file and time passing, two agents sharing the file: after every step the index
-// answers as the scan does — exits after every cursor seen, the next planned exit, health
+// answers as the scan does — exits after every mark a stream reached, the next planned exit, health
 // verdicts, and a create of a taken name (idempotent for the holder, refused for another).
 func TestIndexAnswersAsAScanWould(t *testing.T) {
 	for seed := uint64(1); seed <= 20; seed++ {
@@ -86,7 +87,7 @@ func indexHistory(t *testing.T, seed uint64) {
 	sims := []*Runtime{open("agent-a"), open("agent-b")}
 	commands := [][]string{{"exit", "0"}, {"exit", "3"}, {"sleep", "2s", "4"}, {"sleep", "500ms"}, {"run"}, {"alloc", "64"}}
 	var ids []string
-	cursors := []int64{0}
+	marks := []docker.ExitMark{{}}
 	for step := 0; step < 300; step++ {
 		s := sims[rng.IntN(len(sims))]
 		switch op := rng.IntN(10); {
@@ -123,14 +124,17 @@ func indexHistory(t *testing.T, seed uint64) {
 			c.add(time.Duration(rng.IntN(1500)) * time.Millisecond)
 		}
 		for _, s := range sims {
-			for _, cur := range cursors {
-				got, gotNext := s.ExitsAfter(cur)
-				want, wantNext := scanExitsAfter(s, cur)
+			for _, m := range marks {
+				got, gotNext := s.ExitsAfter(m)
+				want, wantNext := scanExitsAfter(s, m)
 				if !reflect.DeepEqual(got, want) || !gotNext.Equal(wantNext) {
-					t.Fatalf("step %d, %s, cursor %d:\nindex %v next %v\nscan  %v next %v", step, s.agent, cur, got, gotNext, want, wantNext)
+					t.Fatalf("step %d, %s, mark %+v:\nindex %v next %v\nscan  %v next %v", step, s.agent, m, got, gotNext, want, wantNext)
 				}
-				if len(got) > 0 && len(cursors) < 8 && rng.IntN(4) == 0 {
-					cursors = append(cursors, got[rng.IntN(len(got))].Cursor) // a stream's position
+				if len(got) > 0 && len(marks) < 8 && rng.IntN(4) == 0 {
+					for _, x := range got[:1+rng.IntN(len(got))] { // a stream's position: some exits taken
+						m.Take(x)
+					}
+					marks = append(marks, m)
 				}
 			}
 			if got, _ := s.Verdicts(); !reflect.DeepEqual(got, scanVerdicts(s)) {

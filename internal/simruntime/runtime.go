@@ -319,16 +319,18 @@ func (s *Runtime) List(ctx context.Context) ([]docker.State, error) {
 	return out, err
 }
 
-// ExitsAfter returns the exits whose time (in unix nanoseconds, the cursor) is after cursor,
-// in order, and when the next planned exit is due (zero: none planned). It reads the index's
-// times after cursor (index.go), not every container.
-func (s *Runtime) ExitsAfter(cursor int64) (exits []docker.Exit, next time.Time) {
+// ExitsAfter returns the exits after the mark — at its cursor (the time in unix nanoseconds)
+// those it has not taken, then every later one — in order, and when the next planned exit is
+// due (zero: none planned). It reads the index's times from the cursor on (index.go), not every
+// container. The simulated clock stands still between steps, so two containers often end at
+// the same instant, one of them after the other's exit was taken.
+func (s *Runtime) ExitsAfter(m docker.ExitMark) (exits []docker.Exit, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	refs := s.index().exits
-	i, _ := slices.BinarySearchFunc(refs, cursor, func(r exitRef, cursor int64) int {
-		return cmp.Compare(r.at.UnixNano(), cursor+1)
+	i, _ := slices.BinarySearchFunc(refs, m.Cursor, func(r exitRef, cursor int64) int {
+		return cmp.Compare(r.at.UnixNano(), cursor)
 	})
 	for ; i < len(refs); i++ {
 		r := refs[i]
@@ -344,26 +346,31 @@ func (s *Runtime) ExitsAfter(cursor int64) (exits []docker.Exit, next time.Time)
 			}
 			continue
 		}
-		exits = append(exits, exitsAt(c, r.at, now)...)
+		for _, x := range exitsAt(c, r.at, now) {
+			if !m.Taken(x) {
+				exits = append(exits, x)
+			}
+		}
 	}
 	return exits, next
 }
 
-// Exits streams exits after cursor. It wakes at the next planned exit or at the next change,
-// never polls.
+// Exits streams exits at or after cursor. It wakes at the next planned exit or at the next
+// change, never polls.
 func (s *Runtime) Exits(ctx context.Context, cursor int64) (<-chan docker.Exit, error) {
 	out := make(chan docker.Exit, 64)
 	go func() {
 		defer close(out)
+		mark := docker.ExitMark{Cursor: cursor}
 		for {
 			s.mu.Lock()
 			changed := s.changed
 			s.mu.Unlock()
-			due, next := s.ExitsAfter(cursor)
+			due, next := s.ExitsAfter(mark)
 			for _, e := range due {
 				select {
 				case out <- e:
-					cursor = max(cursor, e.Cursor)
+					mark.Take(e)
 				case <-ctx.Done():
 					return
 				}

@@ -94,7 +94,7 @@ func TestCommandWords(t *testing.T) {
 	if _, err := other.Inspect(ctx, forever); !errors.Is(err, docker.ErrNotFound) {
 		t.Fatalf("agent-2 inspects agent-1's container: %v", err)
 	}
-	exits, _ := s2.ExitsAfter(0)
+	exits, _ := s2.ExitsAfter(docker.ExitMark{})
 	if len(exits) != 4 {
 		t.Fatalf("%d exits; want 4", len(exits))
 	}
@@ -163,4 +163,44 @@ func TestSimCatExitsZero(t *testing.T) {
 	if st, err := s.Inspect(context.Background(), id); err != nil || st.Running || !st.Exited || st.ExitCode != 0 {
 		t.Fatalf("cat: %+v %v; want exited 0", st, err)
 	}
+}
+
+// The simulated clock stands still between a simulation's steps, so two containers can end in
+// the same instant, the second after the stream gave the first: the stream gives the second
+// too, and a stream resumed at that instant's cursor gives both (Runtime.Exits: at or after).
+func TestSimExitStreamGivesEveryExitOfOneInstant(t *testing.T) {
+	s, _ := newTestRuntime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, second := run(t, s, "task/first"), run(t, s, "task/second")
+	exits, err := s.Exits(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(exits <-chan docker.Exit, want, why string) docker.Exit {
+		t.Helper()
+		select {
+		case x := <-exits:
+			if x.ID != want {
+				t.Fatalf("%s: the stream gave %+v; want %s's exit", why, x, want)
+			}
+			return x
+		case <-ctx.Done():
+			t.Fatalf("%s: no exit of %s within 10s", why, want)
+			panic("unreachable")
+		}
+	}
+	var at int64 // the instant's cursor
+	for _, id := range []string{first, second} {
+		if err := s.Stop(ctx, id, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		at = next(exits, id, "stopped in the same instant as the other").Cursor
+	}
+	resumed, err := s.Exits(ctx, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(resumed, first, "resumed at the instant")
+	next(resumed, second, "resumed at the instant")
 }

@@ -32,7 +32,7 @@ func TestSimSecondStartIsRefusedAndDockerStartRunsAgain(t *testing.T) {
 	if got := s.Reruns(); len(got) != 1 || got[0] != id {
 		t.Fatalf("Docker's start of an exited container: reruns %v; want %s (it runs again)", got, id)
 	}
-	exits, _ := s.ExitsAfter(0)
+	exits, _ := s.ExitsAfter(docker.ExitMark{})
 	if len(exits) != 2 {
 		t.Fatalf("exit stream %+v; want both runs' exits", exits)
 	}
@@ -119,7 +119,7 @@ func TestSimRerunsSurviveReopen(t *testing.T) {
 	if got := s2.Reruns(); len(got) != 1 {
 		t.Fatalf("after reopen: reruns %v", got)
 	}
-	if exits, _ := s2.ExitsAfter(0); len(exits) != 2 {
+	if exits, _ := s2.ExitsAfter(docker.ExitMark{}); len(exits) != 2 {
 		t.Fatalf("after reopen: exits %+v", exits)
 	}
 }

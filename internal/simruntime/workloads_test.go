@@ -81,7 +81,7 @@ func TestSimKillsAnAllocOverItsMemoryLimit(t *testing.T) {
 			t.Fatalf("alloc within its limit: %+v; want running", st)
 		}
 	}
-	exits, _ := s.ExitsAfter(0)
+	exits, _ := s.ExitsAfter(docker.ExitMark{})
 	if len(exits) != 1 || exits[0].ID != over || !exits[0].OOMKilled {
 		t.Fatalf("exits %+v; want the OOM kill, marked", exits)
 	}

@@ -75,7 +75,7 @@ func (s *sim) advance(limit time.Duration) {
 	if len(s.queue) > 0 && s.queue[0].at.Before(next) {
 		next = s.queue[0].at
 	}
-	if _, exit := s.rt.ExitsAfter(s.cursor); !exit.IsZero() && exit.Before(next) {
+	if _, exit := s.rt.ExitsAfter(s.mark); !exit.IsZero() && exit.Before(next) {
 		next = exit
 	}
 	if _, verdict := s.rt.Verdicts(); !verdict.IsZero() && verdict.Before(next) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/simruntime"
@@ -39,7 +40,7 @@ func (s *sim) start() error {
 	s.rt.SetFaults(s.runtimeFault)
 	s.registries()
 	s.queue = nil
-	s.cursor = 0
+	s.mark = docker.ExitMark{}
 	log := zerolog.New(nil).Level(zerolog.ErrorLevel).Hook(bugHook{s})
 	s.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Duration(s.rng.IntN(5)) * time.Second,
 		Seed: s.rng.Uint64() | 1, CleanupWorkers: 2, SnapshotEvery: uint64(50 + s.rng.IntN(200)),
@@ -119,9 +120,9 @@ func (s *sim) feedHealth() {
 
 // feedExits hands the runtime's exits to the engine, as the event stream would.
 func (s *sim) feedExits() bool {
-	exits, _ := s.rt.ExitsAfter(s.cursor)
+	exits, _ := s.rt.ExitsAfter(s.mark)
 	for _, x := range exits {
-		s.cursor = max(s.cursor, x.Cursor)
+		s.mark.Take(x)
 		s.log("runtime: %s/%s exited %d", x.Task, x.Container, x.ExitCode)
 		s.e.Step(context.Background(), engine.ExitInput{Exit: x})
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/simruntime"
@@ -41,23 +42,23 @@ type Result struct {
 
 // sim is one run.
 type sim struct {
-	o      Options
-	rng    *rand.Rand
-	clock  *clock
-	cp     *controlplane.Server
-	cpH    http.Handler
-	j      *journal.Journal
-	rt     *simruntime.Runtime
-	e      *engine.Engine
-	queue  workQueue
-	n      int
-	cursor int64
-	trace  []string
-	full   []string
-	hash   uint64
-	all    int
-	res    *Result
-	bugs   int
+	o     Options
+	rng   *rand.Rand
+	clock *clock
+	cp    *controlplane.Server
+	cpH   http.Handler
+	j     *journal.Journal
+	rt    *simruntime.Runtime
+	e     *engine.Engine
+	queue workQueue
+	n     int
+	mark  docker.ExitMark // how far feedExits has handed in the runtime's exits
+	trace []string
+	full  []string
+	hash  uint64
+	all   int
+	res   *Result
+	bugs  int
 	// pulls draws the registries' behaviour (slow pulls, transient and permanent failures)
 	// from the seed on a stream of its own, so the other draws stay as they were.
 	pulls        *rand.Rand
