@@ -20,7 +20,7 @@ import (
 // TestDockerBufferReachesBackToTheLastDie.)
 func TestDockerExitLostFromTheEventBufferIsCaughtUp(t *testing.T) {
 	e, _ := dockerEngine(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second) // a bound on a hang, not a speed: 60 containers made and removed take 80 s at load 20
 	defer cancel()
 
 	// A first subscription sees an exit: its cursor is what the agent journals. Then the
