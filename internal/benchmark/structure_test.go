@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/journal"
 )
 
@@ -74,6 +75,10 @@ func TestUsedBytesStayFlatUnderSteadyChurn(t *testing.T) {
 	}
 	if run, what := longestPageRun(t, b.j); run > 2 {
 		t.Fatalf("%s spans %d contiguous pages: every round asks for such a run, which the pages compaction frees rarely hold, so the file grows while they stand free", what, run)
+	}
+	// Each round closed by many compaction_done records: what journal verify checks holds.
+	if rep, err := forensics.Verify(b.j); err != nil || len(rep.Findings) > 0 {
+		t.Fatalf("journal verify: %v %+v", err, rep.Findings)
 	}
 }
 

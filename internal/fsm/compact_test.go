@@ -2,6 +2,8 @@ package fsm_test
 
 import (
 	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -109,7 +111,7 @@ func TestCompactionDrops(t *testing.T) {
 // commit and applied in order, the pieces forget exactly what the whole compaction forgets.
 func TestCompactionRecordsAreSmallAndForgetWhatTheRoundForgets(t *testing.T) {
 	now := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
-	st := fsm.New()
+	st, whole := fsm.New(), fsm.New() // whole: a journal an older build wrote, one record a round
 	done := &event.CompactionDone{UpToSeq: 900000, Records: 98000}
 	for i := range 8000 {
 		arn := fmt.Sprintf("arn:aws:ecs:us-east-1:123456789012:task/prod/%032x", i)
@@ -131,6 +133,12 @@ func TestCompactionRecordsAreSmallAndForgetWhatTheRoundForgets(t *testing.T) {
 		}
 	}
 	st.LastSeq = 900100
+	for arn, ts := range st.Tombstones {
+		c := *ts
+		whole.Tombstones[arn] = &c
+	}
+	maps.Copy(whole.Messages, st.Messages)
+	whole.LastSeq = st.LastSeq
 
 	recs := st.Step(now, fsm.CompactionFinished{Done: done}).Records
 	var tasks, msgs, early []string
@@ -175,5 +183,12 @@ func TestCompactionRecordsAreSmallAndForgetWhatTheRoundForgets(t *testing.T) {
 		if ts := st.Tombstones[arn]; ts == nil || !ts.HistoryDropped {
 			t.Fatalf("early drop %s: tombstone %+v; want kept, its history marked dropped", arn, ts)
 		}
+	}
+	if err := whole.Apply(event.Record{Seq: whole.LastSeq + 1, Time: now, Event: done}); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(whole.Tombstones, st.Tombstones) || !maps.Equal(whole.Messages, st.Messages) {
+		t.Fatalf("the pieces leave %d tombstones, %d message ids; the one record an older build wrote %d, %d",
+			len(st.Tombstones), len(st.Messages), len(whole.Tombstones), len(whole.Messages))
 	}
 }
