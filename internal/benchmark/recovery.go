@@ -139,12 +139,18 @@ func (b *builder) snapshot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	done, err := b.j.Append(ctx, event.Record{Time: b.now, Event: plan.Done(res.Records)})
+	// The records that close it, as the engine journals them (fsm.CompactionFinished).
+	done, err := b.j.Append(ctx, b.st.Step(b.now, fsm.CompactionFinished{Done: plan.Done(res.Records)}).Records...)
 	if err != nil {
 		return err
 	}
 	round.Forgotten, round.Records = len(plan.Tasks), res.Records
-	return b.st.Apply(done[0])
+	for _, r := range done {
+		if err := b.st.Apply(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // eligible counts the tombstones cleaned longer ago than the retention: compaction's backlog.

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -69,8 +70,8 @@ const budgetAim = 0.8
 //
 // Every tombstone past the retention goes in one round, however many: a fixed bound per round
 // falls behind any churn that cleans more tasks than the bound between two snapshots, and then
-// the file and recovery grow with history. The compaction_done record this makes lists at most
-// the tombstones the snapshot before it holds in full, so it is never bigger than that snapshot.
+// the file and recovery grow with history. The compaction_done records this makes list at most
+// the tombstones the snapshot before it holds in full, in records of bounded size (doneRecords).
 //
 // A budget adds the early drops; the time cut and the message ids forgotten stay the
 // retention's, so every tombstone and payload id the guard needs stays.
@@ -204,4 +205,52 @@ func (p CompactionPlan) Drops(task string, typ event.Type, seq uint64) bool {
 // Done is the record that closes the compaction.
 func (p CompactionPlan) Done(records int) *event.CompactionDone {
 	return &event.CompactionDone{UpToSeq: p.UpTo, Tasks: p.Tasks, Messages: p.Messages, Early: p.Early, Records: records, RefusedUpTo: p.RefusedUpTo}
+}
+
+// doneRecordBytes bounds a compaction_done record as the journal stores it (its body, and an
+// envelope of at most 40 bytes): under half a 4 KiB page with bbolt's per-value overhead, so
+// two fit one page. As one record, a round's list of forgotten tasks was 236 KB at 7,160
+// tasks (the recovery bench's round at 10k live tasks): bbolt stores a value in one run of
+// contiguous pages, here 58 every round, which the pages compaction frees (a few here, a few
+// there) held less and less often, so the file grew by that run while megabytes of free pages
+// went unused (issue 25: the disk row, 35.6 → 40.6 MB over 10M records). Pieces of this size
+// ask only for single pages, which any freed page serves.
+const doneRecordBytes = 2000
+
+// doneFixedBytes is what a compaction_done record holds besides its names, at most: the
+// envelope, and the body's keys, brackets and three numbers of up to 20 digits.
+const doneFixedBytes = 40 + 160
+
+// doneRecords is the compaction_done records that close a compaction: done's lists, in order,
+// cut into records of at most doneRecordBytes stored (a single name longer than that gets a
+// record of its own). Journaled together in one commit and applied one after another, they
+// forget what done forgets. Each carries the cut; the first the count of records removed and
+// the refusals forgotten.
+func doneRecords(done *event.CompactionDone) []event.Record {
+	cur := &event.CompactionDone{UpToSeq: done.UpToSeq, Records: done.Records, RefusedUpTo: done.RefusedUpTo}
+	out := []event.Record{{Event: cur}}
+	size, names := doneFixedBytes, 0
+	for _, list := range []struct {
+		names []string
+		into  func(*event.CompactionDone) *[]string
+	}{
+		{done.Tasks, func(d *event.CompactionDone) *[]string { return &d.Tasks }},
+		{done.Messages, func(d *event.CompactionDone) *[]string { return &d.Messages }},
+		{done.Early, func(d *event.CompactionDone) *[]string { return &d.Early }},
+	} {
+		for _, name := range list.names {
+			quoted, _ := json.Marshal(name) // a string always encodes
+			n := len(quoted) + 1            // and its comma
+			if names > 0 && size+n > doneRecordBytes {
+				cur = &event.CompactionDone{UpToSeq: done.UpToSeq}
+				out = append(out, event.Record{Event: cur})
+				size, names = doneFixedBytes, 0
+			}
+			into := list.into(cur)
+			*into = append(*into, name)
+			size += n
+			names++
+		}
+	}
+	return out
 }

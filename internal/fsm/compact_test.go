@@ -1,6 +1,9 @@
 package fsm_test
 
 import (
+	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -131,5 +134,94 @@ func TestRestoreChecksRefusals(t *testing.T) {
 		if _, err := fsm.Restore([]byte(bad)); err == nil || !strings.Contains(err.Error(), "refusal") {
 			t.Errorf("%s: restore = %v, want an error naming the refusals", name, err)
 		}
+	}
+}
+
+// A compaction's records are each small enough that the journal stores two in a 4 KiB page:
+// bbolt stores a value in one run of contiguous pages, and a round that forgot 7,000 tasks
+// in one 236 KB record needed 58 of them every round, which the pages compaction frees did not
+// hold, so the file grew while megabytes stood free (issue 25's disk row). Journaled in one
+// commit and applied in order, the pieces forget exactly what the whole compaction forgets.
+func TestCompactionRecordsAreSmallAndForgetWhatTheRoundForgets(t *testing.T) {
+	now := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
+	st, whole := fsm.New(), fsm.New() // whole: a journal an older build wrote, one record a round
+	done := &event.CompactionDone{UpToSeq: 900000, Records: 98000}
+	for i := range 8000 {
+		arn := fmt.Sprintf("arn:aws:ecs:us-east-1:123456789012:task/prod/%032x", i)
+		st.Tombstones[arn] = &fsm.Tombstone{CleanedNs: now.Add(-time.Hour).UnixNano(), CleanSeq: uint64(10 + i), StopSeq: uint64(9 + i)}
+		switch {
+		case i < 7000:
+			done.Tasks = append(done.Tasks, arn)
+		case i < 7500:
+			done.Early = append(done.Early, arn)
+		}
+	}
+	done.Tasks = append(done.Tasks, "arn:"+strings.Repeat("x", 2500)) // one name longer than a piece: alone
+	st.Tombstones[done.Tasks[len(done.Tasks)-1]] = &fsm.Tombstone{CleanedNs: now.UnixNano(), CleanSeq: 5}
+	for i := range 600 {
+		m := fmt.Sprintf("m-%d-\u00e9<&>", i) // escaped in JSON: counted as stored
+		st.Messages[m] = uint64(i + 1)
+		if i < 550 {
+			done.Messages = append(done.Messages, m)
+		}
+	}
+	st.LastSeq = 900100
+	for arn, ts := range st.Tombstones {
+		c := *ts
+		whole.Tombstones[arn] = &c
+	}
+	maps.Copy(whole.Messages, st.Messages)
+	whole.LastSeq = st.LastSeq
+
+	recs := st.Step(now, fsm.CompactionFinished{Done: done}).Records
+	var tasks, msgs, early []string
+	records := 0
+	for i, r := range recs {
+		d, ok := r.Event.(*event.CompactionDone)
+		if !ok {
+			t.Fatalf("record %d is %T; want compaction_done", i, r.Event)
+		}
+		body, err := event.MarshalBody(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 40 bytes: the journal's envelope beside the body (seq, time, type, checksum).
+		if stored := 40 + len(body); stored > 2000 && len(d.Tasks)+len(d.Messages)+len(d.Early) > 1 {
+			t.Errorf("record %d of %d stores %d bytes (%d tasks, %d messages, %d early); want ≤ 2000",
+				i+1, len(recs), stored, len(d.Tasks), len(d.Messages), len(d.Early))
+		}
+		if d.UpToSeq != done.UpToSeq {
+			t.Errorf("record %d: up_to %d; want the round's %d", i+1, d.UpToSeq, done.UpToSeq)
+		}
+		tasks, msgs, early = append(tasks, d.Tasks...), append(msgs, d.Messages...), append(early, d.Early...)
+		records += d.Records
+	}
+	if len(recs) < 2 {
+		t.Fatalf("one record for %d tasks, %d messages, %d early", len(done.Tasks), len(done.Messages), len(done.Early))
+	}
+	if !slices.Equal(tasks, done.Tasks) || !slices.Equal(msgs, done.Messages) || !slices.Equal(early, done.Early) || records != done.Records {
+		t.Fatalf("the pieces list %d tasks, %d messages, %d early, %d records; the round %d, %d, %d, %d",
+			len(tasks), len(msgs), len(early), records, len(done.Tasks), len(done.Messages), len(done.Early), done.Records)
+	}
+	for i, r := range recs {
+		r.Seq, r.Time = st.LastSeq+1, now
+		if err := st.Apply(r); err != nil {
+			t.Fatalf("record %d of %d: %v", i+1, len(recs), err)
+		}
+	}
+	if len(st.Tombstones) != 8000-7000 || len(st.Messages) != 50 {
+		t.Fatalf("after the pieces: %d tombstones, %d message ids; want 1000, 50", len(st.Tombstones), len(st.Messages))
+	}
+	for _, arn := range done.Early {
+		if ts := st.Tombstones[arn]; ts == nil || !ts.HistoryDropped {
+			t.Fatalf("early drop %s: tombstone %+v; want kept, its history marked dropped", arn, ts)
+		}
+	}
+	if err := whole.Apply(event.Record{Seq: whole.LastSeq + 1, Time: now, Event: done}); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(whole.Tombstones, st.Tombstones) || !maps.Equal(whole.Messages, st.Messages) {
+		t.Fatalf("the pieces leave %d tombstones, %d message ids; the one record an older build wrote %d, %d",
+			len(st.Tombstones), len(st.Messages), len(whole.Tombstones), len(whole.Messages))
 	}
 }

@@ -109,7 +109,8 @@ func (r *Result) Saw(o Observed) {
 	r.Running, r.Exited, r.ExitCode, r.OOMKilled, r.Bindings = o.Running, o.Exited, o.ExitCode, o.OOMKilled, o.Bindings
 }
 
-// CompactionFinished is a compaction of the journal that has run; its record closes it.
+// CompactionFinished is a compaction of the journal that has run; its compaction_done records
+// (doneRecords) close it.
 type CompactionFinished struct {
 	Done *event.CompactionDone
 }
@@ -165,7 +166,7 @@ func (s *State) Step(now time.Time, in Input) Verdict {
 		v.Records = s.health(in)
 	case CompactionFinished:
 		if in.Done != nil {
-			v.Records = []event.Record{{Event: in.Done}}
+			v.Records = doneRecords(in.Done)
 		}
 	}
 	for i := range v.Records {
