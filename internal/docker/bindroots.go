@@ -254,8 +254,9 @@ func within(root, source string) (string, bool) {
 // O_PATH (the caller closes it), and the root's name as configured. It refuses, naming the
 // root (the caller names the source): a source under no root, any symbolic link on the way (also one that
 // points back inside: a link is a door that can be re-pointed later), a ".." component, a
-// path that does not exist, and a source that is not a directory (the runtime mounts
-// directories only). The longest matching root is used.
+// mount point crossed beneath the root (a mount, too, shows another directory under the
+// root's name), a path that does not exist, and a source that is not a directory (the
+// runtime mounts directories only). The longest matching root is used.
 func (r *BindRoots) Open(source string) (*os.File, string, error) {
 	var best *bindRoot
 	var rel string
@@ -282,8 +283,10 @@ func (r *BindRoots) Open(source string) (*os.File, string, error) {
 		return refuse("not a clean path inside the root (no \"..\", no \"//\")")
 	}
 	how := &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Flags: unix.O_PATH | unix.O_CLOEXEC,
+		// NO_XDEV: a mount beneath the root shows whatever it mounts (a directory outside
+		// every root, the engine's socket) under the root's name.
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
 	}
 	var fd int
 	var err error
@@ -314,8 +317,8 @@ func resolveError(err error) string {
 	switch {
 	case errors.Is(err, unix.ELOOP):
 		return "a path component is a symbolic link"
-	case errors.Is(err, unix.EXDEV):
-		return "the path leaves the root"
+	case errors.Is(err, unix.EXDEV): // ".." is refused before: this is a mount crossed
+		return "the path crosses a mount point beneath the root (a mount there can show any directory under the root's name; mount it outside the root and allow it as a root of its own)"
 	case errors.Is(err, unix.ENOENT):
 		return "it does not exist"
 	case errors.Is(err, unix.ENOTDIR):

@@ -244,3 +244,62 @@ func TestABindRootShownByAnotherMountIsRefused(t *testing.T) {
 		t.Errorf("a socket under the root's other path: held by %q; want %q", got, root)
 	}
 }
+
+// bindMount bind-mounts src at dst for the test's life, or skips the test where mounting is
+// not permitted (not root, or a container without CAP_SYS_ADMIN).
+func bindMount(t *testing.T, src, dst string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("making a bind mount needs root")
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			t.Skipf("mount not permitted here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dst, 0); err != nil {
+			unix.Unmount(dst, unix.MNT_DETACH)
+		}
+	})
+}
+
+// TestABindSourceDoesNotCrossAMountBeneathItsRoot: a mount beneath a root shows whatever it
+// mounts — a directory outside every root, the one holding the Docker Engine's socket — under
+// the root's name. A task binding it would reach that directory (the engine's bind volume is
+// of the opened directory itself), so a source is refused where its path crosses a mount
+// point; the root itself, and what lies beside the mount, are still bound.
+func TestABindSourceDoesNotCrossAMountBeneathItsRoot(t *testing.T) {
+	root, outside := bindTree(t)
+	must(t, os.Chmod(filepath.Dir(root), 0o700)) // closed above: the root is taken
+	must(t, os.Mkdir(root+"/up", 0o755))
+	bindMount(t, outside, root+"/up")
+	roots, err := OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatalf("a closed root with a mount beneath it: %v; want it taken", err)
+	}
+	defer roots.Close()
+	for _, source := range []string{root + "/up", root + "/up/sub"} {
+		if source == root+"/up/sub" {
+			must(t, os.Mkdir(outside+"/sub", 0o755))
+		}
+		f, _, err := roots.Open(source)
+		if err == nil {
+			got, _ := os.Readlink("/proc/self/fd/" + itoa(f.Fd()))
+			f.Close()
+			t.Fatalf("%s, the mount point of %s beneath the root: opened (%s); want refused", source, outside, got)
+		}
+		if !strings.Contains(err.Error(), "mount point") || !strings.Contains(err.Error(), `beneath allowed root "`+root+`"`) {
+			t.Errorf("%s: %v; want refused as crossing a mount point, naming the root", source, err)
+		}
+	}
+	for _, source := range []string{root, root + "/inside/x"} {
+		f, _, err := roots.Open(source)
+		if err != nil {
+			t.Errorf("%s, beside the mount: %v; want opened", source, err)
+			continue
+		}
+		f.Close()
+	}
+}
