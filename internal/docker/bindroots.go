@@ -99,7 +99,11 @@ func OpenBindRoots(paths []string) (*BindRoots, error) {
 // when a directory above it lets neither group nor others search it (no x for either) and
 // belongs to root or the agent's uid (whoever owns it could open it again). The root itself
 // closed is not enough: a task may bind the root itself, writable, and chmod it open.
-func checkClosedToOthers(dir string) error {
+func checkClosedToOthers(dir string) error { return closedAbove(dir, false) }
+
+// closedAbove is checkClosedToOthers; with rootGroup a directory whose group is root (gid 0)
+// may let its group search it — the Docker Engine's data root, 0710 root:root.
+func closedAbove(dir string, rootGroup bool) error {
 	if dir == "/" {
 		return fmt.Errorf("local users can reach it: a task writes there as root and could leave a setuid program for them to run")
 	}
@@ -108,7 +112,8 @@ func checkClosedToOthers(dir string) error {
 		if err := unix.Stat(d, &st); err != nil {
 			return fmt.Errorf("cannot read the mode of %s: %w", d, err)
 		}
-		if st.Mode&0o011 == 0 && (st.Uid == 0 || int(st.Uid) == os.Geteuid()) {
+		shut := st.Mode&0o011 == 0 || rootGroup && st.Mode&0o001 == 0 && st.Gid == 0
+		if shut && (st.Uid == 0 || int(st.Uid) == os.Geteuid()) {
 			return nil
 		}
 		if d == "/" {
@@ -134,7 +139,7 @@ func checkOtherPaths(mounts []mountEntry, f *os.File, dir string) (fsLocation, e
 		return loc, fmt.Errorf("cannot tell where else it shows: %w", err)
 	}
 	for _, o := range others {
-		if err := checkClosedToOthers(o.path); err != nil {
+		if err := closedAbove(o.path, o.engine); err != nil {
 			return loc, fmt.Errorf("it also shows at %s, through the mount at %s of the same file system (device %s, its directory %s), and there %w; or unmount %s", o.path, o.mount.point, o.mount.dev, o.mount.root, err, o.mount.point)
 		}
 	}
