@@ -192,7 +192,9 @@ func (r *BindRoots) Names() []string {
 // none, or a task with a writable bind there could rewrite them (or, binding the socket, run
 // as root on the host). A path not made yet is judged by where its nearest existing ancestor
 // resolves. A path shown by another mount of a root's file system is judged by where it lies
-// in that file system: beneath the root's directory there, the root holds it.
+// in that file system: beneath the root's directory there, the root holds it. A path resolved
+// through a link that lies beneath a root is held by it too, wherever the link points now: a
+// task can re-point it (and the engine's socket is dialled again on every call).
 func (r *BindRoots) Holds(path string) string {
 	if r == nil || path == "" {
 		return ""
@@ -213,15 +215,17 @@ func (r *BindRoots) Holds(path string) string {
 		rest = filepath.Join(filepath.Base(resolved), rest)
 		resolved = filepath.Dir(resolved)
 	}
-	loc, _, err := locate(r.mounts, resolved)
+	links := linksOn(abs)
 	for _, b := range r.roots {
-		if err == nil && loc.dev == b.fs.dev {
-			if _, ok := within(b.fs.path, loc.path); ok {
-				return b.configured
+		for _, p := range append([]string{resolved}, links...) {
+			if loc, _, err := locate(r.mounts, p); err == nil && loc.dev == b.fs.dev {
+				if _, ok := within(b.fs.path, loc.path); ok {
+					return b.configured
+				}
 			}
 		}
 		for _, root := range []string{b.configured, b.resolved} {
-			for _, p := range []string{abs, resolved} {
+			for _, p := range append([]string{abs, resolved}, links...) {
 				if _, ok := within(root, p); ok {
 					return b.configured
 				}
@@ -229,6 +233,41 @@ func (r *BindRoots) Holds(path string) string {
 		}
 	}
 	return ""
+}
+
+// linksOn lists the symbolic links that resolving p (absolute) follows, each named by its
+// directory resolved: whoever can write where a link lies can re-point it. A component that
+// is not there ends nothing: the rest is walked by name.
+func linksOn(p string) []string {
+	var links []string
+	todo := strings.Split(p, "/")
+	cur := "/"
+	for hops := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur) // cur holds no link: its parent is its directory
+			continue
+		}
+		next := filepath.Join(cur, c)
+		target, err := os.Readlink(next)
+		if err != nil { // not a link, or not there
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 { // the kernel's ELOOP bound
+			return links
+		}
+		links = append(links, next)
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	return links
 }
 
 // Close releases the roots' descriptors.
