@@ -173,27 +173,13 @@ func TestABindRootShownByAnotherMountIsRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("making a bind mount needs root")
 	}
-	base := t.TempDir()
-	top := filepath.Dir(base) // the test's own directory under $TMPDIR, 0700: opened below
-	t.Cleanup(func() { os.Chmod(top, 0o700) })
-	must(t, os.Chmod(top, 0o755))
-	must(t, os.Chmod(base, 0o755))
+	base := openTempDir(t)
 	closed, open := filepath.Join(base, "closed"), filepath.Join(base, "open")
 	mid := filepath.Join(closed, "mid")
 	root := filepath.Join(mid, "root")
 	must(t, os.MkdirAll(root, 0o755))
 	must(t, os.Mkdir(open, 0o755))
 	must(t, os.Chmod(closed, 0o700))
-	for p := base; ; p = filepath.Dir(p) { // the other path must be open all the way up
-		var st unix.Stat_t
-		must(t, unix.Stat(p, &st))
-		if st.Mode&0o001 == 0 {
-			t.Skipf("%s (mode %o) closes every path through it: no open directory to mount into", p, st.Mode&0o777)
-		}
-		if p == "/" {
-			break
-		}
-	}
 	roots, err := OpenBindRoots([]string{root})
 	if err != nil {
 		t.Fatalf("closed above by %s, no other mount: %v; want it taken", closed, err)
@@ -316,21 +302,7 @@ func TestABindSourceDoesNotCrossAMountBeneathItsRoot(t *testing.T) {
 // root to them like any other, and is refused; under Docker's own modes (0710 root:root
 // above) it is taken.
 func TestAMountOnlyNamedLikeTheEnginesBindVolumeIsChecked(t *testing.T) {
-	base := t.TempDir()
-	top := filepath.Dir(base) // the test's own directory under $TMPDIR, 0700
-	t.Cleanup(func() { os.Chmod(top, 0o700) })
-	must(t, os.Chmod(top, 0o755))
-	must(t, os.Chmod(base, 0o755))
-	for p := base; ; p = filepath.Dir(p) {
-		var st unix.Stat_t
-		must(t, unix.Stat(p, &st))
-		if st.Mode&0o001 == 0 {
-			t.Skipf("%s (mode %o) closes every path through it", p, st.Mode&0o777)
-		}
-		if p == "/" {
-			break
-		}
-	}
+	base := openTempDir(t)
 	closed := filepath.Join(base, "closed")
 	root := filepath.Join(closed, "root")
 	must(t, os.MkdirAll(root+"/x", 0o755))
@@ -354,4 +326,25 @@ func TestAMountOnlyNamedLikeTheEnginesBindVolumeIsChecked(t *testing.T) {
 		t.Fatalf("the same mount under a data root of mode 0710 root:root: %v; want the root taken", err)
 	}
 	roots.Close()
+}
+
+// openTempDir is a temporary directory local users can walk to, all the way from /, or skips
+// the test where a directory above it closes every path through it.
+func openTempDir(t *testing.T) string {
+	t.Helper()
+	base := t.TempDir()
+	top := filepath.Dir(base) // the test's own directory under $TMPDIR, 0700: opened here
+	t.Cleanup(func() { os.Chmod(top, 0o700) })
+	must(t, os.Chmod(top, 0o755))
+	must(t, os.Chmod(base, 0o755))
+	for p := base; ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		must(t, unix.Stat(p, &st))
+		if st.Mode&0o001 == 0 {
+			t.Skipf("%s (mode %o) closes every path through it: no open directory to mount into", p, st.Mode&0o777)
+		}
+		if p == "/" {
+			return base
+		}
+	}
 }
