@@ -18,10 +18,10 @@ import (
 // each opened once, at start, and held open for the agent's life.
 //
 // It protects DESIGN.md "What must hold" 12: a bind source reaches only what lies beneath its
-// root as the root was opened at start, without following any link — whenever a link or a
-// rename appears in the root. A source is resolved from the root's descriptor with
-// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS), the kubelet's answer to
-// the same bug (CVE-2021-25741), and the runtime is handed the opened descriptor, never the
+// root as the root was opened at start, without following any link or crossing any mount —
+// whenever a link, a rename or a mount appears in the root. A source is resolved from the
+// root's descriptor with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS|
+// RESOLVE_NO_XDEV), the kubelet's answer to the same bug (CVE-2021-25741), and the runtime is handed the opened descriptor, never the
 // string (engine_binds.go): a link planted after the check cannot redirect the mount.
 //
 // A root given through a link is resolved once, when it is opened; relinking it later changes
