@@ -18,10 +18,10 @@ import (
 // each opened once, at start, and held open for the agent's life.
 //
 // It protects DESIGN.md "What must hold" 12: a bind source reaches only what lies beneath its
-// root as the root was opened at start, without following any link — whenever a link or a
-// rename appears in the root. A source is resolved from the root's descriptor with
-// openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS), the kubelet's answer to
-// the same bug (CVE-2021-25741), and the runtime is handed the opened descriptor, never the
+// root as the root was opened at start, without following any link or crossing any mount —
+// whenever a link, a rename or a mount appears in the root. A source is resolved from the
+// root's descriptor with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS|
+// RESOLVE_NO_XDEV), the kubelet's answer to the same bug (CVE-2021-25741), and the runtime is handed the opened descriptor, never the
 // string (engine_binds.go): a link planted after the check cannot redirect the mount.
 //
 // A root given through a link is resolved once, when it is opened; relinking it later changes
@@ -99,7 +99,11 @@ func OpenBindRoots(paths []string) (*BindRoots, error) {
 // when a directory above it lets neither group nor others search it (no x for either) and
 // belongs to root or the agent's uid (whoever owns it could open it again). The root itself
 // closed is not enough: a task may bind the root itself, writable, and chmod it open.
-func checkClosedToOthers(dir string) error {
+func checkClosedToOthers(dir string) error { return closedAbove(dir, false) }
+
+// closedAbove is checkClosedToOthers; with rootGroup a directory whose group is root (gid 0)
+// may let its group search it — the Docker Engine's data root, 0710 root:root.
+func closedAbove(dir string, rootGroup bool) error {
 	if dir == "/" {
 		return fmt.Errorf("local users can reach it: a task writes there as root and could leave a setuid program for them to run")
 	}
@@ -108,7 +112,8 @@ func checkClosedToOthers(dir string) error {
 		if err := unix.Stat(d, &st); err != nil {
 			return fmt.Errorf("cannot read the mode of %s: %w", d, err)
 		}
-		if st.Mode&0o011 == 0 && (st.Uid == 0 || int(st.Uid) == os.Geteuid()) {
+		shut := st.Mode&0o011 == 0 || rootGroup && st.Mode&0o001 == 0 && st.Gid == 0
+		if shut && (st.Uid == 0 || int(st.Uid) == os.Geteuid()) {
 			return nil
 		}
 		if d == "/" {
@@ -134,7 +139,7 @@ func checkOtherPaths(mounts []mountEntry, f *os.File, dir string) (fsLocation, e
 		return loc, fmt.Errorf("cannot tell where else it shows: %w", err)
 	}
 	for _, o := range others {
-		if err := checkClosedToOthers(o.path); err != nil {
+		if err := closedAbove(o.path, o.engine); err != nil {
 			return loc, fmt.Errorf("it also shows at %s, through the mount at %s of the same file system (device %s, its directory %s), and there %w; or unmount %s", o.path, o.mount.point, o.mount.dev, o.mount.root, err, o.mount.point)
 		}
 	}
@@ -187,7 +192,9 @@ func (r *BindRoots) Names() []string {
 // none, or a task with a writable bind there could rewrite them (or, binding the socket, run
 // as root on the host). A path not made yet is judged by where its nearest existing ancestor
 // resolves. A path shown by another mount of a root's file system is judged by where it lies
-// in that file system: beneath the root's directory there, the root holds it.
+// in that file system: beneath the root's directory there, the root holds it. A path resolved
+// through a link that lies beneath a root is held by it too, wherever the link points now: a
+// task can re-point it (and the engine's socket is dialled again on every call).
 func (r *BindRoots) Holds(path string) string {
 	if r == nil || path == "" {
 		return ""
@@ -208,15 +215,17 @@ func (r *BindRoots) Holds(path string) string {
 		rest = filepath.Join(filepath.Base(resolved), rest)
 		resolved = filepath.Dir(resolved)
 	}
-	loc, _, err := locate(r.mounts, resolved)
+	links := linksOn(abs)
 	for _, b := range r.roots {
-		if err == nil && loc.dev == b.fs.dev {
-			if _, ok := within(b.fs.path, loc.path); ok {
-				return b.configured
+		for _, p := range append([]string{resolved}, links...) {
+			if loc, _, err := locate(r.mounts, p); err == nil && loc.dev == b.fs.dev {
+				if _, ok := within(b.fs.path, loc.path); ok {
+					return b.configured
+				}
 			}
 		}
 		for _, root := range []string{b.configured, b.resolved} {
-			for _, p := range []string{abs, resolved} {
+			for _, p := range append([]string{abs, resolved}, links...) {
 				if _, ok := within(root, p); ok {
 					return b.configured
 				}
@@ -224,6 +233,41 @@ func (r *BindRoots) Holds(path string) string {
 		}
 	}
 	return ""
+}
+
+// linksOn lists the symbolic links that resolving p (absolute) follows, each named by its
+// directory resolved: whoever can write where a link lies can re-point it. A component that
+// is not there ends nothing: the rest is walked by name.
+func linksOn(p string) []string {
+	var links []string
+	todo := strings.Split(p, "/")
+	cur := "/"
+	for hops := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur) // cur holds no link: its parent is its directory
+			continue
+		}
+		next := filepath.Join(cur, c)
+		target, err := os.Readlink(next)
+		if err != nil { // not a link, or not there
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 { // the kernel's ELOOP bound
+			return links
+		}
+		links = append(links, next)
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	return links
 }
 
 // Close releases the roots' descriptors.
@@ -254,8 +298,9 @@ func within(root, source string) (string, bool) {
 // O_PATH (the caller closes it), and the root's name as configured. It refuses, naming the
 // root (the caller names the source): a source under no root, any symbolic link on the way (also one that
 // points back inside: a link is a door that can be re-pointed later), a ".." component, a
-// path that does not exist, and a source that is not a directory (the runtime mounts
-// directories only). The longest matching root is used.
+// mount point crossed beneath the root (a mount, too, shows another directory under the
+// root's name), a path that does not exist, and a source that is not a directory (the
+// runtime mounts directories only). The longest matching root is used.
 func (r *BindRoots) Open(source string) (*os.File, string, error) {
 	var best *bindRoot
 	var rel string
@@ -282,8 +327,10 @@ func (r *BindRoots) Open(source string) (*os.File, string, error) {
 		return refuse("not a clean path inside the root (no \"..\", no \"//\")")
 	}
 	how := &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		Flags: unix.O_PATH | unix.O_CLOEXEC,
+		// NO_XDEV: a mount beneath the root shows whatever it mounts (a directory outside
+		// every root, the engine's socket) under the root's name.
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
 	}
 	var fd int
 	var err error
@@ -314,8 +361,8 @@ func resolveError(err error) string {
 	switch {
 	case errors.Is(err, unix.ELOOP):
 		return "a path component is a symbolic link"
-	case errors.Is(err, unix.EXDEV):
-		return "the path leaves the root"
+	case errors.Is(err, unix.EXDEV): // ".." is refused before: this is a mount crossed
+		return "the path crosses a mount point beneath the root (a mount there can show any directory under the root's name; mount it outside the root and allow it as a root of its own)"
 	case errors.Is(err, unix.ENOENT):
 		return "it does not exist"
 	case errors.Is(err, unix.ENOTDIR):

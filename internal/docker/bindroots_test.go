@@ -361,3 +361,34 @@ func TestTheEnginesSocketPath(t *testing.T) {
 		t.Errorf("a bad host: %v; want an error naming --docker-host", err)
 	}
 }
+
+// TestHoldsAPathResolvedThroughALinkInARoot: a path whose resolution passes through a link
+// that lies beneath a root is held by that root, wherever the link points now — a task with a
+// writable bind of the root can re-point it (at a socket of its own, in place of the Docker
+// Engine's, which the agent dials again on every call).
+func TestHoldsAPathResolvedThroughALinkInARoot(t *testing.T) {
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+	must(t, os.MkdirAll(root, 0o755))
+	must(t, os.MkdirAll(outside, 0o755))
+	must(t, os.WriteFile(filepath.Join(outside, "docker.sock"), nil, 0o600))
+	must(t, os.Symlink(filepath.Join(outside, "docker.sock"), filepath.Join(root, "sock")))
+	must(t, os.Symlink(filepath.Join(root, "sock"), filepath.Join(base, "docker.sock")))
+	must(t, os.Symlink(root, filepath.Join(base, "root-link")))
+	must(t, os.Symlink(filepath.Join("..", "outside"), filepath.Join(root, "out")))
+	must(t, os.Symlink(filepath.Join(base, "root-link", "out"), filepath.Join(base, "run")))
+	roots, err := OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	for path, want := range map[string]string{
+		filepath.Join(base, "docker.sock"):        root, // -> root/sock -> outside/docker.sock
+		filepath.Join(base, "run", "docker.sock"): root, // -> root-link/out -> root/out -> ../outside
+		filepath.Join(outside, "docker.sock"):     "",
+	} {
+		if got := roots.Holds(path); got != want {
+			t.Errorf("Holds(%q) = %q; want %q", path, got, want)
+		}
+	}
+}

@@ -48,7 +48,7 @@ type Engine struct {
 	binds       *BindRoots
 	bindMu      sync.Mutex
 	bindVols    map[string]*os.File
-	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace
+	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace, its data root beneath no bind root
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)

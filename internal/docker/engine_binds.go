@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -57,8 +58,10 @@ const LabelBindSource = "io.agentd.bind-source"
 // where that names some other process's file.
 //
 // It also checks who serves that socket (checkSocketPeer): a process outside this pid
-// namespace, or in another mount namespace, refuses the roots. An engine that does not answer
-// yet is checked at the first bind mount instead.
+// namespace, or in another mount namespace, refuses the roots; and that the engine's data
+// root lies beneath none (a task binding it could rewrite other containers' configurations:
+// root on the host, as with the socket). An engine that does not answer yet is checked at the
+// first bind mount instead.
 func (e *Engine) SetBindRoots(r *BindRoots) error {
 	if len(r.Names()) == 0 {
 		e.binds = r
@@ -67,20 +70,32 @@ func (e *Engine) SetBindRoots(r *BindRoots) error {
 	if !strings.HasPrefix(e.host, "unix://") {
 		return fmt.Errorf("--allow-bind-root needs the Docker Engine on this host, reached through its unix socket (it mounts bind sources through this process's descriptors); --docker-host is %s", e.host)
 	}
-	if err := e.checkPeer(); err != nil && !errors.Is(err, ErrUnavailable) {
+	if err := e.checkPeer(r); err != nil && !errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	e.binds = r
 	return nil
 }
 
-// checkPeer runs checkSocketPeer until it has once succeeded.
-func (e *Engine) checkPeer() error {
+// checkPeer runs checkSocketPeer, and checks the engine's data root lies beneath none of r,
+// until both have once succeeded.
+func (e *Engine) checkPeer(r *BindRoots) error {
 	if e.peerChecked.Load() {
 		return nil
 	}
 	if err := checkSocketPeer("/proc", strings.TrimPrefix(e.host, "unix://")); err != nil {
 		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := e.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return e.wrap("info", "of the engine (where its data root lies)", err)
+	}
+	if dir := info.Info.DockerRootDir; dir == "" {
+		return fmt.Errorf("--allow-bind-root: the Docker Engine at %s names no data root, so none can be shown to lie outside every bind root", e.host)
+	} else if root := r.Holds(dir); root != "" {
+		return fmt.Errorf("the Docker Engine's data root %s lies under --allow-bind-root %s: a task binding it could rewrite other containers' configurations, root on the host; keep it outside every bind root", dir, root)
 	}
 	e.peerChecked.Store(true)
 	return nil
@@ -101,7 +116,7 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 		if m.Type != event.MountBind {
 			continue
 		}
-		if err := e.checkPeer(); err != nil {
+		if err := e.checkPeer(e.binds); err != nil {
 			return fail(err)
 		}
 		f, err := e.binds.openBind(i, m)

@@ -29,8 +29,9 @@ type fsLocation struct {
 
 // exposure is another path at which a bind root, or a part of it, shows.
 type exposure struct {
-	path  string     // where local users could reach it
-	mount mountEntry // the mount it shows through
+	path   string     // where local users could reach it
+	mount  mountEntry // the mount it shows through
+	engine bool       // named as the Docker Engine's mount of a bind volume (engineBindVolume)
 }
 
 // parseMountinfo reads the text of /proc/<pid>/mountinfo. Any line it cannot read is an
@@ -178,9 +179,10 @@ func locateIn(m mountEntry, p string) (fsLocation, mountEntry, error) {
 // it, or one inside it. holder is the id of the mount holding dir (0: the one a lookup of dir
 // ends on). A path beneath dir is left out: reaching it means passing through dir's own path.
 // Mounts of other file systems are not paths to dir, whatever they show (an overlay's layers
-// are not followed). Nor are the Docker Engine's mounts of the agents' own bind volumes of
-// dir or a directory inside it (engineBindVolume): while a task runs they are in the mount
-// table, and an agent restarted then must take its roots again.
+// are not followed). The Docker Engine's mounts of the agents' own bind volumes of dir or a
+// directory inside it are marked (engineBindVolume): while a task runs they are in the mount
+// table, and an agent restarted then must take its roots again — under the engine's data
+// root, closed as Docker makes it (checkOtherPaths).
 func otherPaths(mounts []mountEntry, holder int, dir string) (fsLocation, []exposure, error) {
 	var h mountEntry
 	var err error
@@ -210,9 +212,7 @@ func otherPaths(mounts []mountEntry, holder int, dir string) (fsLocation, []expo
 		if m.id == h.id || m.dev != h.dev || !strings.HasPrefix(m.root, "/") {
 			continue
 		}
-		if _, ok := within(loc.path, m.root); ok && engineBindVolume(m.point) {
-			continue
-		}
+		_, inside := within(loc.path, m.root)
 		var p string
 		if rel, ok := within(m.root, loc.path); ok {
 			p = path.Join(m.point, rel) // dir itself shows there
@@ -225,7 +225,7 @@ func otherPaths(mounts []mountEntry, holder int, dir string) (fsLocation, []expo
 			continue
 		}
 		seen[p] = true
-		out = append(out, exposure{path: p, mount: m})
+		out = append(out, exposure{path: p, mount: m, engine: inside && engineBindVolume(m.point)})
 	}
 	return loc, out, nil
 }
@@ -234,7 +234,8 @@ func otherPaths(mounts []mountEntry, holder int, dir string) (fsLocation, []expo
 // a bind volume an agent made (engine_binds.go): DATA-ROOT/volumes/agentd-bind-<16 hex>/_data.
 // It shows a bind source to the containers that use it, and to local users only as far as the
 // engine's data root lets them — as it shows every task's plain volume, where tasks write as
-// root too: the data root's own modes (0710 root:root, Docker's) are what keep those closed.
+// root too: the data root's own modes (0710 root:root, Docker's) are what keep those closed,
+// and are checked (closedAbove), since the name alone proves nothing of where it lies.
 // A task cannot name such a volume (protocol.ReservedVolumePrefix).
 func engineBindVolume(point string) bool {
 	rest, ok := strings.CutSuffix(point, "/_data")

@@ -18,7 +18,8 @@ const host = "26 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n" +
 // TestOtherPathsToABindRoot: the paths, besides its own, at which a bind root (or a part of
 // it) shows are every other mount of its file system whose directory is the root's, one
 // above it or one inside it — and nothing else: siblings, other devices and mounts reached
-// through the root itself are not other ways in.
+// through the root itself are not other ways in. The engine's mounts of bind volumes are
+// marked as such.
 func TestOtherPathsToABindRoot(t *testing.T) {
 	for _, c := range []struct {
 		name   string
@@ -70,7 +71,8 @@ func TestOtherPathsToABindRoot(t *testing.T) {
 			"44 26 254:0 /var/lib/docker /var/lib/docker rw shared:1 - ext4 /dev/vda rw\n" +
 			"70 44 254:0 /srv/closed/binds /var/lib/docker/volumes/agentd-bind-0011223344556677/_data rw - ext4 /dev/vda rw\n" +
 			"71 44 254:0 /srv/closed/binds/x /var/lib/docker/volumes/agentd-bind-8899aabbccddeeff/_data rw - ext4 /dev/vda rw\n", 0,
-			"/srv/closed/binds", nil},
+			"/srv/closed/binds", []string{"engine /var/lib/docker/volumes/agentd-bind-0011223344556677/_data",
+				"engine /var/lib/docker/volumes/agentd-bind-8899aabbccddeeff/_data"}},
 		{"mounts only named like the engine's bind volumes, or of a directory above the root", host +
 			"72 26 254:0 /srv/closed/binds/x /var/lib/docker/volumes/agentd-bind-xyz/_data rw - ext4 /dev/vda rw\n" +
 			"73 26 254:0 /srv/closed/binds/y /mnt/agentd-bind-0011223344556677/_data rw - ext4 /dev/vda rw\n" +
@@ -92,6 +94,10 @@ func TestOtherPathsToABindRoot(t *testing.T) {
 		}
 		var got []string
 		for _, o := range others {
+			if o.engine { // checked against the engine's data root's modes (checkOtherPaths)
+				got = append(got, "engine "+o.path)
+				continue
+			}
 			got = append(got, o.path)
 		}
 		if !slices.Equal(got, c.want) {
@@ -167,27 +173,13 @@ func TestABindRootShownByAnotherMountIsRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("making a bind mount needs root")
 	}
-	base := t.TempDir()
-	top := filepath.Dir(base) // the test's own directory under $TMPDIR, 0700: opened below
-	t.Cleanup(func() { os.Chmod(top, 0o700) })
-	must(t, os.Chmod(top, 0o755))
-	must(t, os.Chmod(base, 0o755))
+	base := openTempDir(t)
 	closed, open := filepath.Join(base, "closed"), filepath.Join(base, "open")
 	mid := filepath.Join(closed, "mid")
 	root := filepath.Join(mid, "root")
 	must(t, os.MkdirAll(root, 0o755))
 	must(t, os.Mkdir(open, 0o755))
 	must(t, os.Chmod(closed, 0o700))
-	for p := base; ; p = filepath.Dir(p) { // the other path must be open all the way up
-		var st unix.Stat_t
-		must(t, unix.Stat(p, &st))
-		if st.Mode&0o001 == 0 {
-			t.Skipf("%s (mode %o) closes every path through it: no open directory to mount into", p, st.Mode&0o777)
-		}
-		if p == "/" {
-			break
-		}
-	}
 	roots, err := OpenBindRoots([]string{root})
 	if err != nil {
 		t.Fatalf("closed above by %s, no other mount: %v; want it taken", closed, err)
@@ -242,5 +234,117 @@ func TestABindRootShownByAnotherMountIsRefused(t *testing.T) {
 	defer roots.Close()
 	if got := roots.Holds(filepath.Join(inside, "root", "docker.sock")); got != root {
 		t.Errorf("a socket under the root's other path: held by %q; want %q", got, root)
+	}
+}
+
+// bindMount bind-mounts src at dst for the test's life, or skips the test where mounting is
+// not permitted (not root, or a container without CAP_SYS_ADMIN).
+func bindMount(t *testing.T, src, dst string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("making a bind mount needs root")
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			t.Skipf("mount not permitted here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dst, 0); err != nil {
+			unix.Unmount(dst, unix.MNT_DETACH)
+		}
+	})
+}
+
+// TestABindSourceDoesNotCrossAMountBeneathItsRoot: a mount beneath a root shows whatever it
+// mounts — a directory outside every root, the one holding the Docker Engine's socket — under
+// the root's name. A task binding it would reach that directory (the engine's bind volume is
+// of the opened directory itself), so a source is refused where its path crosses a mount
+// point; the root itself, and what lies beside the mount, are still bound.
+func TestABindSourceDoesNotCrossAMountBeneathItsRoot(t *testing.T) {
+	root, outside := bindTree(t)
+	must(t, os.Chmod(filepath.Dir(root), 0o700)) // closed above: the root is taken
+	must(t, os.Mkdir(root+"/up", 0o755))
+	bindMount(t, outside, root+"/up")
+	roots, err := OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatalf("a closed root with a mount beneath it: %v; want it taken", err)
+	}
+	defer roots.Close()
+	for _, source := range []string{root + "/up", root + "/up/sub"} {
+		if source == root+"/up/sub" {
+			must(t, os.Mkdir(outside+"/sub", 0o755))
+		}
+		f, _, err := roots.Open(source)
+		if err == nil {
+			got, _ := os.Readlink("/proc/self/fd/" + itoa(f.Fd()))
+			f.Close()
+			t.Fatalf("%s, the mount point of %s beneath the root: opened (%s); want refused", source, outside, got)
+		}
+		if !strings.Contains(err.Error(), "mount point") || !strings.Contains(err.Error(), `beneath allowed root "`+root+`"`) {
+			t.Errorf("%s: %v; want refused as crossing a mount point, naming the root", source, err)
+		}
+	}
+	for _, source := range []string{root, root + "/inside/x"} {
+		f, _, err := roots.Open(source)
+		if err != nil {
+			t.Errorf("%s, beside the mount: %v; want opened", source, err)
+			continue
+		}
+		f.Close()
+	}
+}
+
+// TestAMountOnlyNamedLikeTheEnginesBindVolumeIsChecked: the engine's mounts of bind volumes
+// are let through because the engine's data root is closed — a mount that only ends like one
+// (DIR/volumes/agentd-bind-<hex>/_data) under a directory local users can walk to shows the
+// root to them like any other, and is refused; under Docker's own modes (0710 root:root
+// above) it is taken.
+func TestAMountOnlyNamedLikeTheEnginesBindVolumeIsChecked(t *testing.T) {
+	base := openTempDir(t)
+	closed := filepath.Join(base, "closed")
+	root := filepath.Join(closed, "root")
+	must(t, os.MkdirAll(root+"/x", 0o755))
+	must(t, os.Chmod(closed, 0o700))
+	data := filepath.Join(base, "data-root")
+	point := filepath.Join(data, "volumes", BindVolumePrefix+"0123456789abcdef", "_data")
+	must(t, os.MkdirAll(point, 0o755))
+	bindMount(t, root+"/x", point)
+
+	roots, err := OpenBindRoots([]string{root})
+	if err == nil {
+		roots.Close()
+		t.Fatalf("%s shown at %s, open to local users: the root was taken", root+"/x", point)
+	}
+	if !strings.Contains(err.Error(), "shows at "+point) || !strings.Contains(err.Error(), "local users can reach it") {
+		t.Errorf("refused as %v; want the other path named", err)
+	}
+	must(t, os.Chmod(data, 0o710)) // as Docker makes its data root
+	roots, err = OpenBindRoots([]string{root})
+	if err != nil {
+		t.Fatalf("the same mount under a data root of mode 0710 root:root: %v; want the root taken", err)
+	}
+	roots.Close()
+}
+
+// openTempDir is a temporary directory local users can walk to, all the way from /, or skips
+// the test where a directory above it closes every path through it.
+func openTempDir(t *testing.T) string {
+	t.Helper()
+	base := t.TempDir()
+	top := filepath.Dir(base) // the test's own directory under $TMPDIR, 0700: opened here
+	t.Cleanup(func() { os.Chmod(top, 0o700) })
+	must(t, os.Chmod(top, 0o755))
+	must(t, os.Chmod(base, 0o755))
+	for p := base; ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		must(t, unix.Stat(p, &st))
+		if st.Mode&0o001 == 0 {
+			t.Skipf("%s (mode %o) closes every path through it: no open directory to mount into", p, st.Mode&0o777)
+		}
+		if p == "/" {
+			return base
+		}
 	}
 }
