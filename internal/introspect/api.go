@@ -118,7 +118,11 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 		}
 		// Prove the loop answers, not just that it once did.
 		if query(w, r, func(*fsm.State) {}) {
-			writeJSON(w, http.StatusOK, map[string]any{"healthy": true})
+			body := map[string]any{"healthy": true}
+			if d := e.Degraded(); d != "" {
+				body["degraded"] = d // healthy all the same: a warning (OTLP shipping, remembered refusals)
+			}
+			writeJSON(w, http.StatusOK, body)
 		}
 	})
 	mux.HandleFunc("GET /v1/metadata", func(w http.ResponseWriter, r *http.Request) {
