@@ -125,16 +125,16 @@ func (e *Engine) Health() []HealthSlot { return e.health.snapshot() }
 
 // Unhealthy is "" when every source works, else each problem prefixed by its source, in
 // HealthSources order ("runtime: ...; control_plane: ...").
-func (e *Engine) Unhealthy() string { return e.health.problems(false) }
+func (e *Engine) Unhealthy() string { return Problems(e.health.snapshot(), false) }
 
 // Degraded is Unhealthy for the degraded-only sources: their problems, which leave the agent
 // healthy ("core_refusals: ...; otlp: ...").
-func (e *Engine) Degraded() string { return e.health.problems(true) }
+func (e *Engine) Degraded() string { return Problems(e.health.snapshot(), true) }
 
-// problems words the problems of the degraded-only sources or of the others.
-func (h *health) problems(degraded bool) string {
+// Problems words the problems of slots, of the degraded-only sources or of the others.
+func Problems(slots []HealthSlot, degraded bool) string {
 	var parts []string
-	for _, s := range h.snapshot() {
+	for _, s := range slots {
 		if s.Problem != "" && s.Degraded == degraded {
 			parts = append(parts, string(s.Source)+": "+s.Problem)
 		}
