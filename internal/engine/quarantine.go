@@ -190,7 +190,7 @@ func (e *Engine) Quarantined(arn string) string { return e.quarantine.of(arn) }
 func (e *Engine) reoffer() {
 	recs := e.st.Step(e.clock.Now(), fsm.Reoffered{}).Records
 	for _, r := range recs {
-		e.log.Warn().Str("task", r.Task).Str("message", event.MessageOf(r.Event)).Str("desired", string(r.Event.(*event.DesiredChanged).To)).
+		e.log.Warn().Str("task", r.Task).Str("record", event.Describe(r.Event)).
 			Msg("a desired status change the core refused before this start is offered to it again")
 	}
 	e.record(recs...)
