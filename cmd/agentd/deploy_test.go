@@ -144,7 +144,7 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 	// The label values the rules select on are real too.
 	metrics := scrape(t, s.api)
 	for _, series := range []string{`agentd_source_healthy{source="runtime"}`, `agentd_source_healthy{source="exit_stream"}`,
-		`agentd_source_healthy{source="credentials"}`, `agentd_reports_total{outcome="throttled"}`} {
+		`agentd_source_healthy{source="credentials"}`, `agentd_source_healthy{source="core_refusals"}`, `agentd_reports_total{outcome="throttled"}`} {
 		if _, ok := metrics[series]; !ok {
 			t.Errorf("%s is selected by the rules but not served", series)
 		}

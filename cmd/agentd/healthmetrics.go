@@ -10,7 +10,7 @@ import (
 // healthCollector exports the engine's health by source, so an alert can say which thing is
 // wrong (the runtime is unavailable; the control plane refuses the credentials) instead of
 // only that agentd_healthy is 0. Its labels are the fixed list of sources: cardinality stays
-// six whatever the host runs.
+// the same whatever the host runs.
 type healthCollector struct {
 	e       *engine.Engine
 	healthy *prometheus.Desc
@@ -23,7 +23,7 @@ func registerHealthCollector(e *engine.Engine) {
 	// what remembering tasks costs shows on the same scrape as the tasks.
 	e.Metrics().Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e.Metrics().Registry.MustRegister(&healthCollector{e: e,
-		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials, core, journal_budget; otlp, degraded only, when shipping is configured).", []string{"source"}, nil),
+		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials, core, journal_budget; degraded only: core_refusals, and otlp when shipping is configured).", []string{"source"}, nil),
 		since:   prometheus.NewDesc("agentd_source_unhealthy_seconds", "How long the source's current problem has lasted (0 while it works).", []string{"source"}, nil),
 	})
 }

@@ -60,8 +60,11 @@ type Engine struct {
 	recon      reconciler
 	images     imageCycle
 	quarantine quarantine
-	upkeep     upkeep
-	sub        *submit.Submitter // the reports' pacing and batching (internal/submit)
+	// recoveredAt is the journal's last record when Recover loaded it: refusals at or before
+	// it are remembered from another process (the degraded core_refusals slot, quarantine.go).
+	recoveredAt uint64
+	upkeep      upkeep
+	sub         *submit.Submitter // the reports' pacing and batching (internal/submit)
 
 	inbox   inbox
 	linger  linger // how long a burst waits for calls about to end (linger.go)
@@ -84,6 +87,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		inbox:   inbox{in: make(chan Input, 1024), queries: make(chan query), answered: make(chan struct{}, 1)},
 		metrics: newMetrics(),
 	}
+	e.health.degraded = []HealthSource{HealthCoreRefusals}
 	if exec == nil {
 		e.exec = &goExecutor{e: e, sem: make(chan struct{}, cfg.Workers), slow: make(chan struct{}, cfg.PullWorkers)}
 	}

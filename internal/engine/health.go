@@ -29,6 +29,13 @@ const (
 // pipeline that is down never makes the agent unhealthy, its job goes on.
 const HealthOTLP HealthSource = "otlp"
 
+// HealthCoreRefusals names the payload records the core made and the projection refused
+// that the journal remembers from before this process (quarantine.go): always listed, only
+// ever degraded — their tasks were decided afresh at the restart, nothing waits on them, and
+// an agent kept unhealthy for the retention (a week) would be restarted in a loop by its
+// liveness probe. A refusal in this process is in the core slot, unhealthy.
+const HealthCoreRefusals HealthSource = "core_refusals"
+
 // HealthSources are every source, in the order /healthz and the status page list them.
 var HealthSources = []HealthSource{HealthJournal, HealthRuntime, HealthExitStream, HealthControlPlane, HealthCredentials, HealthCore, HealthJournalBudget}
 
@@ -94,7 +101,7 @@ func (h *health) snapshot() []HealthSlot {
 }
 
 // RegisterDegradedSource lists a source whose problems degrade the agent without making it
-// unhealthy (HealthOTLP when shipping is configured).
+// unhealthy (HealthOTLP when shipping is configured; HealthCoreRefusals always is).
 func (e *Engine) RegisterDegradedSource(src HealthSource) {
 	e.health.mu.Lock()
 	defer e.health.mu.Unlock()
@@ -118,10 +125,17 @@ func (e *Engine) Health() []HealthSlot { return e.health.snapshot() }
 
 // Unhealthy is "" when every source works, else each problem prefixed by its source, in
 // HealthSources order ("runtime: ...; control_plane: ...").
-func (e *Engine) Unhealthy() string {
+func (e *Engine) Unhealthy() string { return Problems(e.health.snapshot(), false) }
+
+// Degraded is Unhealthy for the degraded-only sources: their problems, which leave the agent
+// healthy ("core_refusals: ...; otlp: ...").
+func (e *Engine) Degraded() string { return Problems(e.health.snapshot(), true) }
+
+// Problems words the problems of slots, of the degraded-only sources or of the others.
+func Problems(slots []HealthSlot, degraded bool) string {
 	var parts []string
-	for _, s := range e.health.snapshot() {
-		if s.Problem != "" && !s.Degraded {
+	for _, s := range slots {
+		if s.Problem != "" && s.Degraded == degraded {
 			parts = append(parts, string(s.Source)+": "+s.Problem)
 		}
 	}

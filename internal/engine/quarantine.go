@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,9 +33,16 @@ import (
 // (PROTOCOL.md §5) — because the payload is acknowledged all the same (withholding the ack
 // would have the control plane re-send it forever): without it, after a restart the task would
 // be lost in silence, the control plane believing the agent has it. The projection keeps the
-// refusals until the retention ends (fsm/refused.go), and the core slot names each of them,
-// also after a restart; a re-send of the payload is acknowledged and not applied again, a
-// later payload with the task is decided afresh.
+// refusals until the retention ends (fsm/refused.go); a re-send of the payload is
+// acknowledged and not applied again, a later payload with the task is decided afresh.
+//
+// The core slot (unhealthy) names what this process quarantined and refused. A refusal
+// remembered from before the restart is named in the core_refusals slot, degraded only: its
+// task was decided afresh, nothing is stuck, and an agent unhealthy until the retention ends
+// would be restarted in a loop by a liveness probe. A refused desired status change (a stop)
+// is not lost with the restart: its record_refused carries the status asked for and Recover
+// offers it to the core again (reoffer), once per start; refused again, it is a refusal of
+// this process.
 
 // errDecidedWithRefused drops the records decided in the same verdict as a refused record of
 // their task: they were decided together, on the state the refused one would have made.
@@ -104,8 +112,11 @@ func (e *Engine) refuse(rec event.Record, err error) (standIn event.Record, ok b
 	if ae := (*fsm.ApplyError)(nil); errors.As(err, &ae) {
 		reason = ae.Err.Error() // the record's seq, type and task are the stand-in's own
 	}
-	standIn = event.Record{Seq: rec.Seq, Time: rec.Time, Task: rec.Task, Container: rec.Container,
-		Event: &event.RecordRefused{MessageID: m, Record: typ, Reason: reason}}
+	rr := &event.RecordRefused{MessageID: m, Record: typ, Reason: reason}
+	if dc, ok := rec.Event.(*event.DesiredChanged); ok {
+		rr.Desired = dc.To // offered to the core again after a restart (fsm.Reoffered)
+	}
+	standIn = event.Record{Seq: rec.Seq, Time: rec.Time, Task: rec.Task, Container: rec.Container, Event: rr}
 	if err := e.st.Apply(standIn); err != nil {
 		e.log.Error().Err(err).Str("task", rec.Task).Str("message", m).Msg("BUG: the projection refused a record_refused; the payload's task is named only until a restart")
 		return event.Record{}, false
@@ -113,29 +124,41 @@ func (e *Engine) refuse(rec event.Record, err error) (standIn event.Record, ok b
 	return standIn, true
 }
 
-// maxNamedRefusals bounds the refusals the core slot words: the newest, and how many more.
+// maxNamedRefusals bounds the refusals a slot words: the newest, and how many more.
 const maxNamedRefusals = 5
 
-// coreHealth sets the core slot: the quarantined tasks (this run), then the refusals of
-// payload records the projection remembers (across restarts, until the retention ends),
-// newest first; cleared when there is neither.
+// coreHealth sets the core slots. The core slot (unhealthy) names what this process
+// quarantined: the tasks, then the refusals journaled since Recover. The core_refusals slot
+// (degraded only) names the refusals the journal remembers from before it: their tasks are
+// decided afresh (a refused stop offered again), nothing is stuck, and a refusal that kept the
+// agent unhealthy until its retention ended — a week, with no way to clear it — would have a
+// liveness probe restart it in a loop. Each slot clears when it has nothing to name.
 func (e *Engine) coreHealth() {
 	var parts []string
 	if q := e.quarantine.problem(); q != "" {
 		parts = append(parts, q)
 	}
-	refusals := e.st.Refusals
+	i, _ := slices.BinarySearchFunc(e.st.Refusals, e.recoveredAt+1, func(r fsm.Refusal, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	remembered, now := e.st.Refusals[:i], e.st.Refusals[i:] // newest last: those from before Recover first
+	parts = append(parts, e.refusalsProblem(now)...)
+	if len(parts) == 0 {
+		e.clearHealth(HealthCore)
+	} else {
+		e.setHealth(HealthCore, strings.Join(parts, "; "))
+	}
+	e.SetDegraded(HealthCoreRefusals, strings.Join(e.refusalsProblem(remembered), "; "))
+}
+
+// refusalsProblem words refusals, newest first, at most maxNamedRefusals, then how many more.
+func (e *Engine) refusalsProblem(refusals []fsm.Refusal) []string {
+	var parts []string
 	for i := len(refusals) - 1; i >= 0 && i >= len(refusals)-maxNamedRefusals; i-- {
 		parts = append(parts, e.refusalProblem(refusals[i]))
 	}
 	if n := len(refusals) - maxNamedRefusals; n > 0 {
 		parts = append(parts, fmt.Sprintf("%d older refusals (agentd journal dump --type %s)", n, event.TypeRecordRefused))
 	}
-	if len(parts) == 0 {
-		e.clearHealth(HealthCore)
-		return
-	}
-	e.setHealth(HealthCore, strings.Join(parts, "; "))
+	return parts
 }
 
 // refusalProblem words one refusal: whose payload, which record, why, and whether the task
@@ -147,6 +170,9 @@ func (e *Engine) refusalProblem(r fsm.Refusal) string {
 	}
 	msg := fmt.Sprintf("%s: payload %s acknowledged, its %s refused by the core at record %d: %s",
 		subject, event.Printable(r.MessageID), r.Record, r.Seq, r.Reason)
+	if r.Desired != "" {
+		msg += fmt.Sprintf(" (it asked desired %s)", r.Desired)
+	}
 	if r.Task != "" && e.st.Tasks[r.Task] == nil && e.st.Tombstones[r.Task] == nil {
 		msg += "; never run"
 	}
@@ -156,3 +182,16 @@ func (e *Engine) refusalProblem(r fsm.Refusal) string {
 // Quarantined is why a task is quarantined ("" when it is not). Call it on the loop's
 // goroutine: inside a Query, or between steps of a single-goroutine driver.
 func (e *Engine) Quarantined(arn string) string { return e.quarantine.of(arn) }
+
+// reoffer hands the core again, at a start, the refused desired status changes the journal
+// remembers (fsm.Reoffered): recorded like a payload's change, they are decided on the restored
+// projection (the task's stop follows), and one refused again is refused again, in this
+// process.
+func (e *Engine) reoffer() {
+	recs := e.st.Step(e.clock.Now(), fsm.Reoffered{}).Records
+	for _, r := range recs {
+		e.log.Warn().Str("task", r.Task).Str("record", event.Describe(r.Event)).
+			Msg("a desired status change the core refused before this start is offered to it again")
+	}
+	e.record(recs...)
+}

@@ -25,8 +25,8 @@ func (e *Engine) Recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("engine: recover: %w", err)
 	}
-	e.st, e.upkeep.snapSeq = l.State, l.FromSnap
-	e.coreHealth() // refusals the journal remembers: their tasks are named, never run (quarantine.go)
+	e.st, e.upkeep.snapSeq, e.recoveredAt = l.State, l.FromSnap, l.State.LastSeq
+	e.coreHealth() // refusals the journal remembers: named, degraded only (quarantine.go)
 	e.exits.resumeAt(e.st.ExitCursor, startedAt)
 	want := e.cfg.AgentID
 	if want == "" {
@@ -54,6 +54,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	if !e.recon.pending {
 		e.reconciled(e.clock.Now(), observed)
 	}
+	e.reoffer()
 	for _, t := range e.st.SortedTasks() { // in order: cleanup jitter is drawn per task
 		e.sched.mark(t.ARN)
 		if t.Known == event.StatusStoppedAcked {

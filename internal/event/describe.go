@@ -67,6 +67,7 @@ func Describe(e Event) string {
 		kv("message", e.MessageID)
 		kv("refused", e.Record)
 		kv("reason", e.Reason)
+		kv("desired", string(e.Desired))
 	case *TaskResent:
 		kv("message", e.MessageID)
 		kv("desired", string(e.Desired))

@@ -261,6 +261,10 @@ type RecordRefused struct {
 	MessageID string `json:"message_id,omitempty"`
 	Record    string `json:"record"` // the refused record's type name
 	Reason    string `json:"reason"` // the projection's reason
+	// Desired: a refused desired_changed's status asked for, so that after a restart the
+	// change is decided again rather than lost (its payload is held: a re-send does not bring
+	// it back). Records from before it have none.
+	Desired Status `json:"desired,omitempty"`
 }
 
 // CallStarted records, before it is made, a runtime call that must never be made twice (a

@@ -295,6 +295,9 @@ func stepOf(r event.Record, tl *Timeline) Step {
 		s.Kind, s.Text = "desired", "desired status → "+string(e.To)
 	case *event.RecordRefused:
 		s.Kind, s.Text = "refused", fmt.Sprintf("payload %s acknowledged, its %s refused by the core and never journaled (a bug): %s", orDash(e.MessageID), e.Record, e.Reason)
+		if e.Desired != "" {
+			s.Text += "; desired status " + string(e.Desired) + " asked: decided again at the next start"
+		}
 	case *event.ContainerTransitioned:
 		s.Kind, s.From, s.To = "container", string(e.From), string(e.To)
 		s.Text = r.Container + " " + event.Describe(e)

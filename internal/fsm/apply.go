@@ -78,6 +78,9 @@ func (s *State) apply(rec event.Record) error {
 	case *event.TaskResent:
 		if t, ok := s.Tasks[rec.Task]; ok {
 			t.heldBy(e.MessageID)
+			if e.Desired != "" {
+				t.DesiredSeq = rec.Seq
+			}
 			if t.Known == event.StatusStoppedAcked || t.Known == event.StatusCleaning {
 				// Its STOPPED was settled, yet the control plane sends it again: it lost
 				// track. Report the final STOPPED again, same ids.
@@ -101,7 +104,7 @@ func (s *State) apply(rec event.Record) error {
 		if e.To.Rank() <= t.Desired.Rank() {
 			return fmt.Errorf("desired status moves back or stays: %s → %s", t.Desired, e.To)
 		}
-		t.Desired = e.To
+		t.Desired, t.DesiredSeq = e.To, rec.Seq
 		if e.To == event.StatusStopped && t.StopCause == "" {
 			t.StopCause = "stopped by the control plane"
 		}

@@ -53,7 +53,11 @@ func (s *State) Format(now time.Time, cfg Config) string {
 		if r.Container != "" {
 			fmt.Fprintf(&b, " container %s", event.Printable(r.Container))
 		}
-		fmt.Fprintf(&b, " message %s reason=%q\n", event.Printable(r.MessageID), r.Reason)
+		fmt.Fprintf(&b, " message %s reason=%q", event.Printable(r.MessageID), r.Reason)
+		if r.Desired != "" {
+			fmt.Fprintf(&b, " desired=%s", r.Desired)
+		}
+		b.WriteByte('\n')
 	}
 	if out := s.Pending(len(s.Outbox)); len(out) > 0 {
 		fmt.Fprintf(&b, "outbox (%d unsent, %d to send after coalescing):\n", len(s.Outbox), len(out))

@@ -49,7 +49,7 @@ func (s *State) payload(p PayloadArrived) Verdict {
 		}
 		if known {
 			rec(&event.TaskResent{MessageID: p.MessageID, Desired: d.Desired})
-			if d.Desired == event.StatusStopped && cur == event.StatusRunning {
+			if desiredMoves(cur, d.Desired) {
 				rec(&event.DesiredChanged{MessageID: p.MessageID, To: event.StatusStopped})
 				cur = event.StatusStopped
 			}
@@ -73,6 +73,13 @@ func (s *State) payload(p PayloadArrived) Verdict {
 		desired[d.ARN] = d.Desired
 	}
 	return v
+}
+
+// desiredMoves is the core's rule for a desired status stated for a task the agent knows
+// (a payload's, or a refused change offered again after a restart): only RUNNING → STOPPED
+// changes it; a desired status never moves back.
+func desiredMoves(cur, to event.Status) bool {
+	return cur == event.StatusRunning && to == event.StatusStopped
 }
 
 // settledStopped reports whether the control plane settled the task's STOPPED: tombstoned,

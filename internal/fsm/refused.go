@@ -16,6 +16,11 @@ import (
 //   - record_refused changes no task: every projection accepts it.
 //   - Its message id counts as held, so the payload re-sent is acknowledged again and not
 //     applied twice (PROTOCOL.md §2); a later payload with the task is decided afresh.
+//   - A refused desired status change (a stop) is remembered with the status asked for: its
+//     payload is held, so a re-send never brings it back, and a restart decides afresh from a
+//     journal that never held it. After a restart it is offered to the core again (Reoffered),
+//     once per restart, under the payload's rule (desiredMoves) — unless a newer message
+//     stated the task's desired status since (Task.DesiredSeq): the newest word wins.
 //   - The refusals are kept newest last, at most MaxRefusals of them, so a core that loops
 //     on a bug cannot grow the projection without bound; a compaction forgets those past the
 //     retention with their records (CompactionPlan.RefusedUpTo).
@@ -32,6 +37,8 @@ type Refusal struct {
 	MessageID string `json:"message_id,omitempty"`
 	Record    string `json:"record"` // the refused record's type
 	Reason    string `json:"reason"`
+	// Desired is the status a refused desired_changed asked for ("" for other records).
+	Desired event.Status `json:"desired,omitempty"`
 }
 
 // At is when the refusal was journaled: its retention runs from here.
@@ -43,7 +50,7 @@ func (s *State) refused(rec event.Record, e *event.RecordRefused) {
 		s.Messages[e.MessageID] = rec.Seq // its payload_received was refused too, or went with it
 	}
 	s.Refusals = append(s.Refusals, Refusal{Seq: rec.Seq, AtNs: toNs(rec.Time), Task: rec.Task, Container: rec.Container,
-		MessageID: e.MessageID, Record: e.Record, Reason: e.Reason})
+		MessageID: e.MessageID, Record: e.Record, Reason: e.Reason, Desired: e.Desired})
 	if n := len(s.Refusals) - MaxRefusals; n > 0 {
 		s.Refusals = append(s.Refusals[:0:0], s.Refusals[n:]...) // a fresh array: the old one's head goes
 	}
@@ -89,4 +96,34 @@ func (s *State) checkRefusals() error {
 		last = r.Seq
 	}
 	return nil
+}
+
+// Reoffered is a restart's offer of the refused desired status changes the projection
+// remembers to the core again, as fresh decisions on the restored projection.
+type Reoffered struct{}
+
+// reoffer is the desired_changed records a restart offers again: for each task, its newest
+// refusal that asked a desired status, when the task is live and was when refused (added
+// before it), no record since stated its desired status (a newer message wins), and the
+// payload's rule moves the desired status there (not already at or past it). Each carries
+// its payload's message id, like the change refused.
+func (s *State) reoffer() []event.Record {
+	newest := map[string]uint64{}
+	for _, r := range s.Refusals {
+		if r.Desired != "" && r.Task != "" {
+			newest[r.Task] = r.Seq
+		}
+	}
+	var recs []event.Record
+	for _, r := range s.Refusals {
+		if r.Desired == "" || r.Task == "" || newest[r.Task] != r.Seq {
+			continue
+		}
+		t := s.Tasks[r.Task]
+		if t == nil || t.AddedSeq >= r.Seq || t.DesiredSeq >= r.Seq || !desiredMoves(t.Desired, r.Desired) {
+			continue
+		}
+		recs = append(recs, event.Record{Task: r.Task, Event: &event.DesiredChanged{MessageID: r.MessageID, To: r.Desired}})
+	}
+	return recs
 }

@@ -149,10 +149,10 @@ func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
 		return h.record(task, "", &event.TaskRejected{Reason: reason})
 	case "health":
 		return h.record(task, ctr, &event.HealthChanged{Health: event.Health(str(t, d, "health"))})
-	case "resend":
-		return h.record(task, "", &event.TaskResent{})
+	case "resend": // resend task=T [msg=M desired=S]
+		return h.record(task, "", &event.TaskResent{MessageID: str(t, d, "msg"), Desired: event.Status(str(t, d, "desired"))})
 	case "desire":
-		return h.record(task, "", &event.DesiredChanged{To: event.Status(str(t, d, "to"))})
+		return h.record(task, "", &event.DesiredChanged{MessageID: str(t, d, "msg"), To: event.Status(str(t, d, "to"))})
 	case "ctr":
 		e := &event.ContainerTransitioned{From: event.Status(str(t, d, "from")), To: event.Status(str(t, d, "to")), Reason: reason, RuntimeID: str(t, d, "id")}
 		if d.HasArg("exit") {
@@ -198,8 +198,17 @@ func (h *harness) do(t *testing.T, d *datadriven.TestData) string {
 	case "compact":
 		arg, _ := d.Arg("tasks")
 		return h.record("", "", &event.CompactionDone{Tasks: arg.Vals})
-	case "refused": // refused task=T msg=M record=TYPE: the stand-in of a refused payload record
-		return h.record(task, ctr, &event.RecordRefused{MessageID: str(t, d, "msg"), Record: str(t, d, "record"), Reason: reason})
+	case "refused": // refused task=T msg=M record=TYPE [desired=S]: the stand-in of a refused payload record
+		return h.record(task, ctr, &event.RecordRefused{MessageID: str(t, d, "msg"), Record: str(t, d, "record"), Reason: reason, Desired: event.Status(str(t, d, "desired"))})
+	case "reoffer": // a restart offers the refused desired changes again
+		var b strings.Builder
+		for _, r := range h.st.Step(h.now, fsm.Reoffered{}).Records {
+			b.WriteString(h.record(r.Task, r.Container, r.Event))
+		}
+		if b.Len() == 0 {
+			return "nothing\n"
+		}
+		return b.String()
 	case "compact-plan":
 		return h.compactPlan(t, d)
 	case "decide":

@@ -42,13 +42,17 @@ type Task struct {
 	StopCause  string       `json:"stop_cause,omitempty"` // the first reason it began to stop
 	Containers []*Container `json:"containers"`
 	AddedSeq   uint64       `json:"added_seq"`
-	AddedAt    time.Time    `json:"added_at"`
-	StoppedAt  time.Time    `json:"stopped_at,omitzero"` // the journaled stop time: cleanup waits from here
-	StopSeq    uint64       `json:"stop_seq,omitempty"`
-	AckedAt    time.Time    `json:"acked_at,omitzero"`
-	CleaningAt time.Time    `json:"cleaning_at,omitzero"`
-	Rejected   bool         `json:"rejected,omitempty"` // broke a protocol rule: recorded STOPPED, never run
-	Pending    []uint64     `json:"pending,omitempty"`  // unsettled task-level changes, by seq
+	// DesiredSeq: the last record after AddedSeq that stated its desired status from a payload
+	// (task_resent naming one, desired_changed): a refused change older than it is not
+	// offered again (refused.go).
+	DesiredSeq uint64    `json:"desired_seq,omitempty"`
+	AddedAt    time.Time `json:"added_at"`
+	StoppedAt  time.Time `json:"stopped_at,omitzero"` // the journaled stop time: cleanup waits from here
+	StopSeq    uint64    `json:"stop_seq,omitempty"`
+	AckedAt    time.Time `json:"acked_at,omitzero"`
+	CleaningAt time.Time `json:"cleaning_at,omitzero"`
+	Rejected   bool      `json:"rejected,omitempty"` // broke a protocol rule: recorded STOPPED, never run
+	Pending    []uint64  `json:"pending,omitempty"`  // unsettled task-level changes, by seq
 	// Messages are the payloads that hold this task: while it is live their ids are kept, so
 	// a re-send of one is recognised whole — also the tasks in it that are long forgotten.
 	Messages []string `json:"messages,omitempty"`

@@ -122,6 +122,7 @@ func (ReportAnswered) isInput()     {}
 func (RuntimeObserved) isInput()    {}
 func (CompactionFinished) isInput() {}
 func (HealthObserved) isInput()     {}
+func (Reoffered) isInput()          {}
 
 // Verdict is what an input comes to: the records to journal (stamped now, not yet numbered)
 // and what the engine must know besides.
@@ -164,6 +165,8 @@ func (s *State) Step(now time.Time, in Input) Verdict {
 		v = s.reconcile(in)
 	case HealthObserved:
 		v.Records = s.health(in)
+	case Reoffered:
+		v.Records = s.reoffer()
 	case CompactionFinished:
 		if in.Done != nil {
 			v.Records = doneRecords(in.Done)

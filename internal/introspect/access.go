@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/forensics"
 )
 
@@ -48,6 +49,23 @@ type limitedKey struct{}
 // limited reports whether r was let through without credentials. A handler used without Wrap
 // (in-process tests) is the full view: the agent serves its API only through API.Server.
 func limited(ctx context.Context) bool { return ctx.Value(limitedKey{}) != nil }
+
+// hiddenDetail stands for a health problem on an open page: which sources have a problem is
+// open, what it is is not — the core's slots name tasks and payloads, a runtime's error may
+// name a container.
+const hiddenDetail = "a problem (its detail needs credentials)"
+
+// openHealth is the health slots as a caller without credentials reads them.
+func openHealth(slots []engine.HealthSlot) []engine.HealthSlot {
+	out := make([]engine.HealthSlot, len(slots))
+	for i, s := range slots {
+		if s.Problem != "" {
+			s.Problem = hiddenDetail
+		}
+		out[i] = s
+	}
+	return out
+}
 
 // hostAllowed reports whether a Host header names this API: an IP literal, localhost, or an
 // --api-host name, any port. An IP literal cannot be re-resolved, so it cannot be rebound.

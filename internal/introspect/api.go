@@ -112,13 +112,21 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"healthy": false, "detail": "recovering"})
 			return
 		}
-		if h := e.Unhealthy(); h != "" {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"healthy": false, "detail": h, "sources": e.Health()})
+		slots := e.Health()
+		if limited(r.Context()) {
+			slots = openHealth(slots)
+		}
+		if h := engine.Problems(slots, false); h != "" {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"healthy": false, "detail": h, "sources": slots})
 			return
 		}
 		// Prove the loop answers, not just that it once did.
 		if query(w, r, func(*fsm.State) {}) {
-			writeJSON(w, http.StatusOK, map[string]any{"healthy": true})
+			body := map[string]any{"healthy": true}
+			if d := engine.Problems(slots, true); d != "" {
+				body["degraded"] = d // healthy all the same: a warning (OTLP shipping, remembered refusals)
+			}
+			writeJSON(w, http.StatusOK, body)
 		}
 	})
 	mux.HandleFunc("GET /v1/metadata", func(w http.ResponseWriter, r *http.Request) {

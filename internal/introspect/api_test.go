@@ -3,6 +3,7 @@ package introspect_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -100,5 +101,32 @@ func TestNothingAnswersFromAHalfRecoveredState(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/v1/journal/export", nil))
 	if w.Code != 200 || w.Body.Len() < 4096 {
 		t.Fatalf("export: HTTP %d, %d bytes", w.Code, w.Body.Len())
+	}
+}
+
+// TestARememberedRefusalLeavesTheAgentHealthy: a refusal the journal remembers from before
+// the restart (a record_refused) keeps /healthz at 200 — a liveness probe must not restart the
+// agent in a loop until the retention ends — and is named all the same: in /healthz's
+// degraded, and on the status page as a warning.
+func TestARememberedRefusalLeavesTheAgentHealthy(t *testing.T) {
+	now := time.Now()
+	j, dir := journalWith(t,
+		event.Record{Time: now, Event: &event.PayloadReceived{MessageID: "m-1"}},
+		event.Record{Time: now, Task: "task/lost", Event: &event.RecordRefused{MessageID: "m-1", Record: "task_added", Reason: "task without containers"}})
+	rt, _ := simruntime.Open(dir, "agent-1", nil)
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())
+	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
+	running(t, e)
+	code, m := get(t, h, "/healthz")
+	if code != 200 || m["healthy"] != true {
+		t.Fatalf("/healthz with a remembered refusal: %d %v; want 200", code, m)
+	}
+	if d := fmt.Sprint(m["degraded"]); !strings.Contains(d, "core_refusals: ") || !strings.Contains(d, "task/lost") || !strings.Contains(d, "m-1") {
+		t.Fatalf("/healthz degraded = %q: want the core_refusals slot naming task/lost and m-1", d)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	if page := w.Body.String(); w.Code != 200 || !strings.Contains(page, `<td>core_refusals</td><td class="warn">degraded: task task/lost`) {
+		t.Fatalf("status page %d: no warning naming task/lost:\n%s", w.Code, page)
 	}
 }

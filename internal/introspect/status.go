@@ -271,10 +271,16 @@ func buildStatus(ctx context.Context, e *engine.Engine, info Info, cfg fsm.Confi
 	return p
 }
 
-// limit keeps what a caller without credentials may see: counts, health and reporting, but no
-// task, reason or change (they carry a task's history).
+// limit keeps what a caller without credentials may see: counts, which sources are healthy
+// and reporting, but no task, reason, change or health problem (they carry a task's history,
+// or name it).
 func (p *statusPage) limit() {
 	p.Limited, p.Blocked, p.Tasks, p.MoreTasks = true, nil, nil, 0
+	for i := range p.Health {
+		if p.Health[i].Problem != "" {
+			p.Health[i].Problem = hiddenDetail
+		}
+	}
 	if p.Oldest != nil {
 		p.Oldest.Change = ""
 	}
