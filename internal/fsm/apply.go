@@ -77,10 +77,7 @@ func (s *State) apply(rec event.Record) error {
 		s.addChange(rec, t, nil, event.StatusStopped, nil, e.Reason)
 	case *event.TaskResent:
 		if t, ok := s.Tasks[rec.Task]; ok {
-			t.heldBy(e.MessageID)
-			if e.Desired != "" {
-				t.DesiredSeq = rec.Seq
-			}
+			t.heldBy(e.MessageID) // a re-send's RUNNING retracts no stop: desired status only moves forward
 			if t.Known == event.StatusStoppedAcked || t.Known == event.StatusCleaning {
 				// Its STOPPED was settled, yet the control plane sends it again: it lost
 				// track. Report the final STOPPED again, same ids.

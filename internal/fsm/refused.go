@@ -19,8 +19,9 @@ import (
 //   - A refused desired status change (a stop) is remembered with the status asked for: its
 //     payload is held, so a re-send never brings it back, and a restart decides afresh from a
 //     journal that never held it. After a restart it is offered to the core again (Reoffered),
-//     once per restart, under the payload's rule (desiredMoves) — unless a newer message
-//     stated the task's desired status since (Task.DesiredSeq): the newest word wins.
+//     once per restart, under the payload's rule (desiredMoves) — unless a newer change of
+//     its desired status was journaled since (Task.DesiredSeq). A newer re-send naming
+//     RUNNING does not retract it: desired status only moves forward.
 //   - The refusals are kept newest last, at most MaxRefusals of them, so a core that loops
 //     on a bug cannot grow the projection without bound; a compaction forgets those past the
 //     retention with their records (CompactionPlan.RefusedUpTo).

@@ -42,9 +42,9 @@ type Task struct {
 	StopCause  string       `json:"stop_cause,omitempty"` // the first reason it began to stop
 	Containers []*Container `json:"containers"`
 	AddedSeq   uint64       `json:"added_seq"`
-	// DesiredSeq: the last record after AddedSeq that stated its desired status from a payload
-	// (task_resent naming one, desired_changed): a refused change older than it is not
-	// offered again (refused.go).
+	// DesiredSeq: the last desired_changed after AddedSeq: a refused change older than it is
+	// not offered again (refused.go). A re-send naming RUNNING does not count: desired status
+	// only moves forward (PROTOCOL.md §1), so it retracts no stop.
 	DesiredSeq uint64    `json:"desired_seq,omitempty"`
 	AddedAt    time.Time `json:"added_at"`
 	StoppedAt  time.Time `json:"stopped_at,omitzero"` // the journaled stop time: cleanup waits from here
