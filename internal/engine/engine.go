@@ -61,6 +61,7 @@ type Engine struct {
 	images     imageCycle
 	quarantine quarantine
 	upkeep     upkeep
+	mem        memory            // releasing what a burst left behind (memory.go)
 	sub        *submit.Submitter // the reports' pacing and batching (internal/submit)
 
 	inbox   inbox

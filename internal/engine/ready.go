@@ -188,6 +188,7 @@ func (e *Engine) endBurst() (Ready, error) {
 		e.metrics.appends.Add(float64(len(ready.Records)))
 		failpoint.Hit("engine-after-commit-before-apply") // durable; nothing acted on yet
 	}
+	e.mem.observe(e.clock.Now(), len(e.st.Tasks), len(ready.Records) > 0)
 	if snap != nil {
 		e.upkeep.snapSeq = snap.at
 		e.log.Debug().Uint64("at", snap.at).Int("stored_bytes", len(snap.data)).Msg("snapshot stored")
