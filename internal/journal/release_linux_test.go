@@ -48,15 +48,8 @@ func mappedRSS(t *testing.T, addr uintptr) int64 {
 func TestOpenLeavesTheJournalOutOfTheResidentSet(t *testing.T) {
 	path := filepath.Join(t.TempDir(), journal.FileName)
 	j := open(t, path)
-	ctx := context.Background()
 	for b := 0; b < 20; b++ {
-		recs := make([]event.Record, 0, 1000)
-		for i := 0; i < 1000; i++ {
-			recs = append(recs, transition(fmt.Sprintf("task/%06d", b*1000+i), "app", event.StatusNone, event.StatusPulled, b*1000+i))
-		}
-		if _, err := j.Append(ctx, recs...); err != nil {
-			t.Fatal(err)
-		}
+		appendThousand(t, j, b)
 	}
 	size, err := j.Size()
 	if err != nil {
@@ -81,16 +74,9 @@ func TestOpenLeavesTheJournalOutOfTheResidentSet(t *testing.T) {
 func TestWritingKeepsTheJournalsResidentPagesBounded(t *testing.T) {
 	path := filepath.Join(t.TempDir(), journal.FileName)
 	j := open(t, path)
-	ctx := context.Background()
 	var peak int64
 	for b := 0; b < 500; b++ {
-		recs := make([]event.Record, 0, 1000)
-		for i := 0; i < 1000; i++ {
-			recs = append(recs, transition(fmt.Sprintf("task/%07d", b*1000+i), "app", event.StatusNone, event.StatusPulled, b*1000+i))
-		}
-		if _, err := j.Append(ctx, recs...); err != nil {
-			t.Fatal(err)
-		}
+		appendThousand(t, j, b)
 		peak = max(peak, mappedRSS(t, j.DB().Info().Data))
 	}
 	size, err := j.Size()
@@ -103,5 +89,17 @@ func TestWritingKeepsTheJournalsResidentPagesBounded(t *testing.T) {
 	}
 	if peak > 10<<20 {
 		t.Errorf("while %d bytes were written, up to %d of them were resident in the process (bound 8 MiB of writes and the pages in use)", size, peak)
+	}
+}
+
+// appendThousand appends the b-th thousand of a run of transitions, in one commit.
+func appendThousand(t *testing.T, j *journal.Journal, b int) {
+	t.Helper()
+	recs := make([]event.Record, 0, 1000)
+	for i := 0; i < 1000; i++ {
+		recs = append(recs, transition(fmt.Sprintf("task/%07d", b*1000+i), "app", event.StatusNone, event.StatusPulled, b*1000+i))
+	}
+	if _, err := j.Append(context.Background(), recs...); err != nil {
+		t.Fatal(err)
 	}
 }
