@@ -41,6 +41,8 @@ type runCmd struct {
 	SnapshotEvery uint64        `hidden:"" default:"20000" env:"AGENTD_SNAPSHOT_EVERY" help:"Records between projection snapshots."`
 	// JournalMaxBytes (issue 25): the disk the journal may take, whatever the retention.
 	JournalMaxBytes int64 `default:"1073741824" env:"AGENTD_JOURNAL_MAX_BYTES" placeholder:"BYTES" help:"Bytes the journal may hold (default 1 GiB). Past it, compaction drops the oldest cleaned tasks' history before --retention ends, keeping their tombstones (a re-sent task is still recognised); too small for the live tasks' history shows in health (journal_budget). 0: no limit."`
+	// MemoryLimit (issue 25): the Go runtime's soft memory limit (memlimit.go).
+	MemoryLimit string `default:"auto" env:"AGENTD_MEMORY_LIMIT" placeholder:"BYTES|auto" help:"Soft memory limit of the agent's Go runtime: past it the agent collects garbage sooner and gives freed memory back at once; it never fails for it. auto (the default): twice what the agent holds at rest, at least 64 MiB, measured after recovery and after each burst (GOMEMLIMIT, when set, wins over auto). Bytes, optionally with KiB, MiB or GiB; 0: none."`
 	// Images (issue 17): the Docker runtime's pulls.
 	RegistryAuthFile      string        `placeholder:"FILE" env:"AGENTD_REGISTRY_AUTH_FILE" help:"Registry credentials: a Docker config.json (auths with auth or username/password, keyed by registry host[:port]); re-read when it changes."`
 	PullPolicy            string        `default:"if-not-present" enum:"always,if-not-present,never" env:"AGENTD_PULL_POLICY" help:"Pull policy of a container that names none: always, if-not-present or never."`
@@ -112,11 +114,16 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	if r.JournalMaxBytes < 0 {
 		return fmt.Errorf("--journal-max-bytes %d: must be ≥ 0 (0: no limit)", r.JournalMaxBytes)
 	}
+	memLimit, err := parseMemoryLimit(r.MemoryLimit)
+	if err != nil {
+		return err
+	}
 	a, err := startAgent(ctx, agentConfig{TaskRules: rules, BindRoots: roots,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
 		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags, OTLPEndpoint: r.OTLPEndpoint,
-		Pulls:  pullSettings{AuthFile: r.RegistryAuthFile, Policy: r.PullPolicy, Inactivity: r.PullInactivityTimeout},
-		Engine: engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention, JournalMaxBytes: r.JournalMaxBytes, Images: images},
+		MemoryLimit: memLimit,
+		Pulls:       pullSettings{AuthFile: r.RegistryAuthFile, Policy: r.PullPolicy, Inactivity: r.PullInactivityTimeout},
+		Engine:      engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention, JournalMaxBytes: r.JournalMaxBytes, Images: images},
 	}, log)
 	if err != nil {
 		return err
@@ -144,6 +151,7 @@ type agentConfig struct {
 	BindRoots                                                                 *docker.BindRoots
 	Trust                                                                     trustFlags
 	Pulls                                                                     pullSettings
+	MemoryLimit                                                               memoryLimit // --memory-limit (zero: the runtime's own)
 }
 
 // pullSettings are the image flags: --registry-auth-file, --pull-policy,
@@ -243,6 +251,10 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	cfg := c.Engine
 	cfg.TaskRules = c.TaskRules // the bind roots --allow-bind-root allows
 	cfg.AgentID, cfg.Version, cfg.RuntimeName, cfg.CleanupWait = id, buildVersion().Version, c.Runtime, c.CleanupWait
+	cfg.ReleaseMemory = func() { // once idle after a burst: the limit follows what it holds at rest
+		debug.FreeOSMemory()
+		c.MemoryLimit.apply(goMemoryAtRest())
+	}
 	a.eng = engine.New(cfg, a.j, rt, cp, nil, nil, log)
 	a.eng.RegisterStateCollector()
 	registerHealthCollector(a.eng) // healthmetrics.go
@@ -259,7 +271,8 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	// (issue 25, bench rss).
 	a.j.ReleaseMapped()
 	debug.FreeOSMemory()
-	log.Info().Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", ln.Addr().String()).
+	limit := c.MemoryLimit.apply(goMemoryAtRest())
+	log.Info().Int64("memory_limit", limit).Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", ln.Addr().String()).
 		Dur("cleanup_wait", c.CleanupWait).Msg("agent running")
 	// Shipping starts after recovery: it reads only committed records, from its saved position.
 	if a.otlp, err = startOTLP(ctx, c.OTLPEndpoint, a.j, a.eng, id, log); err != nil {

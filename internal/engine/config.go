@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/rand/v2"
+	"runtime/debug"
 	"time"
 
 	"github.com/agentd/agentd/internal/protocol"
@@ -29,11 +30,17 @@ type Config struct {
 	TaskRules       protocol.Rules // how payloads' tasks are read: the host's allowed bind roots
 	Images          ImageGC        // image garbage collection (zero Interval: off)
 	PullWorkers     int            // pulls at once, apart from the other calls (default 4): slow registries never hold up a stop
+	// ReleaseMemory gives freed heap back to the OS once the loop is idle after a burst
+	// (memory.go; default debug.FreeOSMemory).
+	ReleaseMemory func()
 }
 
 func (c *Config) defaults() {
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = 10 * time.Second
+	}
+	if c.ReleaseMemory == nil {
+		c.ReleaseMemory = debug.FreeOSMemory
 	}
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = 20000

@@ -64,6 +64,7 @@ type Engine struct {
 	// it are remembered from another process (the degraded core_refusals slot, quarantine.go).
 	recoveredAt uint64
 	upkeep      upkeep
+	mem         memory            // releasing what a burst left behind (memory.go)
 	sub         *submit.Submitter // the reports' pacing and batching (internal/submit)
 
 	inbox   inbox

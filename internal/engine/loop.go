@@ -111,6 +111,7 @@ func (e *Engine) NextWake() time.Time {
 		earliest(e.sched.journalRetry)
 	}
 	earliest(e.recon.next())
+	earliest(e.mem.due(len(e.st.Tasks)))
 	if e.cfg.Images.Interval > 0 && !e.images.asking {
 		earliest(e.images.at)
 	}
@@ -122,6 +123,7 @@ func (e *Engine) NextWake() time.Time {
 // Ready, and the burst may report once its commit returns.
 func (e *Engine) react() {
 	now := e.clock.Now()
+	e.releaseIfIdle(now)
 	e.sched.takeDue(now)
 	e.calls.takeDue(now, e.sched.mark)
 	e.handleRefusedExits(now)

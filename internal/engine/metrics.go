@@ -31,6 +31,7 @@ type Metrics struct {
 	imageRemovalFailures prometheus.Counter
 	imagesReleased       prometheus.Counter
 	imagesPulled         prometheus.Gauge
+	memoryReleases       prometheus.Counter
 }
 
 func newMetrics() *Metrics {
@@ -52,9 +53,10 @@ func newMetrics() *Metrics {
 		imageRemovalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_image_removal_failures_total", Help: "Image removals that failed (not those kept for another name or container: agentd_images_released_total)."}),
 		imagesReleased:       prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_images_released_total", Help: "Images the agent pulled and let go of, the runtime keeping them for another name or container (image_released records)."}),
 		imagesPulled:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_images_pulled", Help: "Images the agent pulled and has not removed."}),
+		memoryReleases:       prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_memory_releases_total", Help: "Times the agent gave the heap a burst of tasks left behind back to the OS, once idle after it."}),
 	}
 	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.coreRefused, m.cleanups, m.droppedEarly, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
-		m.imagesRemoved, m.imageRemovalFailures, m.imagesReleased, m.imagesPulled)
+		m.imagesRemoved, m.imageRemovalFailures, m.imagesReleased, m.imagesPulled, m.memoryReleases)
 	return m
 }
 

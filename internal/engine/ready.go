@@ -181,7 +181,7 @@ func (e *Engine) endBurst() (Ready, error) {
 		start := time.Now()
 		var err error
 		if snap != nil {
-			_, err = e.j.AppendSnapshot(b.ctx, snap.at, snap.data, ready.Records...)
+			_, err = e.j.AppendPackedSnapshot(b.ctx, snap.at, snap.data, ready.Records...)
 		} else {
 			_, err = e.j.Append(b.ctx, ready.Records...)
 		}
@@ -196,9 +196,10 @@ func (e *Engine) endBurst() (Ready, error) {
 		e.metrics.appends.Add(float64(len(ready.Records)))
 		failpoint.Hit("engine-after-commit-before-apply") // durable; nothing acted on yet
 	}
+	e.mem.observe(e.clock.Now(), len(e.st.Tasks), len(ready.Records) > 0)
 	if snap != nil {
 		e.upkeep.snapSeq = snap.at
-		e.log.Debug().Uint64("at", snap.at).Int("bytes", len(snap.data)).Msg("snapshot stored")
+		e.log.Debug().Uint64("at", snap.at).Int("stored_bytes", len(snap.data)).Msg("snapshot stored")
 		ready.Compact = e.planCompaction()
 	}
 	if b.reports {

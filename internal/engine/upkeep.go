@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/journal"
 )
 
 // SnapshotInterval is how many records pass between snapshots: at least every, and at least
@@ -26,7 +27,7 @@ type upkeep struct {
 // pendingSnapshot is a snapshot the burst commits with its records.
 type pendingSnapshot struct {
 	at   uint64 // the projection's state after this record
-	data []byte
+	data []byte // its stored form (journal.PackSnapshot)
 }
 
 // snapshotIfDue, at the end of a burst, encodes the projection once enough records have
@@ -38,13 +39,14 @@ func (e *Engine) snapshotIfDue() *pendingSnapshot {
 		return nil
 	}
 	at := e.st.LastSeq
-	data, err := e.st.Snapshot()
+	// Compressed as it is encoded: the snapshot is never held whole (PackSnapshot).
+	data, size, err := journal.PackSnapshot(e.st.WriteSnapshot)
 	if err != nil {
 		e.log.Error().Err(err).Msg("cannot encode a snapshot")
 		return nil
 	}
 	n := len(e.burst.ready.Records)
-	e.record(event.Record{Event: &event.SnapshotTaken{AtSeq: at, Bytes: len(data)}})
+	e.record(event.Record{Event: &event.SnapshotTaken{AtSeq: at, Bytes: int(size)}})
 	if len(e.burst.ready.Records) == n {
 		return nil // refused (quarantine.go): no record, no snapshot
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // snapshotVersion is the encoding of Snapshot. A snapshot of another version is refused, and
@@ -32,11 +34,102 @@ type stateIn struct {
 // Snapshot encodes the projection deterministically: maps are written in key order and times
 // in UTC, so equal projections give equal bytes.
 func (s *State) Snapshot() ([]byte, error) {
-	b, err := json.Marshal(snapshot{Version: snapshotVersion, State: s})
-	if err != nil {
-		return nil, fmt.Errorf("fsm: snapshot at %d: %w", s.LastSeq, err)
+	var b []byte
+	if _, err := s.WriteSnapshot(func(p []byte) error { b = append(b, p...); return nil }); err != nil {
+		return nil, err
 	}
 	return b, nil
+}
+
+// WriteSnapshot hands Snapshot's bytes to write, piece by piece, and returns how many it
+// handed over; the first error of write ends it. They are exactly
+// json.Marshal's of the whole snapshot, but the projection's tables (tasks, tombstones,
+// messages, outbox) are encoded an entry at a time, so the encoding never holds more than one
+// entry: marshalled whole, a snapshot of 20,000 live tasks was a 25 MB buffer, half of the
+// agent's live heap at the peak of a burst (issue 25), though stored compressed it is 1 MB.
+func (s *State) WriteSnapshot(write func([]byte) error) (int64, error) {
+	sw := &snapshotWriter{w: write}
+	// The state without its tables, marshalled as usual, says where each table goes: each
+	// nil table is written as its key and null, which no string value can contain (a quote
+	// inside a string is escaped).
+	head := *s
+	head.Tasks, head.Tombstones, head.Messages, head.Outbox = nil, nil, nil, nil
+	b, err := json.Marshal(snapshot{Version: snapshotVersion, State: &head})
+	if err != nil {
+		return sw.n, fmt.Errorf("fsm: snapshot at %d: %w", s.LastSeq, err)
+	}
+	tables := []struct {
+		key   string
+		write func()
+	}{
+		{`"tasks":`, func() { writeTable(sw, s.Tasks, func(k string) string { return k }) }},
+		{`"tombstones":`, func() { writeTable(sw, s.Tombstones, func(k string) string { return k }) }},
+		{`"messages":`, func() { writeTable(sw, s.Messages, func(k string) string { return k }) }},
+		// encoding/json orders a map's keys by their text, numbers too.
+		{`"outbox":`, func() { writeTable(sw, s.Outbox, func(k uint64) string { return strconv.FormatUint(k, 10) }) }},
+	}
+	for _, t := range tables {
+		at := bytes.Index(b, []byte(t.key+"null"))
+		if at < 0 {
+			return sw.n, fmt.Errorf("fsm: snapshot at %d: no %s in the state's encoding", s.LastSeq, t.key)
+		}
+		sw.write(b[:at+len(t.key)])
+		t.write()
+		b = b[at+len(t.key)+len("null"):]
+	}
+	sw.write(b)
+	if sw.err != nil {
+		return sw.n, fmt.Errorf("fsm: snapshot at %d: %w", s.LastSeq, sw.err)
+	}
+	return sw.n, nil
+}
+
+// snapshotWriter is WriteSnapshot's output: the bytes written and the first error.
+type snapshotWriter struct {
+	w   func([]byte) error
+	n   int64
+	err error
+}
+
+func (sw *snapshotWriter) write(b []byte) {
+	if sw.err != nil {
+		return
+	}
+	if sw.err = sw.w(b); sw.err == nil {
+		sw.n += int64(len(b))
+	}
+}
+
+// writeTable writes m as json.Marshal does (null when nil, else its entries ordered by key
+// text), marshalling one entry at a time.
+func writeTable[K comparable, V any](sw *snapshotWriter, m map[K]V, text func(K) string) {
+	if m == nil {
+		sw.write([]byte("null"))
+		return
+	}
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b K) int { return strings.Compare(text(a), text(b)) })
+	sw.write([]byte("{"))
+	for i, k := range keys {
+		if i > 0 {
+			sw.write([]byte(","))
+		}
+		kb, err := json.Marshal(text(k))
+		if err == nil {
+			sw.write(kb)
+			sw.write([]byte(":"))
+			var vb []byte
+			vb, err = json.Marshal(m[k])
+			sw.write(vb)
+		}
+		if err != nil && sw.err == nil {
+			sw.err = err
+		}
+	}
+	sw.write([]byte("}"))
 }
 
 // Restore decodes a snapshot and checks it as strictly as a record: every status must be one

@@ -210,11 +210,25 @@ func (j *Journal) writer() {
 		j.q.waitFor(expect, linger, j.stop)
 		batch := j.q.take(j.maxBatch)
 		took := j.commit(batch)
+		j.releaseWritten()
 		linger = min(took/2, time.Millisecond)
 		expect = 1
 		if batch[0].op == nil {
 			expect = min(len(batch)+j.q.len(), j.maxBatch)
 		}
+	}
+}
+
+// releaseWritten releases the mapping's pages once the commits since the last release have
+// written Options.ReleaseEvery bytes of pages: the writer's pages are read back through the
+// mapping, so what stays resident is bounded by that, not by all the agent has written. Its
+// cost is one madvise over the file, once every ReleaseEvery bytes, after the appenders have
+// their answers; pages still in use are read back from the page cache.
+func (j *Journal) releaseWritten() {
+	st := j.db.Stats()
+	if written := st.TxStats.GetPageAlloc(); written-j.releasedAt >= j.releaseEvery {
+		j.releaseMapped()
+		j.releasedAt = written
 	}
 }
 

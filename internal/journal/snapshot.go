@@ -55,6 +55,41 @@ func packSnapshot(data []byte) []byte {
 	return snapshotEncoder().EncodeAll(data, make([]byte, 0, len(data)/8))
 }
 
+// streamEncoder compresses the snapshots PackSnapshot is handed piece by piece; one at a time.
+var streamEncoder struct {
+	sync.Mutex
+	enc *zstd.Encoder
+}
+
+// PackSnapshot is the stored form of the snapshot write hands over piece by piece (as
+// fsm.State.WriteSnapshot does), and the snapshot's own length: each piece is compressed as it
+// comes, so the snapshot is never held whole — only its stored form, a tenth to a twentieth
+// of it (issue 25). AppendPackedSnapshot stores it.
+func PackSnapshot(write func(put func([]byte) error) (int64, error)) ([]byte, int64, error) {
+	streamEncoder.Lock()
+	defer streamEncoder.Unlock()
+	var out bytes.Buffer
+	if streamEncoder.enc == nil {
+		enc, err := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+			zstd.WithWindowSize(256<<10), zstd.WithLowerEncoderMem(true)) // as snapshotEncoder's
+		if err != nil {
+			return nil, 0, fmt.Errorf("journal: zstd encoder: %w", err)
+		}
+		streamEncoder.enc = enc
+	} else {
+		streamEncoder.enc.Reset(&out)
+	}
+	enc := streamEncoder.enc
+	n, err := write(func(p []byte) error { _, err := enc.Write(p); return err })
+	if cerr := enc.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, n, fmt.Errorf("journal: pack snapshot: %w", err)
+	}
+	return out.Bytes(), n, nil
+}
+
 // unpackSnapshot undoes packSnapshot; bytes stored before compression come back as they are.
 func unpackSnapshot(stored []byte) ([]byte, error) {
 	if !bytes.HasPrefix(stored, zstdMagic) {

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -155,4 +156,44 @@ func TestSnapshotsStoredBeforeCompressionAreStillRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	loadFrom(t, j, 137, 1, full)
+}
+
+// A snapshot packed as it is handed over, piece by piece (the engine's way: the whole is
+// never held), is stored and read back as the very bytes handed over, also when a second is
+// packed after it with the same encoder.
+func TestASnapshotPackedPieceByPieceIsReadBackWhole(t *testing.T) {
+	j := open(t, filepath.Join(t.TempDir(), journal.FileName))
+	ctx := context.Background()
+	for round := range 2 {
+		var want []byte
+		packed, n, err := journal.PackSnapshot(func(put func([]byte) error) (int64, error) {
+			var n int64
+			for i := range 5000 {
+				p := fmt.Appendf(nil, `{"round":%d,"piece":%d},`, round, i)
+				want = append(want, p...)
+				if err := put(p); err != nil {
+					return n, err
+				}
+				n += int64(len(p))
+			}
+			return n, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != int64(len(want)) || len(packed) >= len(want)/4 {
+			t.Fatalf("packed %d bytes (said %d) into %d: not compressed", len(want), n, len(packed))
+		}
+		at := j.LastSeq() + 1
+		if _, err := j.AppendPackedSnapshot(ctx, at, packed, transition("task/a", "app", event.StatusNone, event.StatusPulled, int(at))); err != nil {
+			t.Fatal(err)
+		}
+		snap, skipped, err := j.LatestSnapshot()
+		if err != nil || len(skipped) > 0 || snap == nil || snap.AtSeq != at {
+			t.Fatalf("snapshot at %d not read back: %v %v %+v", at, err, skipped, snap)
+		}
+		if !bytes.Equal(snap.Data, want) {
+			t.Fatalf("round %d: read back %d bytes, want the %d handed over", round, len(snap.Data), len(want))
+		}
+	}
 }
