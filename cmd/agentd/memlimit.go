@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The agent's memory budget (issue 25): --memory-limit sets the Go runtime's soft memory
@@ -20,7 +22,8 @@ import (
 //
 // "auto" (the default) is twice what the agent holds at rest, and at least 64 MiB: measured
 // after recovery, and again each time the agent gives back what a burst left behind
-// (engine: memory.go), so it follows what the agent remembers. "0" leaves the runtime's own
+// (engine: memory.go), so it follows what the agent remembers; while it runs, an auto limit is
+// raised as a burst's live heap nears it (follow). "0" leaves the runtime's own
 // (GOMEMLIMIT, or none). GOMEMLIMIT in the environment wins over "auto".
 
 const (
@@ -65,6 +68,58 @@ func (m memoryLimit) apply(atRest int64) int64 {
 		return m.bytes
 	}
 	return 0
+}
+
+// follow keeps an auto limit clear of what is live, until ctx ends: checked every tick, an
+// auto limit that less than half again the live heap would clear is raised to twice the live
+// heap. It protects the agent's CPU: past a soft limit the runtime collects continuously (up
+// to about half the CPU), and an auto limit is only set at rest — a burst of long-running
+// tasks can hold more than twice that for as long as they live. It only ever raises the
+// limit; the next release once idle (engine: memory.go) sets it from what is held then.
+func (m memoryLimit) follow(ctx context.Context, tick time.Duration) {
+	if !m.auto || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			raiseAboveLive(goLiveHeap())
+		}
+	}
+}
+
+// raiseAboveLive raises the runtime's limit to twice live when it is under live and a half,
+// and returns the limit it leaves.
+func raiseAboveLive(live int64) int64 {
+	limit := debug.SetMemoryLimit(-1)
+	if raised, ok := limitAboveLive(limit, live); ok {
+		debug.SetMemoryLimit(raised)
+		return raised
+	}
+	return limit
+}
+
+// limitAboveLive is the limit an auto limit must rise to, to keep collection proportional to
+// what is live (ok: it must rise).
+func limitAboveLive(limit, live int64) (int64, bool) {
+	if live <= 0 || live > math.MaxInt64/2 || limit >= live+live/2 {
+		return limit, false
+	}
+	return 2 * live, true
+}
+
+// goLiveHeap is the heap the last collection found live (0: unknown).
+func goLiveHeap() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
 }
 
 // goMemoryAtRest is what the Go runtime holds from the OS and has not given back: the agent's

@@ -2,9 +2,11 @@ package main
 
 import (
 	"math"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 )
 
 // --memory-limit sets the Go runtime's soft memory limit (issue 25): auto is twice what the
@@ -53,4 +55,53 @@ func TestMemoryLimitIsApplied(t *testing.T) {
 	if got := debug.SetMemoryLimit(-1); got < memoryLimitFloor || got == math.MaxInt64 {
 		t.Errorf("a started agent with --memory-limit auto has the runtime's limit at %d, want at least %d", got, memoryLimitFloor)
 	}
+	// and follows what is live while it runs (follow): a burst holding more is not starved
+	debug.SetMemoryLimit(64 * mib)
+	held := make([]byte, 96*mib)
+	for i := range held {
+		held[i] = 1
+	}
+	runtime.GC()
+	deadline := time.Now().Add(10 * time.Second)
+	for debug.SetMemoryLimit(-1) < 144*mib {
+		if time.Now().After(deadline) {
+			t.Fatalf("a started agent left its auto limit at %d MiB with 96 MiB live for 10 s", debug.SetMemoryLimit(-1)/mib)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	runtime.KeepAlive(held)
+}
+
+// An auto limit follows what is live: a burst that holds more than the limit set at rest
+// raises it to twice the live heap, so the runtime never collects continuously; a limit with
+// room to spare is left alone.
+func TestAnAutoLimitRisesAboveWhatIsLive(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		limit, live, want int64
+		raised            bool
+	}{
+		{64 * mib, 30 * mib, 64 * mib, false},  // room: 64 ≥ 45
+		{64 * mib, 50 * mib, 100 * mib, true},  // 64 < 75: twice live
+		{64 * mib, 200 * mib, 400 * mib, true}, // far over
+		{64 * mib, 0, 64 * mib, false},         // unknown: left
+	} {
+		got, raised := limitAboveLive(c.limit, c.live)
+		if got != c.want || raised != c.raised {
+			t.Errorf("limit %d MiB, live %d MiB: %d MiB (raised %v), want %d MiB (raised %v)", c.limit/mib, c.live/mib, got/mib, raised, c.want/mib, c.raised)
+		}
+	}
+
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	held := make([]byte, 96*mib) // live across the collection below
+	for i := range held {
+		held[i] = 1
+	}
+	runtime.GC()
+	debug.SetMemoryLimit(64 * mib)
+	if got := raiseAboveLive(goLiveHeap()); got < 144*mib {
+		t.Errorf("with %d MiB live the auto limit stayed at %d MiB; want at least 144 MiB", len(held)/mib, got/mib)
+	}
+	runtime.KeepAlive(held)
 }

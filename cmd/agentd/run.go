@@ -42,7 +42,7 @@ type runCmd struct {
 	// JournalMaxBytes (issue 25): the disk the journal may take, whatever the retention.
 	JournalMaxBytes int64 `default:"1073741824" env:"AGENTD_JOURNAL_MAX_BYTES" placeholder:"BYTES" help:"Bytes the journal may hold (default 1 GiB). Past it, compaction drops the oldest cleaned tasks' history before --retention ends, keeping their tombstones (a re-sent task is still recognised); too small for the live tasks' history shows in health (journal_budget). 0: no limit."`
 	// MemoryLimit (issue 25): the Go runtime's soft memory limit (memlimit.go).
-	MemoryLimit string `default:"auto" env:"AGENTD_MEMORY_LIMIT" placeholder:"BYTES|auto" help:"Soft memory limit of the agent's Go runtime: past it the agent collects garbage sooner and gives freed memory back at once; it never fails for it. auto (the default): twice what the agent holds at rest, at least 64 MiB, measured after recovery and after each burst (GOMEMLIMIT, when set, wins over auto). Bytes, optionally with KiB, MiB or GiB; 0: none."`
+	MemoryLimit string `default:"auto" env:"AGENTD_MEMORY_LIMIT" placeholder:"BYTES|auto" help:"Soft memory limit of the agent's Go runtime: past it the agent collects garbage sooner and gives freed memory back at once; it never fails for it. auto (the default): twice what the agent holds at rest, at least 64 MiB, measured after recovery and after each burst, raised to twice the live heap when a burst holds more than two thirds of it (GOMEMLIMIT, when set, wins over auto). Bytes, optionally with KiB, MiB or GiB; 0: none."`
 	// Images (issue 17): the Docker runtime's pulls.
 	RegistryAuthFile      string        `placeholder:"FILE" env:"AGENTD_REGISTRY_AUTH_FILE" help:"Registry credentials: a Docker config.json (auths with auth or username/password, keyed by registry host[:port]); re-read when it changes."`
 	PullPolicy            string        `default:"if-not-present" enum:"always,if-not-present,never" env:"AGENTD_PULL_POLICY" help:"Pull policy of a container that names none: always, if-not-present or never."`
@@ -272,6 +272,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	a.j.ReleaseMapped()
 	debug.FreeOSMemory()
 	limit := c.MemoryLimit.apply(goMemoryAtRest())
+	go c.MemoryLimit.follow(ctx, time.Second) // an auto limit never falls under what a burst holds live
 	log.Info().Int64("memory_limit", limit).Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", ln.Addr().String()).
 		Dur("cleanup_wait", c.CleanupWait).Msg("agent running")
 	// Shipping starts after recovery: it reads only committed records, from its saved position.
