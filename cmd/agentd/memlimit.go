@@ -71,8 +71,9 @@ func (m memoryLimit) apply(atRest int64) int64 {
 }
 
 // follow keeps an auto limit clear of what is live, until ctx ends: checked every tick, an
-// auto limit that less than half again the live heap would clear is raised to twice the live
-// heap. It protects the agent's CPU: past a soft limit the runtime collects continuously (up
+// auto limit under 1.2 times the live heap is raised to 1.5 times it — the headroom GOGC=50
+// would give, so collection stays proportional to what is live; below that point it is left,
+// since the limit's whole use is a burst's peak (issue 25: 44 MB live under 64 MB). It protects the agent's CPU: past a soft limit the runtime collects continuously (up
 // to about half the CPU), and an auto limit is only set at rest — a burst of long-running
 // tasks can hold more than twice that for as long as they live. It only ever raises the
 // limit; the next release once idle (engine: memory.go) sets it from what is held then.
@@ -92,8 +93,8 @@ func (m memoryLimit) follow(ctx context.Context, tick time.Duration) {
 	}
 }
 
-// raiseAboveLive raises the runtime's limit to twice live when it is under live and a half,
-// and returns the limit it leaves.
+// raiseAboveLive raises the runtime's limit as limitAboveLive says, and returns the limit it
+// leaves.
 func raiseAboveLive(live int64) int64 {
 	limit := debug.SetMemoryLimit(-1)
 	if raised, ok := limitAboveLive(limit, live); ok {
@@ -106,10 +107,10 @@ func raiseAboveLive(live int64) int64 {
 // limitAboveLive is the limit an auto limit must rise to, to keep collection proportional to
 // what is live (ok: it must rise).
 func limitAboveLive(limit, live int64) (int64, bool) {
-	if live <= 0 || live > math.MaxInt64/2 || limit >= live+live/2 {
+	if live <= 0 || live > math.MaxInt64/2 || limit >= live+live/5 {
 		return limit, false
 	}
-	return 2 * live, true
+	return live + live/2, true
 }
 
 // goLiveHeap is the heap the last collection found live (0: unknown).
