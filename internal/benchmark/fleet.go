@@ -466,6 +466,7 @@ func (f *fleet) outage(ctx context.Context, arns []string, mode string) (FleetRo
 	f.finish(ctx, &row, arns, back, end, stats, early, 0)
 	row.Cleanups = int(f.removed.Load() - removed)
 	row.Herd = float64(f.plane.g.busiest(back, back.Add(30*time.Second))) / f.o.RPS
+	f.logf("%s outage: requests (429s) each second from the return: %s", mode, f.plane.g.perSecond(back, back.Add(20*time.Second)))
 	return row, ctx.Err()
 }
 
@@ -643,6 +644,27 @@ func (g *gate) count(from, to time.Time) (n, throttled int) {
 		}
 	}
 	return n, throttled
+}
+
+// perSecond lists the state-change requests (429s in brackets) in each second of [from, to).
+func (g *gate) perSecond(from, to time.Time) string {
+	n := int(to.Sub(from) / time.Second)
+	all, th := make([]int, n), make([]int, n)
+	g.mu.Lock()
+	for _, h := range g.hits {
+		if i := int(h.at.Sub(from) / time.Second); !h.at.Before(from) && i < n {
+			all[i]++
+			if h.throttled {
+				th[i]++
+			}
+		}
+	}
+	g.mu.Unlock()
+	var b strings.Builder
+	for i := range all {
+		fmt.Fprintf(&b, " %d(%d)", all[i], th[i])
+	}
+	return b.String()
 }
 
 // busiest is the most state-change requests in any 1-second window within [from, to].

@@ -158,19 +158,27 @@ func (s *Submitter) spreadQuiet(now time.Time) bool {
 // now (spreadQuiet).
 func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
 
-// Answered says the control plane answered something (a poll): an outage's backoff is over.
-// An agent that has learnt the fleet's burst keeps its schedule — its retries already come
-// once a burst, in its slot's order, so the fleet comes back at the rate — unless that is
-// further off than one burst; one that has not retries now, not when a backoff grown blind
-// through the outage would have it.
-func (s *Submitter) Answered(now time.Time) {
-	if s.p.Naive || s.streak != protocol.Network || s.inflight || !now.Before(s.next) {
+// Answered says the control plane answered something (a poll); outage says the poller had
+// found it unreachable until now. An outage's backoff is over, and the fleet comes back in the
+// order the throttle last served it, from the return: each agent's next report goes at its
+// slot counted from now (+5%), whether a retry was due sooner or later, and so does a burst
+// still waiting for its slot when the control plane went away (its slot counted from before
+// the outage would land the fleet's early and late places on the same seconds). Every agent
+// learns of the return within a poll of it, so the fleet arrives at about the throttle's rate
+// rather than all in the first seconds; an agent with no slot (never throttled, or among the
+// first) reports now.
+func (s *Submitter) Answered(now time.Time, outage bool) {
+	if s.p.Naive || s.inflight {
 		return
 	}
-	s.bo.Reset()
-	if d := max(s.slot, s.depth); now.Add(d * 11 / 10).Before(s.next) {
-		s.next = now.Add(d)
+	switch {
+	case s.streak == protocol.Network:
+		s.bo.Reset()
+	case outage && s.burst && s.streak == "" && now.Before(s.next):
+	default:
+		return
 	}
+	s.next = now.Add(s.slot + s.spread(s.slot/20))
 }
 
 // outageWait is the wait before retrying a report nothing answered (backoff: the backoff's
@@ -179,8 +187,8 @@ func (s *Submitter) Answered(now time.Time) {
 // within one period of it, so the period must be about what the throttle needs for the whole
 // fleet; slower leaves tokens idle when the control plane is back.
 func (s *Submitter) outageWait(backoff time.Duration) time.Duration {
-	if d := max(s.slot, s.depth); d > 0 {
-		return max(time.Duration(float64(d)*(0.9+0.2*s.rng.Float64())), s.p.Initial)
+	if max(s.slot, s.depth) > 0 {
+		return s.jittered(s.p.Max)
 	}
 	return backoff
 }
