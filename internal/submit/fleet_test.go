@@ -54,7 +54,7 @@ type fleetModel struct {
 	sends    []time.Time // every request's arrival
 	early    int         // requests sent before their agent's Retry-After had passed
 	rng      *rand.Rand
-	downTill time.Time   // until then nothing answers: a report fails as refused, a poll too
+	downTill time.Time // until then nothing answers: a report fails as refused, a poll too
 	polls    []*pollModel
 }
 
