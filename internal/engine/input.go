@@ -46,8 +46,8 @@ type PayloadInput struct {
 type PollInput struct {
 	Payloads []protocol.Payload
 	Done     chan error
-	// Outage: polls failed to reach the control plane until this one (the reporter places its
-	// next report by its slot from now: submit.Answered).
+	// Outage: the poll before this one failed to reach the control plane; the reporter places
+	// its next report by its slot from now (submit.Answered).
 	Outage bool
 }
 

@@ -204,3 +204,22 @@ func TestFleetModelStormMeetsTheTargetsUnderTurns(t *testing.T) {
 		}
 	}
 }
+
+// A report caught in a hanging outage fails only at the return, after a poll was answered: the
+// control plane is back, so the report goes at its slot from then — not a longest backoff
+// later, as a report that nothing answered would (bench fleet's hanging outage drained at 2.8×
+// its floor, its last agents a whole backoff late).
+func TestAReportFailingAfterTheReturnGoesAtItsSlot(t *testing.T) {
+	s := New(Policy{Seed: 16})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	slot := s.Pace()
+	sent := t0.Add(time.Minute)
+	out := s.BeginAt(sent, batch("c-9"))
+	back := sent.Add(10 * time.Second)
+	s.Answered(back, true) // a poll answered while the report hangs
+	failed := back.Add(10 * time.Millisecond)
+	s.Done(failed, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset by peer")})
+	if at := s.NextAttempt().Sub(failed); at < slot || at > slot*105/100 {
+		t.Fatalf("a report failing after a poll was answered retries %v later; want its slot, %v (+5%%)", at, slot)
+	}
+}

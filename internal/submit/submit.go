@@ -69,6 +69,7 @@ type Submitter struct {
 	drained    bool          // the last report carried every pending change and settled
 	drainedAt  time.Time     // when it settled
 	assignedAt time.Time     // when a poll last brought payloads
+	answeredAt time.Time     // when a poll was last answered
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
