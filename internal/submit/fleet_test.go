@@ -54,7 +54,8 @@ type fleetModel struct {
 	sends    []time.Time // every request's arrival
 	early    int         // requests sent before their agent's Retry-After had passed
 	rng      *rand.Rand
-	downTill time.Time // until then nothing answers: a report fails as refused, a poll too
+	noise    time.Duration // each agent's changes arrive up to this late (a busy host)
+	downTill time.Time     // until then nothing answers: a report fails as refused, a poll too
 	polls    []*pollModel
 }
 
@@ -97,7 +98,14 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 	start := m.now
 	for i := range m.agents {
 		for w := 0; w < n; w++ {
-			heap.Push(&m.q, wake{at: first.Add(time.Duration(w) * gap), agent: i, add: k})
+			lag := time.Duration(m.rng.Float64() * float64(m.noise))
+			if m.noise > 0 && w == 0 {
+				// The payloads reach this agent lag late (a busy host), its changes up to as
+				// much later again.
+				m.agents[i].sub.Assigned(first.Add(lag))
+				lag += time.Duration(m.rng.Float64() * float64(m.noise))
+			}
+			heap.Push(&m.q, wake{at: first.Add(time.Duration(w)*gap + lag), agent: i, add: k})
 		}
 	}
 	seq := 0
@@ -347,6 +355,7 @@ func TestFleetModelKeepsRetryAfter(t *testing.T) {
 }
 
 // Tuning aid, not a check: AGENTD_FLEET_MODEL=1 go test -run FleetModel -v ./internal/submit
+// (NOISE=300ms: each agent's payloads and then its changes arrive up to that late, a busy host).
 // Like `agentd bench fleet`: each round, the tasks start (three waves of changes, reported
 // under the throttle), then every task stops at once (the storm, measured); what the fleet
 // learnt carries over to the next round. Each fleet size runs with three sets of seeds, under
@@ -371,6 +380,9 @@ func fleetModelRounds(t *testing.T, n int, mode string) {
 	var sumX, sumTh, sumRatio, storms float64
 	for set := 0; set < modelSets(); set++ {
 		m := newFleetModel(n, rps, burst, Policy{}, uint64(set*n), mode)
+		if v := os.Getenv("NOISE"); v != "" {
+			m.noise, _ = time.ParseDuration(v)
+		}
 		for round := 1; round <= 4; round++ {
 			m.waves(20, 3, 100*time.Millisecond)
 			m.quiet(30 * time.Second)
