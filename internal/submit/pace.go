@@ -45,6 +45,9 @@ const (
 	// maxAssignLag bounds how long after payloads arrived the changes that follow still count
 	// from their arrival.
 	maxAssignLag = 30 * time.Second
+	// hung is how long a report must have been held before it failed to count as held by a
+	// control plane that is there (a refused connection fails in milliseconds).
+	hung = time.Second
 )
 
 // throttled is the wait after a 429 with Retry-After ra: at least ra, then a random point of
@@ -190,11 +193,12 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 // places the report from it; a report retried about once its own place was the probe before,
 // and brought the fleet back at R·ln(depth/t) in the first seconds (a herd of 3–4× the rate:
 // the early places retry every second).
-func (s *Submitter) outageWait(backoff time.Duration) time.Duration {
-	if s.answeredAt.After(s.lastSend) {
-		// The control plane answered a poll while this report was on its way (a report caught
-		// in a hanging outage fails at the return): it is back, so the report goes at its slot
-		// from now, as Answered would have placed it.
+func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Duration {
+	if s.answeredAt.After(s.lastSend) || now.Sub(s.lastSend) >= hung {
+		// The control plane answered a poll while this report was on its way, or held the
+		// report and then cut it (a hanging outage ends so, at the return, when the agent's
+		// long poll begun before it may not even have failed): it is back, so the report goes
+		// at its slot from now, as Answered would have placed it.
 		return max(s.slot+s.spread(s.slot/20), s.p.Initial)
 	}
 	if max(s.slot, s.depth) > 0 {

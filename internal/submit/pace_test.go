@@ -223,3 +223,19 @@ func TestAReportFailingAfterTheReturnGoesAtItsSlot(t *testing.T) {
 		t.Fatalf("a report failing after a poll was answered retries %v later; want its slot, %v (+5%%)", at, slot)
 	}
 }
+
+// A report held by a hanging control plane and cut at its return, while the agent's long poll
+// begun before the outage has not failed, goes at its slot from then too — not a longest
+// backoff later (the hanging outage's last agents came 15–25 s after the return, 2.8× the floor).
+func TestAReportHeldAndCutGoesAtItsSlot(t *testing.T) {
+	s := New(Policy{Seed: 17})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	slot := s.Pace()
+	sent := t0.Add(time.Minute)
+	out := s.BeginAt(sent, batch("c-9"))
+	cut := sent.Add(5 * time.Second)
+	s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")})
+	if at := s.NextAttempt().Sub(cut); at < slot || at > slot*105/100 {
+		t.Fatalf("a report held 5 s and cut retries %v later; want its slot, %v (+5%%)", at, slot)
+	}
+}

@@ -244,7 +244,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	default:
 		wait = s.bo.NextBackOff()
 		if r.Outcome == protocol.Network {
-			wait = s.outageWait(wait)
+			wait = s.outageWait(now, wait)
 		}
 		s.health = ""
 	}
