@@ -46,8 +46,9 @@ const (
 	// from their arrival.
 	maxAssignLag = 30 * time.Second
 	// hung is how long a report must have been held before it failed to count as held by a
-	// control plane that is there (a refused connection fails in milliseconds).
-	hung = time.Second
+	// control plane that is there (a refused connection fails in milliseconds; a report sent just
+	// before a hanging outage ends is held only that long).
+	hung = 100 * time.Millisecond
 )
 
 // throttled is the wait after a 429 with Retry-After ra: at least ra, then a random point of
