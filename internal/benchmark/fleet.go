@@ -415,6 +415,7 @@ func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration)
 	}
 	row.Finished = f.await(ctx, arns, "STOPPED", start.Add(f.limit(row.FloorSeconds)+latency))
 	end := time.Now()
+	f.logf("storm: requests (429s) each second from the stop: %s; agents by requests sent: %s", f.plane.g.perSecond(start, start.Add(20*time.Second)), f.plane.g.perAgent(start, end))
 	f.finish(ctx, &row, arns, start, end, stats, early, latency)
 	row.Cleanups = int(f.removed.Load() - removed)
 	return row, ctx.Err()
@@ -466,6 +467,7 @@ func (f *fleet) outage(ctx context.Context, arns []string, mode string) (FleetRo
 	f.finish(ctx, &row, arns, back, end, stats, early, 0)
 	row.Cleanups = int(f.removed.Load() - removed)
 	row.Herd = float64(f.plane.g.busiest(back, back.Add(30*time.Second))) / f.o.RPS
+	f.logf("%s outage: requests (429s) each second from the return: %s; agents by requests sent: %s", mode, f.plane.g.perSecond(back, back.Add(20*time.Second)), f.plane.g.perAgent(back, end))
 	return row, ctx.Err()
 }
 
@@ -571,6 +573,7 @@ type gate struct {
 type hit struct {
 	at        time.Time
 	throttled bool
+	agent     string // the request's path, which names the agent
 }
 
 type statusWriter struct {
@@ -609,7 +612,7 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
 	g.h.ServeHTTP(sw, r)
 	g.mu.Lock()
-	g.hits = append(g.hits, hit{at: at, throttled: sw.code == http.StatusTooManyRequests})
+	g.hits = append(g.hits, hit{at: at, throttled: sw.code == http.StatusTooManyRequests, agent: r.URL.Path})
 	g.mu.Unlock()
 }
 
@@ -643,6 +646,44 @@ func (g *gate) count(from, to time.Time) (n, throttled int) {
 		}
 	}
 	return n, throttled
+}
+
+// perSecond lists the state-change requests (429s in brackets) in each second of [from, to).
+func (g *gate) perSecond(from, to time.Time) string {
+	n := int(to.Sub(from) / time.Second)
+	all, th := make([]int, n), make([]int, n)
+	g.mu.Lock()
+	for _, h := range g.hits {
+		if i := int(h.at.Sub(from) / time.Second); !h.at.Before(from) && i < n {
+			all[i]++
+			if h.throttled {
+				th[i]++
+			}
+		}
+	}
+	g.mu.Unlock()
+	var b strings.Builder
+	for i := range all {
+		fmt.Fprintf(&b, " %d(%d)", all[i], th[i])
+	}
+	return b.String()
+}
+
+// perAgent says how many agents sent 1, 2, 3 and more state-change requests in [from, to].
+func (g *gate) perAgent(from, to time.Time) string {
+	g.mu.Lock()
+	n := map[string]int{}
+	for _, h := range g.hits {
+		if !h.at.Before(from) && !h.at.After(to) {
+			n[h.agent]++
+		}
+	}
+	g.mu.Unlock()
+	var by [4]int
+	for _, c := range n {
+		by[min(c, 4)-1]++
+	}
+	return fmt.Sprintf("1: %d, 2: %d, 3: %d, 4+: %d", by[0], by[1], by[2], by[3])
 }
 
 // busiest is the most state-change requests in any 1-second window within [from, to].

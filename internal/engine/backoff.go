@@ -40,7 +40,11 @@ func seededRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed
 
 // NextBackOff is the wait before the next try.
 func (b *seeded) NextBackOff() time.Duration {
-	d := b.shape.NextBackOff()
+	return b.jittered(b.shape.NextBackOff())
+}
+
+// jittered spreads d as every step is spread.
+func (b *seeded) jittered(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 - jitter + 2*jitter*b.rng.Float64()))
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -266,4 +267,30 @@ func TestResumedExitStreamHandsInTheCursorsNanosecondOnce(t *testing.T) {
 	}
 	handedIn("b")
 	handedIn("c")
+}
+
+// httpStatusErr is a poll answered with an error status.
+type httpStatusErr int
+
+func (e httpStatusErr) Error() string   { return fmt.Sprintf("HTTP %d", int(e)) }
+func (e httpStatusErr) HTTPStatus() int { return int(e) }
+
+// Fails when the poller's backoff grows past a few seconds while the control plane cannot be
+// reached (poller.go unreachablePoll): the poll is how each agent learns of the return and
+// places its reports from it, so a wait grown to 30 s made the fleet's drain after an outage
+// its slowest poller's. A control plane that answers errors still gets the grown backoff.
+func TestUnreachableControlPlaneIsPolledEveryFewSeconds(t *testing.T) {
+	clk, cp := newSteppedClock(), &scriptedPolls{next: make(chan error)}
+	e := New(Config{Seed: 1}, nil, nil, cp, clk, nil, zerolog.Nop())
+	runAlone(t, e, e.poller)
+	down := errors.New("dial tcp 127.0.0.1:8080: connect: connection refused")
+	for i := 0; i < 10; i++ {
+		if w := growBackoff(t, clk, 1, func() { send(t, cp.next, down, "failed poll") }); w > 3*time.Second {
+			t.Fatalf("refused poll %d waits %v before the next; want at most 3 s (2 s, jittered)", i+1, w)
+		}
+	}
+	send(t, cp.next, nil, "answered poll")
+	if grown := growBackoff(t, clk, 10, func() { send(t, cp.next, error(httpStatusErr(503)), "poll answered 503") }); grown <= 3*time.Second {
+		t.Fatalf("after ten polls answered 503 the wait is %v; want the backoff grown past 3 s", grown)
+	}
 }

@@ -14,7 +14,7 @@ func (e *Engine) handle(in Input) {
 		e.handlePayload(now, in)
 	case PollInput:
 		if e.sub != nil {
-			e.sub.Answered(now) // the control plane answers: an outage's backoff is over
+			e.sub.Answered(now, in.Outage) // the control plane answers: an outage's backoff is over
 			if len(in.Payloads) > 0 {
 				e.sub.Assigned(now) // what follows is the fleet's burst, begun now for every agent
 			}

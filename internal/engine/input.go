@@ -46,6 +46,9 @@ type PayloadInput struct {
 type PollInput struct {
 	Payloads []protocol.Payload
 	Done     chan error
+	// Outage: the poll before this one failed to reach the control plane; the reporter places
+	// its next report by its slot from now (submit.Answered).
+	Outage bool
 }
 
 // ActionResult is a finished runtime call, its outcome already sorted by kind.

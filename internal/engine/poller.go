@@ -40,13 +40,14 @@ func (e *Engine) poller(ctx context.Context) {
 			}
 			continue
 		}
+		outage := s.kind == "transport"
 		s.answered()
 		// The whole poll goes to the loop as one input, so its payloads are journaled in one
 		// burst and one commit — not a commit each, which made admitting tasks cost a commit
 		// per task and bounded a busy host by its fsync latency — and all or none, in order,
 		// so no payload is journaled behind a later one of the same poll that failed. An
 		// empty poll goes too: an answer, the reporter's outage is over.
-		journaled, err := e.handOver(ctx, payloads)
+		journaled, err := e.handOver(ctx, payloads, outage)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -59,6 +60,9 @@ func (e *Engine) poller(ctx context.Context) {
 		s.bo.Reset()
 	}
 }
+
+// unreachablePoll is the longest wait between polls that found the control plane unreachable.
+const unreachablePoll = 2 * time.Second
 
 // pollStreak is the poller's failures in a row: their kind ("" while polls work), how many,
 // and the backoff between them.
@@ -73,6 +77,12 @@ type pollStreak struct {
 // report answered meanwhile ends the wait (the control plane is back).
 func (s *pollStreak) fail(ctx context.Context, err error, kind, what string) {
 	wait := s.bo.NextBackOff()
+	if kind == "transport" && wait > unreachablePoll {
+		// While the control plane cannot be reached the poll is the fleet's cheap probe: each
+		// agent learns of the return within a few seconds and places its reports from then
+		// (submit.Answered), rather than a grown backoff — up to 30 s — later.
+		wait = s.bo.jittered(unreachablePoll)
+	}
 	s.failures++
 	if kind != s.kind {
 		s.e.log.Warn().Err(err).Dur("retry_in", wait).Msg(what)
@@ -96,8 +106,8 @@ func (s *pollStreak) answered() {
 
 // handOver gives a poll's payloads to the loop and waits for its answer (journaled: there
 // were payloads and the loop answered nil).
-func (e *Engine) handOver(ctx context.Context, payloads []protocol.Payload) (bool, error) {
-	in := PollInput{Payloads: payloads}
+func (e *Engine) handOver(ctx context.Context, payloads []protocol.Payload, outage bool) (bool, error) {
+	in := PollInput{Payloads: payloads, Outage: outage}
 	var done chan error
 	if len(payloads) > 0 {
 		done = make(chan error, 1)

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"testing"
@@ -29,6 +30,7 @@ type wake struct {
 	agent int
 	reply bool // the answer to the report in flight arrives
 	add   int  // this many new changes arrive
+	poll  bool // the agent's poller polls (an outage)
 }
 
 type wakes []wake
@@ -51,6 +53,19 @@ type fleetModel struct {
 	throttle int
 	sends    []time.Time // every request's arrival
 	early    int         // requests sent before their agent's Retry-After had passed
+	rng      *rand.Rand
+	noise    time.Duration // each agent's changes arrive up to this late (a busy host)
+	downTill time.Time     // until then nothing answers: a report fails as refused, a poll too
+	polls    []*pollModel
+}
+
+// pollModel is an agent's poller while the control plane is away: failed polls retried with
+// the engine's backoff (250 ms doubling to pollCap, ±50%), the first answered one ending the
+// reporter's outage (Answered); an answered report ends the poller's wait at once.
+type pollModel struct {
+	failing bool
+	wait    time.Duration
+	at      time.Time // the next poll
 }
 
 // newFleetModel is n submitters against the reference control plane's own throttle, whose
@@ -60,7 +75,7 @@ func newFleetModel(n int, rps float64, burst int, p Policy, seed uint64, mode st
 	if err != nil {
 		panic(err)
 	}
-	m := &fleetModel{b: th, rtt: 2 * time.Millisecond, now: t0}
+	m := &fleetModel{b: th, rtt: 2 * time.Millisecond, now: t0, rng: rand.New(rand.NewPCG(seed, 7))}
 	for i := 0; i < n; i++ {
 		p.Seed = seed + uint64(i+1)
 		m.agents = append(m.agents, &modelAgent{sub: New(p)})
@@ -75,10 +90,22 @@ func (m *fleetModel) storm(k int) (time.Duration, []time.Duration) { return m.wa
 // waves gives every agent k new changes n times, gap apart (tasks starting: pulled, created,
 // running), and runs until all are settled.
 func (m *fleetModel) waves(k, n int, gap time.Duration) (time.Duration, []time.Duration) {
+	return m.wavesFrom(m.now, k, n, gap)
+}
+
+// wavesFrom is waves with the first changes arriving at first.
+func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (time.Duration, []time.Duration) {
 	start := m.now
 	for i := range m.agents {
 		for w := 0; w < n; w++ {
-			heap.Push(&m.q, wake{at: m.now.Add(time.Duration(w) * gap), agent: i, add: k})
+			lag := time.Duration(m.rng.Float64() * float64(m.noise))
+			if m.noise > 0 && w == 0 {
+				// The payloads reach this agent lag late (a busy host), its changes up to as
+				// much later again.
+				m.agents[i].sub.Assigned(first.Add(lag))
+				lag += time.Duration(m.rng.Float64() * float64(m.noise))
+			}
+			heap.Push(&m.q, wake{at: first.Add(time.Duration(w)*gap + lag), agent: i, add: k})
 		}
 	}
 	seq := 0
@@ -93,6 +120,11 @@ func (m *fleetModel) waves(k, n int, gap time.Duration) (time.Duration, []time.D
 		if w.reply {
 			m.answer(w.agent, a)
 			continue
+		}
+		if w.poll {
+			if !m.poll(w.agent, w.at) {
+				continue
+			}
 		}
 		if len(a.pending) == 0 || a.sub.InFlight() {
 			continue
@@ -119,7 +151,16 @@ func (m *fleetModel) answer(i int, a *modelAgent) {
 	m.requests++
 	m.sends = append(m.sends, m.now)
 	var r protocol.ReportResult
-	if ok, after := m.b.Take(m.now, fmt.Sprint(i)); ok {
+	if m.now.Before(m.downTill) {
+		r = protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")}
+	} else if m.polls != nil && m.polls[i].failing {
+		// Answered: the poller stops waiting and polls now.
+		m.polls[i].at = m.now
+		heap.Push(&m.q, wake{at: m.now.Add(m.rtt), agent: i, poll: true})
+	}
+	if r.Outcome == protocol.Network {
+		// nothing answered
+	} else if ok, after := m.b.Take(m.now, fmt.Sprint(i)); ok {
 		r = protocol.ReportResult{Outcome: protocol.Settled}
 		for _, c := range a.inSent {
 			r.Accepted = append(r.Accepted, c.ID)
@@ -143,6 +184,63 @@ func (m *fleetModel) answer(i int, a *modelAgent) {
 		}
 		heap.Push(&m.q, wake{at: next, agent: i})
 	}
+}
+
+// poll is agent i's poller polling at at; it says whether the poll was answered (the
+// reporter then goes on as after any wake).
+func (m *fleetModel) poll(i int, at time.Time) bool {
+	p := m.polls[i]
+	if !p.failing || at.Before(p.at) {
+		return false // an earlier poll already answered, or this wake was overtaken
+	}
+	if at.Before(m.downTill) {
+		p.wait = min(max(2*p.wait, 250*time.Millisecond), pollCap)
+		d := time.Duration(float64(p.wait) * (0.5 + m.rng.Float64()))
+		p.at = at.Add(d)
+		heap.Push(&m.q, wake{at: p.at, agent: i, poll: true})
+		return false
+	}
+	p.failing = false
+	m.agents[i].sub.Answered(at, true)
+	return true
+}
+
+// outage takes the control plane away for d; halfway through, every agent gets k new changes
+// (the tasks' containers exit); it returns when the control plane came back, and the run goes
+// on until every change is settled.
+func (m *fleetModel) outage(k int, d time.Duration) (back time.Time, took time.Duration, per []time.Duration) {
+	start := m.now
+	m.downTill = start.Add(d)
+	m.polls = make([]*pollModel, len(m.agents))
+	for i := range m.agents {
+		m.polls[i] = &pollModel{failing: true, wait: 125 * time.Millisecond}
+		// The long polls break at the outage's start, each agent's poller retrying from then.
+		heap.Push(&m.q, wake{at: start.Add(time.Duration(m.rng.Float64() * float64(10*time.Millisecond))), agent: i, poll: true})
+	}
+	// Changes arrive halfway through.
+	m.now = start
+	took, per = m.wavesFrom(start.Add(d/2), k, 1, 0)
+	m.polls = nil
+	return m.downTill, took, per
+}
+
+// busiest is the most requests that arrived in any 1-s window of [from, to].
+func (m *fleetModel) busiest(from, to time.Time) int {
+	var at []time.Time
+	for _, t := range m.sends {
+		if !t.Before(from) && !t.After(to) {
+			at = append(at, t)
+		}
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	best := 0
+	for i, j := 0, 0; j < len(at); j++ {
+		for at[j].Sub(at[i]) >= time.Second {
+			i++
+		}
+		best = max(best, j-i+1)
+	}
+	return best
 }
 
 // quiet lets time pass with nothing to report.
@@ -232,7 +330,7 @@ func TestAnsweredEndsOutageBackoff(t *testing.T) {
 		t.Fatalf("backoff after 13 refused connections is %v; the test needs it grown", w)
 	}
 	polled := now.Add(time.Second)
-	s.Answered(polled)
+	s.Answered(polled, true)
 	if !s.Ready(polled) {
 		t.Fatalf("a successful poll left the reporter waiting until %v", s.NextAttempt())
 	}
@@ -257,6 +355,7 @@ func TestFleetModelKeepsRetryAfter(t *testing.T) {
 }
 
 // Tuning aid, not a check: AGENTD_FLEET_MODEL=1 go test -run FleetModel -v ./internal/submit
+// (NOISE=300ms: each agent's payloads and then its changes arrive up to that late, a busy host).
 // Like `agentd bench fleet`: each round, the tasks start (three waves of changes, reported
 // under the throttle), then every task stops at once (the storm, measured); what the fleet
 // learnt carries over to the next round. Each fleet size runs with three sets of seeds, under
@@ -281,6 +380,9 @@ func fleetModelRounds(t *testing.T, n int, mode string) {
 	var sumX, sumTh, sumRatio, storms float64
 	for set := 0; set < modelSets(); set++ {
 		m := newFleetModel(n, rps, burst, Policy{}, uint64(set*n), mode)
+		if v := os.Getenv("NOISE"); v != "" {
+			m.noise, _ = time.ParseDuration(v)
+		}
 		for round := 1; round <= 4; round++ {
 			m.waves(20, 3, 100*time.Millisecond)
 			m.quiet(30 * time.Second)
@@ -317,4 +419,93 @@ func modelSets() int {
 		return 8
 	}
 	return 3
+}
+
+// Tuning aid, not a check: AGENTD_FLEET_MODEL=1 go test -run FleetModelOutage -v ./internal/submit
+// Like `agentd bench fleet`'s outage: the tasks start under the throttle, a storm, then the
+// control plane is away for 10 s or 60 s while the tasks stop; the herd factor (the busiest
+// second of the first 30 s back ÷ rps) and the drain ÷ floor.
+func TestFleetModelOutage(t *testing.T) {
+	if v := os.Getenv("POLLCAP"); v != "" {
+		pollCap, _ = time.ParseDuration(v)
+	}
+	if os.Getenv("AGENTD_FLEET_MODEL") == "" {
+		t.Skip("tuning aid: set AGENTD_FLEET_MODEL=1")
+	}
+	for _, mode := range []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken} {
+		for _, d := range []time.Duration{10 * time.Second, 60 * time.Second} {
+			worst, sum, sumX := 0.0, 0.0, 0.0
+			for set := 0; set < modelSets(); set++ {
+				herd, x, share := modelOutage(200, 20, 20, uint64(set*200), mode, d)
+				t.Logf("%s outage %v seeds %d: herd %.2f, drain %.2f× floor, %.0f%% 429", mode, d, set, herd, x, 100*share)
+				worst, sum, sumX = max(worst, herd), sum+herd, sumX+x
+			}
+			t.Logf("%s outage %v: herd mean %.2f worst %.2f, drain mean %.2f×", mode, d, sum/float64(modelSets()), worst, sumX/float64(modelSets()))
+		}
+	}
+}
+
+// modelOutage is one fleet as `bench fleet` runs it (the tasks start, a storm, then an outage
+// of d while the tasks stop): the herd factor, the drain ÷ floor and the share of 429s after
+// the return.
+func modelOutage(n int, rps float64, burst int, seed uint64, mode string, d time.Duration) (herd, vsFloor, share float64) {
+	floor := (float64(n) - float64(burst)) / rps
+	m := newFleetModel(n, rps, burst, Policy{}, seed, mode)
+	m.waves(20, 3, 100*time.Millisecond)
+	m.quiet(30 * time.Second)
+	m.storm(20)
+	m.quiet(30 * time.Second)
+	m.waves(20, 3, 100*time.Millisecond)
+	m.quiet(30 * time.Second)
+	r0, th0 := m.requests, m.throttle
+	if os.Getenv("AGENTD_FLEET_MODEL") == "debug" {
+		var ds, ss []float64
+		for _, a := range m.agents {
+			ds, ss = append(ds, a.sub.depth.Seconds()), append(ss, a.sub.slot.Seconds())
+		}
+		slices.Sort(ds)
+		slices.Sort(ss)
+		fmt.Printf("depth p0/10/50/90/100 %.1f/%.1f/%.1f/%.1f/%.1f slot %.1f/%.1f/%.1f/%.1f/%.1f\n", ds[0], ds[n/10], ds[n/2], ds[n*9/10], ds[n-1], ss[0], ss[n/10], ss[n/2], ss[n*9/10], ss[n-1])
+	}
+	back, _, _ := m.outage(20, d)
+	if os.Getenv("AGENTD_FLEET_MODEL") == "debug" {
+		per := make([]int, 20)
+		for _, t := range m.sends {
+			if i := int(t.Sub(back) / time.Second); !t.Before(back) && i < 20 {
+				per[i]++
+			}
+		}
+		fmt.Println("per second:", per)
+	}
+	var last time.Time
+	var st []float64
+	for _, a := range m.agents {
+		if a.settled.After(last) {
+			last = a.settled
+		}
+		st = append(st, a.settled.Sub(back).Seconds())
+	}
+	drain := last.Sub(back)
+	if os.Getenv("AGENTD_FLEET_MODEL") == "debug" {
+		slices.Sort(st)
+		fmt.Printf("settled after the return p0/10/50/90/99/100: %.1f/%.1f/%.1f/%.1f/%.1f/%.1f\n", st[0], st[n/10], st[n/2], st[n*9/10], st[n*99/100], st[n-1])
+	}
+	herd = float64(m.busiest(back, back.Add(30*time.Second))) / rps
+	return herd, drain.Seconds() / floor, float64(m.throttle-th0) / float64(m.requests-r0)
+}
+
+// pollCap is the engine poller's longest wait while the control plane is unreachable
+// (engine.unreachablePoll; POLLCAP= overrides it in the tuning aid).
+var pollCap = 2 * time.Second
+
+// A model fleet of 200 agents through the bench's outages (10 s and 60 s, the tasks stopping
+// halfway) against the reference control plane's turns: the fleet comes back within twice the
+// throttle's rate (herd factor ≤ 2) and drains within 1.5× the floor.
+func TestFleetModelOutageComesBackAtTheRate(t *testing.T) {
+	for _, d := range []time.Duration{10 * time.Second, 60 * time.Second} {
+		herd, x, _ := modelOutage(200, 20, 20, 0, controlplane.RetryAfterTurn, d)
+		if herd > 2 || x > 1.5 {
+			t.Fatalf("outage %v: herd factor %.2f, drain %.2f× the floor; want ≤ 2 and ≤ 1.5×", d, herd, x)
+		}
+	}
 }

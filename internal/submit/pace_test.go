@@ -2,6 +2,7 @@ package submit
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -107,28 +108,79 @@ func TestRetryWindowFollowsWhetherRetriesAreServed(t *testing.T) {
 	}
 }
 
-// While nothing answers, an agent that has learnt its place retries about once the fleet's
-// burst (not at a backoff grown blind, not every few hundred milliseconds), and a poll answered
-// meanwhile does not pull its retry in: the fleet keeps coming back in its slots' order.
-func TestOutageRetriesComeOnceABurst(t *testing.T) {
+// While nothing answers, an agent that has learnt its place retries its report rarely (about
+// once the longest backoff: the poller is the cheap probe of the return), and the first poll
+// answered places the report at the agent's slot counted from that answer — not at once, which
+// brought the whole fleet back in its first seconds (herd 3–4× the rate), nor when a grown
+// backoff ends.
+func TestOutageRetriesComeRarelyAndTheReturnPlacesThemBySlot(t *testing.T) {
 	s := New(Policy{Seed: 14})
 	throttledBurst(t, s, t0, 0, 4*time.Second)
-	burst := max(s.Pace(), s.depth)
+	slot := s.Pace()
 	now := t0.Add(time.Minute)
-	for i := 0; i < 5; i++ {
+	for i := 0; i < 3; i++ {
 		if i > 0 {
 			now = s.NextAttempt()
 		}
 		sent := s.BeginAt(now, batch("c-9"))
 		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection refused")})
-		if w := s.NextAttempt().Sub(now); w < burst*9/10 || w > burst*11/10 {
-			t.Fatalf("retry %d after a refused connection waits %v; want about the burst, %v (±10%%)", i, w, burst)
+		if w := s.NextAttempt().Sub(now); w < s.p.Max/2 {
+			t.Fatalf("retry %d after a refused connection waits %v; want about the longest backoff, %v (±50%%)", i, w, s.p.Max)
 		}
 	}
-	due := s.NextAttempt()
-	s.Answered(now.Add(100 * time.Millisecond))
-	if s.NextAttempt() != due {
-		t.Fatalf("a poll answered moved the retry from %v to %v", due, s.NextAttempt())
+	back := now.Add(time.Second)
+	s.Answered(back, true)
+	if at := s.NextAttempt().Sub(back); at < slot || at > slot*105/100 {
+		t.Fatalf("after the return the report goes %v after the answered poll; want its slot, %v (+5%%)", at, slot)
+	}
+}
+
+// 20 agents that learnt distinct places in the fleet (a throttle naming turns 1/rps apart) and
+// are back from an outage at the same moment spread their first reports over the fleet's
+// window, in their places' order — not all in one slot — and each at least at its place.
+func TestAgentsBackFromAnOutageSpreadTheirFirstReports(t *testing.T) {
+	const rps = 20
+	var firsts []time.Duration
+	back := t0.Add(2 * time.Minute)
+	for i := 0; i < 20; i++ {
+		s := New(Policy{Seed: uint64(100 + i)})
+		place := time.Duration(i+1) * time.Second / rps * 10 // 0.5 s … 10 s: a fleet of 200 at 20/s
+		throttledBurst(t, s, t0, 0, place)
+		now := t0.Add(time.Minute)
+		sent := s.BeginAt(now, batch("c-9"))
+		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection refused")})
+		s.Answered(back, true)
+		firsts = append(firsts, max(s.NextAttempt().Sub(back), 0)) // a retry due before the return goes at it
+	}
+	busiest := 0
+	for _, n := range slots(durationsFrom(back, firsts), back, time.Second) {
+		busiest = max(busiest, n)
+	}
+	if spread := slices.Max(firsts) - slices.Min(firsts); spread < 9*time.Second || busiest > 3 {
+		t.Fatalf("20 agents back from an outage send their first reports within %v, up to %d in one second (%v); want them over the fleet's ~10 s", spread, busiest, firsts)
+	}
+}
+
+// A burst still waiting for its slot when the control plane went away is placed from the
+// return too: counted from before the outage, the late places would land on the seconds the
+// early places take after the return.
+func TestABurstWaitingForItsSlotIsPlacedFromTheReturn(t *testing.T) {
+	s := New(Policy{Seed: 15})
+	throttledBurst(t, s, t0, 0, 6*time.Second)
+	slot := s.Pace()
+	start := t0.Add(time.Minute)
+	s.Assigned(start)
+	if s.Ready(start) {
+		t.Fatal("the burst's first report goes at once; the test needs it waiting for its slot")
+	}
+	back := start.Add(2 * time.Second)
+	s.Answered(back, false)
+	if at := s.NextAttempt().Sub(start); at > slot*105/100 {
+		t.Fatalf("a poll answered with no outage moved the slot to %v after the burst began; want it kept at %v", at, slot)
+	}
+	s.Answered(back, true)
+	if at := s.NextAttempt().Sub(back); at < slot || at > slot*105/100 {
+		t.Fatalf("after an outage the burst's first report goes %v after the return; want its slot, %v", at, slot)
 	}
 }
 
@@ -150,5 +202,43 @@ func TestFleetModelStormMeetsTheTargetsUnderTurns(t *testing.T) {
 		if x := d.Seconds() / floor; x > 1.25 || share > 0.25 {
 			t.Fatalf("round %d: the storm took %.2f× the floor with %.0f%% of %d requests answered 429; want ≤ 1.25× and ≤ 25%%", round, x, 100*share, m.requests-r0)
 		}
+	}
+}
+
+// A report caught in a hanging outage fails only at the return, after a poll was answered: the
+// control plane is back, so the report goes at its slot from then — not a longest backoff
+// later, as a report that nothing answered would (bench fleet's hanging outage drained at 2.8×
+// its floor, its last agents a whole backoff late).
+func TestAReportFailingAfterTheReturnGoesAtItsSlot(t *testing.T) {
+	s := New(Policy{Seed: 16})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	slot := s.Pace()
+	sent := t0.Add(time.Minute)
+	out := s.BeginAt(sent, batch("c-9"))
+	back := sent.Add(10 * time.Second)
+	s.Answered(back, true) // a poll answered while the report hangs
+	failed := back.Add(10 * time.Millisecond)
+	s.Done(failed, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset by peer")})
+	if at := s.NextAttempt().Sub(failed); at < slot || at > slot*105/100 {
+		t.Fatalf("a report failing after a poll was answered retries %v later; want its slot, %v (+5%%)", at, slot)
+	}
+}
+
+// A report held by a hanging control plane and cut at its return, while the agent's long poll
+// begun before the outage has not failed, goes at its slot from then too — not a longest
+// backoff later (the hanging outage's last agents came 15–25 s after the return, 2.8× the floor).
+func TestAReportHeldAndCutGoesAtItsSlot(t *testing.T) {
+	s := New(Policy{Seed: 17})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	slot := s.Pace()
+	sent := t0.Add(time.Minute)
+	for _, held := range []time.Duration{5 * time.Second, 300 * time.Millisecond} { // sent just before the return
+		out := s.BeginAt(sent, batch("c-9"))
+		cut := sent.Add(held)
+		s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")})
+		if at := s.NextAttempt().Sub(cut); at < slot || at > slot*105/100 {
+			t.Fatalf("a report held %v and cut retries %v later; want its slot, %v (+5%%)", held, at, slot)
+		}
+		sent = s.NextAttempt()
 	}
 }

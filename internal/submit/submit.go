@@ -10,9 +10,10 @@
 // a burst's first report at the agent's learnt slot in the fleet (pace.go), so a fleet handed one
 // stop comes back in the order the throttle served it rather than at one instant; one backoff
 // shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
-// failure streak changes kind, is replaced by about one fleet burst while the control plane
-// answers nothing, and ends as soon as it answers anything (Answered: a successful poll
-// included); slow retries on refused credentials, changes kept; a report refused as a whole
+// failure streak changes kind, is replaced by about the longest backoff while the control plane
+// answers nothing (the poller probes its return), and ends as soon as it answers anything
+// (Answered: a successful poll included), each report then going at the agent's slot from the
+// return, so the fleet comes back at about the throttle's rate; slow retries on refused credentials, changes kept; a report refused as a whole
 // (400, 413) split until the change at fault stands alone, which is then held and retried
 // alone, slowly, while the others flow (isolate.go); no report body over
 // protocol.MaxRequestBody and no reason over protocol.MaxReasonBytes; and one log line per
@@ -69,6 +70,7 @@ type Submitter struct {
 	drained    bool          // the last report carried every pending change and settled
 	drainedAt  time.Time     // when it settled
 	assignedAt time.Time     // when a poll last brought payloads
+	answeredAt time.Time     // when a poll was last answered
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -243,7 +245,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	default:
 		wait = s.bo.NextBackOff()
 		if r.Outcome == protocol.Network {
-			wait = s.outageWait(wait)
+			wait = s.outageWait(now, wait)
 		}
 		s.health = ""
 	}
