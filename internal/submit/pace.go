@@ -49,6 +49,11 @@ const (
 	// control plane that is there (a refused connection fails in milliseconds; a report sent just
 	// before a hanging outage ends is held only that long).
 	hung = 100 * time.Millisecond
+	// answerFresh is how recent a poll's answer must be for a report that failed at once to
+	// count as failing beside a control plane that is there (a connection cut at a hanging
+	// outage's return, a broken keep-alive): about the poller's probe interval while nothing
+	// answers, so a report failing in an outage the poller has not yet seen is not mistaken.
+	answerFresh = 2 * time.Second
 )
 
 // throttled is the wait after a 429 with Retry-After ra: at least ra, then a random point of
@@ -195,11 +200,12 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 // and brought the fleet back at R·ln(depth/t) in the first seconds (a herd of 3–4× the rate:
 // the early places retry every second).
 func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Duration {
-	if s.answeredAt.After(s.lastSend) || now.Sub(s.lastSend) >= hung {
-		// The control plane answered a poll while this report was on its way, or held the
-		// report and then cut it (a hanging outage ends so, at the return, when the agent's
-		// long poll begun before it may not even have failed): it is back, so the report goes
-		// at its slot from now, as Answered would have placed it.
+	if s.answeredAt.After(s.lastSend) || now.Sub(s.lastSend) >= hung || (!s.answeredAt.IsZero() && now.Sub(s.answeredAt) < answerFresh) {
+		// The control plane answered a poll while this report was on its way or just before
+		// it (a report failing within milliseconds of the return of a hanging outage, its
+		// connection cut, is not an outage: the long wait left it a tail of 15–45 s), or held
+		// the report and then cut it (a hanging outage ends so, at the return): it is back, so
+		// the report goes at its slot from now, as Answered would have placed it.
 		return max(s.slot+s.spread(s.slot/20), s.p.Initial)
 	}
 	if max(s.slot, s.depth) > 0 {

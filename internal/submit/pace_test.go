@@ -242,3 +242,29 @@ func TestAReportHeldAndCutGoesAtItsSlot(t *testing.T) {
 		sent = s.NextAttempt()
 	}
 }
+
+// A report that fails at once just after a poll was answered (its connection cut at a hanging
+// outage's return, a broken keep-alive) goes at its slot, not a longest backoff later (the
+// hanging outage left a tail of 25 s so); one that fails at once long after the last answered
+// poll is in an outage, and waits about the longest backoff.
+func TestAReportFailingBesideAnAnsweredPollGoesAtItsSlot(t *testing.T) {
+	s := New(Policy{Seed: 18})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	slot := s.Pace()
+	back := t0.Add(time.Minute)
+	s.Answered(back, true)
+	sent := back.Add(300 * time.Millisecond)
+	out := s.BeginAt(sent, batch("c-9"))
+	failed := sent.Add(5 * time.Millisecond)
+	s.Done(failed, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset by peer")})
+	if at := s.NextAttempt().Sub(failed); at < slot || at > slot*105/100 {
+		t.Fatalf("a report failing 300 ms after an answered poll retries %v later; want its slot, %v (+5%%)", at, slot)
+	}
+	sent = back.Add(10 * time.Second)
+	out = s.BeginAt(sent, batch("c-9"))
+	failed = sent.Add(5 * time.Millisecond)
+	s.Done(failed, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection refused")})
+	if w := s.NextAttempt().Sub(failed); w < s.p.Max/2 {
+		t.Fatalf("a report refused 10 s after the last answered poll retries %v later; want about the longest backoff, %v", w, s.p.Max)
+	}
+}
