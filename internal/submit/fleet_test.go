@@ -31,6 +31,7 @@ type wake struct {
 	reply bool // the answer to the report in flight arrives
 	add   int  // this many new changes arrive
 	poll  bool // the agent's poller polls (an outage)
+	cut   bool // the report was held by a hanging control plane and is cut now
 }
 
 type wakes []wake
@@ -56,6 +57,8 @@ type fleetModel struct {
 	rng      *rand.Rand
 	noise    time.Duration // each agent's changes arrive up to this late (a busy host)
 	downTill time.Time     // until then nothing answers: a report fails as refused, a poll too
+	hanging  bool          // the outage holds every request and cuts it at downTill instead
+	unaware  float64       // this share of the agents' long polls outlive a hanging outage, answered (as the bench's gate did)
 	polls    []*pollModel
 }
 
@@ -118,7 +121,7 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 			a.pending = append(a.pending, fsm.Change{ID: fmt.Sprintf("a%d-%d-%d", w.agent, start.UnixNano(), seq), Task: fmt.Sprintf("task/%d-%d", w.agent, c), Status: event.StatusStopped, At: m.now})
 		}
 		if w.reply {
-			m.answer(w.agent, a)
+			m.answer(w.agent, a, w.cut)
 			continue
 		}
 		if w.poll {
@@ -137,6 +140,10 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 			m.early++
 		}
 		a.inSent = a.sub.BeginAt(m.now, a.pending[:min(len(a.pending), a.sub.Want())])
+		if m.hanging && m.now.Before(m.downTill) {
+			heap.Push(&m.q, wake{at: m.downTill, agent: w.agent, reply: true, cut: true})
+			continue
+		}
 		heap.Push(&m.q, wake{at: m.now.Add(m.rtt), agent: w.agent, reply: true})
 	}
 	var per []time.Duration
@@ -147,11 +154,11 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 	return m.now.Sub(start), per
 }
 
-func (m *fleetModel) answer(i int, a *modelAgent) {
-	m.requests++
-	m.sends = append(m.sends, m.now)
+func (m *fleetModel) answer(i int, a *modelAgent, cut bool) {
 	var r protocol.ReportResult
-	if m.now.Before(m.downTill) {
+	if cut {
+		r = protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("EOF")}
+	} else if m.requests, m.sends = m.requests+1, append(m.sends, m.now); m.now.Before(m.downTill) {
 		r = protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")}
 	} else if m.polls != nil && m.polls[i].failing {
 		// Answered: the poller stops waiting and polls now.
@@ -214,6 +221,17 @@ func (m *fleetModel) outage(k int, d time.Duration) (back time.Time, took time.D
 	m.polls = make([]*pollModel, len(m.agents))
 	for i := range m.agents {
 		m.polls[i] = &pollModel{failing: true, wait: 125 * time.Millisecond}
+		if m.hanging && m.rng.Float64() < m.unaware {
+			m.polls[i].failing = false // its poller never sees the outage
+			continue
+		}
+		if m.hanging {
+			// Every poll is held and cut at the return; the poller asks again about 250 ms
+			// later (±50%) and is answered.
+			m.polls[i].at = m.downTill
+			heap.Push(&m.q, wake{at: m.downTill.Add(time.Duration(float64(250*time.Millisecond) * (0.5 + m.rng.Float64()))), agent: i, poll: true})
+			continue
+		}
 		// The long polls break at the outage's start, each agent's poller retrying from then.
 		heap.Push(&m.q, wake{at: start.Add(time.Duration(m.rng.Float64() * float64(10*time.Millisecond))), agent: i, poll: true})
 	}
@@ -433,14 +451,16 @@ func TestFleetModelOutage(t *testing.T) {
 		t.Skip("tuning aid: set AGENTD_FLEET_MODEL=1")
 	}
 	for _, mode := range []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken} {
-		for _, d := range []time.Duration{10 * time.Second, 60 * time.Second} {
-			worst, sum, sumX := 0.0, 0.0, 0.0
-			for set := 0; set < modelSets(); set++ {
-				herd, x, share := modelOutage(200, 20, 20, uint64(set*200), mode, d)
-				t.Logf("%s outage %v seeds %d: herd %.2f, drain %.2f× floor, %.0f%% 429", mode, d, set, herd, x, 100*share)
-				worst, sum, sumX = max(worst, herd), sum+herd, sumX+x
+		for _, kind := range []string{"refused", "hanging", "hanging-unaware"} {
+			for _, d := range []time.Duration{10 * time.Second, 60 * time.Second} {
+				worst, sum, sumX := 0.0, 0.0, 0.0
+				for set := 0; set < modelSets(); set++ {
+					herd, x, share := modelOutage(200, 20, 20, uint64(set*200), mode, d, kind)
+					t.Logf("%s %s outage %v seeds %d: herd %.2f, drain %.2f× floor, %.0f%% 429", mode, kind, d, set, herd, x, 100*share)
+					worst, sum, sumX = max(worst, herd), sum+herd, sumX+x
+				}
+				t.Logf("%s %s outage %v: herd mean %.2f worst %.2f, drain mean %.2f×", mode, kind, d, sum/float64(modelSets()), worst, sumX/float64(modelSets()))
 			}
-			t.Logf("%s outage %v: herd mean %.2f worst %.2f, drain mean %.2f×", mode, d, sum/float64(modelSets()), worst, sumX/float64(modelSets()))
 		}
 	}
 }
@@ -448,9 +468,15 @@ func TestFleetModelOutage(t *testing.T) {
 // modelOutage is one fleet as `bench fleet` runs it (the tasks start, a storm, then an outage
 // of d while the tasks stop): the herd factor, the drain ÷ floor and the share of 429s after
 // the return.
-func modelOutage(n int, rps float64, burst int, seed uint64, mode string, d time.Duration) (herd, vsFloor, share float64) {
+func modelOutage(n int, rps float64, burst int, seed uint64, mode string, d time.Duration, kind string) (herd, vsFloor, share float64) {
 	floor := (float64(n) - float64(burst)) / rps
 	m := newFleetModel(n, rps, burst, Policy{}, seed, mode)
+	switch kind {
+	case "hanging":
+		m.hanging = true
+	case "hanging-unaware":
+		m.hanging, m.unaware = true, 0.5
+	}
 	m.waves(20, 3, 100*time.Millisecond)
 	m.quiet(30 * time.Second)
 	m.storm(20)
@@ -498,14 +524,16 @@ func modelOutage(n int, rps float64, burst int, seed uint64, mode string, d time
 // (engine.unreachablePoll; POLLCAP= overrides it in the tuning aid).
 var pollCap = 2 * time.Second
 
-// A model fleet of 200 agents through the bench's outages (10 s and 60 s, the tasks stopping
+// A model fleet of 200 agents through the bench's outages (refused and hanging, 10 s and 60 s, the tasks stopping
 // halfway) against the reference control plane's turns: the fleet comes back within twice the
 // throttle's rate (herd factor ≤ 2) and drains within 1.5× the floor.
 func TestFleetModelOutageComesBackAtTheRate(t *testing.T) {
 	for _, d := range []time.Duration{10 * time.Second, 60 * time.Second} {
-		herd, x, _ := modelOutage(200, 20, 20, 0, controlplane.RetryAfterTurn, d)
-		if herd > 2 || x > 1.5 {
-			t.Fatalf("outage %v: herd factor %.2f, drain %.2f× the floor; want ≤ 2 and ≤ 1.5×", d, herd, x)
+		for _, kind := range []string{"refused", "hanging"} {
+			herd, x, _ := modelOutage(200, 20, 20, 0, controlplane.RetryAfterTurn, d, kind)
+			if herd > 2 || x > 1.5 {
+				t.Fatalf("%s outage %v: herd factor %.2f, drain %.2f× the floor; want ≤ 2 and ≤ 1.5×", kind, d, herd, x)
+			}
 		}
 	}
 }
