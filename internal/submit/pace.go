@@ -49,6 +49,12 @@ const (
 	// control plane that is there (a refused connection fails in milliseconds; a report sent just
 	// before a hanging outage ends is held only that long).
 	hung = 100 * time.Millisecond
+	// maxPlaced is how many failed reports in a row are placed at their slot as "the control
+	// plane is back" before one is answered or a poll is: a reports path that fails at the
+	// transport after holding each report 100 ms (a proxy resetting POSTs while polls pass) is
+	// an outage of its own, and retried at the slot — 100 ms with none learnt — it would have
+	// the fleet retry ten times a second each, its backoff never growing (invariant 13).
+	maxPlaced = 2
 	// answerFresh is how recent a poll's answer must be for a report that failed at once to
 	// count as failing beside a control plane that is there (a connection cut at a hanging
 	// outage's return, a broken keep-alive): about the poller's probe interval while nothing
@@ -179,7 +185,7 @@ func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
 // halfway since the last failed poll — drains sooner but brings the herd back: 2.8× in the
 // model.)
 func (s *Submitter) Answered(now time.Time, outage bool) {
-	s.answeredAt = now
+	s.answeredAt, s.placed = now, 0
 	if s.p.Naive || s.inflight {
 		return
 	}
@@ -200,7 +206,9 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 // and brought the fleet back at R·ln(depth/t) in the first seconds (a herd of 3–4× the rate:
 // the early places retry every second).
 func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Duration {
-	if s.answeredAt.After(s.lastSend) || now.Sub(s.lastSend) >= hung || (!s.answeredAt.IsZero() && now.Sub(s.answeredAt) < answerFresh) {
+	back := s.answeredAt.After(s.lastSend) || now.Sub(s.lastSend) >= hung || (!s.answeredAt.IsZero() && now.Sub(s.answeredAt) < answerFresh)
+	if back && s.placed < maxPlaced {
+		s.placed++
 		// The control plane answered a poll while this report was on its way or just before
 		// it (a report failing within milliseconds of the return of a hanging outage, its
 		// connection cut, is not an outage: the long wait left it a tail of 15–45 s), or held

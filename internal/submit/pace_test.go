@@ -268,3 +268,31 @@ func TestAReportFailingBesideAnAnsweredPollGoesAtItsSlot(t *testing.T) {
 		t.Fatalf("a report refused 10 s after the last answered poll retries %v later; want about the longest backoff, %v", w, s.p.Max)
 	}
 }
+
+// A reports path that holds each report and then fails it at the transport, while polls pass
+// (a proxy resetting POSTs after 200 ms), is an outage of its own: after two reports placed at
+// the slot, the waits grow with the backoff instead of coming every slot — 100 ms for an agent
+// that learnt none, ten requests a second from every agent of the fleet (invariant 13).
+// An answered poll allows the slot again, once more.
+func TestAReportsPathThatKeepsCuttingBacksOff(t *testing.T) {
+	s := New(Policy{Seed: 19})
+	sent := t0
+	var waits []time.Duration
+	for range 8 {
+		out := s.BeginAt(sent, batch("c-9"))
+		cut := sent.Add(200 * time.Millisecond)
+		s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset by peer")})
+		waits = append(waits, s.NextAttempt().Sub(cut))
+		sent = s.NextAttempt()
+	}
+	if last := waits[len(waits)-1]; last < 2*time.Second {
+		t.Fatalf("eight reports cut after 200 ms, no poll answered: waits %v; want the backoff grown past 2 s by the last", waits)
+	}
+	s.Answered(sent, false)
+	out := s.BeginAt(sent.Add(time.Second), batch("c-9"))
+	cut := sent.Add(time.Second + 200*time.Millisecond)
+	s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset by peer")})
+	if w := s.NextAttempt().Sub(cut); w > time.Second {
+		t.Fatalf("after an answered poll a cut report retries %v later; want its slot again (at most 1 s with none learnt)", w)
+	}
+}

@@ -71,6 +71,7 @@ type Submitter struct {
 	drainedAt  time.Time     // when it settled
 	assignedAt time.Time     // when a poll last brought payloads
 	answeredAt time.Time     // when a poll was last answered
+	placed     int           // failed reports placed at the slot since the last answer (pace.go outageWait)
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -202,7 +203,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			if s.streak == protocol.Throttled {
 				waited = now.Sub(s.streakSince)
 			}
-			s.streak, s.health, s.unjournaled, s.streakTries = "", "", 0, 0
+			s.streak, s.health, s.unjournaled, s.streakTries, s.placed = "", "", 0, 0, 0
 			s.bo.Reset()
 			s.next = s.settledPaced(now, waited)
 			s.drained, s.drainedAt = s.carried, now
