@@ -169,7 +169,7 @@ func (e *Engine) refusalProblem(r fsm.Refusal) string {
 		subject = "task " + event.Printable(r.Task)
 	}
 	msg := fmt.Sprintf("%s: payload %s acknowledged, its %s refused by the core at record %d: %s",
-		subject, event.Printable(r.MessageID), r.Record, r.Seq, r.Reason)
+		subject, event.Printable(r.MessageID), event.Printable(r.Record), r.Seq, event.PrintableText(r.Reason))
 	if r.Desired != "" {
 		msg += fmt.Sprintf(" (it asked desired %s)", r.Desired)
 	}

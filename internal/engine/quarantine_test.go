@@ -91,6 +91,23 @@ func TestARefusedPayloadRecordIsNamedAfterARestart(t *testing.T) {
 	}
 }
 
+// TestARefusalIsWordedOnOneLine: a refusal's reason and record type come from the journal (a
+// record a damaged or foreign journal may hold); the health text that words them is one line
+// with nothing a terminal or log reader would act on.
+func TestARefusalIsWordedOnOneLine(t *testing.T) {
+	r := newRig(t, time.Hour)
+	r.e.JournalPayload("m-odd", fsm.Verdict{Records: []event.Record{
+		{Event: &event.PayloadReceived{MessageID: "m-odd"}},
+		{Task: "task/odd", Event: &event.RecordRefused{MessageID: "m-odd", Record: "task_added\n", Reason: "first line\nsecond \x1b[31mred"}},
+	}})
+	r.crash()
+	r.advance(time.Second)
+	h := degraded(r, engine.HealthCoreRefusals)
+	if !strings.Contains(h, "task/odd") || strings.ContainsAny(h, "\n\x1b") {
+		t.Fatalf("the core_refusals slot words a refusal off one line: %q", h)
+	}
+}
+
 // degraded is the problem of a degraded-only slot ("" while it works); it fails the test if
 // the slot is not listed as degraded.
 func degraded(r *rig, src engine.HealthSource) string {
