@@ -3,6 +3,7 @@ package engine
 import (
 	"time"
 
+	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 )
 
@@ -60,7 +61,7 @@ func (e *Engine) handlePayload(now time.Time, in PayloadInput) {
 func (e *Engine) journalPayload(in PayloadInput, v fsm.Verdict) {
 	p := in.Payload
 	for _, s := range v.Skipped {
-		e.log.Warn().Str("message", p.MessageID).Str("problem", s).Msg("skipped")
+		e.log.Warn().Str("message", event.MessageKey(p.MessageID)).Str("problem", s).Msg("skipped")
 	}
 	if v.Duplicate {
 		e.metrics.payloads.WithLabelValues("duplicate").Inc()

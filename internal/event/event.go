@@ -9,6 +9,8 @@ package event
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -139,6 +141,22 @@ func MarshalBody(e Event) ([]byte, error) {
 		return nil, fmt.Errorf("event: encode %s: %w", e.Type(), err)
 	}
 	return b, nil
+}
+
+// MaxMessageIDBytes is the longest message id the journal holds as sent. PROTOCOL §2 sets no
+// limit, and an id is remembered until its retention ends, beyond the payload's tasks: a
+// control plane's 4 MiB ids would cost the journal and the heap 4 MiB each for a week.
+const MaxMessageIDBytes = 128
+
+// MessageKey is how the journal and the projection hold message id m: m itself, or for a longer
+// id than MaxMessageIDBytes "sha256:" and its digest in hex (71 bytes). A re-send of the id has
+// the same key, so it is recognised as held (PROTOCOL §2); its acknowledgement names m as sent.
+func MessageKey(m string) string {
+	if len(m) <= MaxMessageIDBytes {
+		return m
+	}
+	sum := sha256.Sum256([]byte(m))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // MessageOf is the payload a record was made from: the message id of a payload's records

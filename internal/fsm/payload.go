@@ -14,26 +14,32 @@ import (
 // reason), task_resent (the ARN is live or tombstoned: never started again) and
 // desired_changed (a re-sent task's desired status moved forward). The engine journals them
 // in one commit before the payload is acknowledged, so a payload is applied whole or not at
-// all, and exactly once: a message id the journal holds is a Duplicate.
+// all, and exactly once: a message id the journal holds is a Duplicate. The records carry the
+// id's event.MessageKey, which bounds what a long id costs while it is remembered.
 func (s *State) payload(p PayloadArrived) Verdict {
 	var v Verdict
 	if p.MessageID == "" {
 		v.Skipped = append(v.Skipped, fmt.Sprintf("payload without message_id (%d tasks): it cannot be acknowledged", len(p.Tasks)))
 		return v
 	}
-	if _, seen := s.Messages[p.MessageID]; seen {
+	id := event.MessageKey(p.MessageID)
+	_, seen := s.Messages[id]
+	if !seen && id != p.MessageID {
+		_, seen = s.Messages[p.MessageID] // held as sent, by a journal older than MessageKey
+	}
+	if seen {
 		// Applied before: acknowledged again, nothing applied twice. But a task of it whose
 		// STOPPED the control plane settled, sent again, means it lost track: say so, and
 		// the STOPPED is reported again under its ids.
 		v.Duplicate = true
 		for _, raw := range p.Tasks {
 			if arn := p.Rules.DecodeTask(raw).ARN; s.settledStopped(arn) {
-				v.Records = append(v.Records, event.Record{Task: arn, Event: &event.TaskResent{MessageID: p.MessageID}})
+				v.Records = append(v.Records, event.Record{Task: arn, Event: &event.TaskResent{MessageID: id}})
 			}
 		}
 		return v
 	}
-	received := &event.PayloadReceived{MessageID: p.MessageID, Tasks: compactRaw(p.Tasks)}
+	received := &event.PayloadReceived{MessageID: id, Tasks: compactRaw(p.Tasks)}
 	v.Records = append(v.Records, event.Record{Event: received})
 	desired := map[string]event.Status{} // tasks of this payload and their desired status so far
 	for i, raw := range p.Tasks {
@@ -48,9 +54,9 @@ func (s *State) payload(p PayloadArrived) Verdict {
 			cur, known = s.knownDesired(d.ARN)
 		}
 		if known {
-			rec(&event.TaskResent{MessageID: p.MessageID, Desired: d.Desired})
+			rec(&event.TaskResent{MessageID: id, Desired: d.Desired})
 			if desiredMoves(cur, d.Desired) {
-				rec(&event.DesiredChanged{MessageID: p.MessageID, To: event.StatusStopped})
+				rec(&event.DesiredChanged{MessageID: id, To: event.StatusStopped})
 				cur = event.StatusStopped
 			}
 			desired[d.ARN] = cur
@@ -58,9 +64,9 @@ func (s *State) payload(p PayloadArrived) Verdict {
 		}
 		switch {
 		case i >= protocol.MaxTasksPerPayload:
-			rec(&event.TaskRejected{MessageID: p.MessageID, Reason: fmt.Sprintf("payload carries more than %d tasks; this one is past the limit", protocol.MaxTasksPerPayload)})
+			rec(&event.TaskRejected{MessageID: id, Reason: fmt.Sprintf("payload carries more than %d tasks; this one is past the limit", protocol.MaxTasksPerPayload)})
 		case d.Invalid != "":
-			rej := &event.TaskRejected{MessageID: p.MessageID, Reason: d.Invalid}
+			rej := &event.TaskRejected{MessageID: id, Reason: d.Invalid}
 			if d.Task != nil {
 				for _, c := range d.Task.Containers {
 					rej.Containers = append(rej.Containers, c.Name)
@@ -68,7 +74,7 @@ func (s *State) payload(p PayloadArrived) Verdict {
 			}
 			rec(rej)
 		default:
-			rec(&event.TaskAdded{MessageID: p.MessageID, Family: d.Task.Family, Version: d.Task.Version, Desired: d.Desired, Containers: d.Task.Spec()})
+			rec(&event.TaskAdded{MessageID: id, Family: d.Task.Family, Version: d.Task.Version, Desired: d.Desired, Containers: d.Task.Spec()})
 		}
 		desired[d.ARN] = d.Desired
 	}
