@@ -16,6 +16,9 @@ func (e *Engine) report(now time.Time) []protocol.StateChange {
 	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 || !e.sub.Ready(now) {
 		return nil
 	}
+	// Calls whose outcomes are changes still out: a burst's first report may wait for them.
+	calls := e.calls.out
+	e.sub.Coming(calls.Out(fsm.ActStop) || calls.Out(fsm.ActStart) || calls.Out(fsm.ActCreate) || calls.Out(fsm.ActPull))
 	// The submitter chooses from the oldest pending changes: fewer after a refused report, and
 	// never a change it holds (refused alone) nor one queued behind it in its task.
 	// Every candidate held: nil, and NextAttempt says when one is due.

@@ -140,6 +140,11 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 			m.early++
 		}
 		a.inSent = a.sub.BeginAt(m.now, a.pending[:min(len(a.pending), a.sub.Want())])
+		if a.inSent == nil {
+			// Nothing may go now (a held change, a first report gathering): when it may.
+			heap.Push(&m.q, wake{at: a.sub.NextAttempt(), agent: w.agent})
+			continue
+		}
 		if m.hanging && m.now.Before(m.downTill) {
 			heap.Push(&m.q, wake{at: m.downTill, agent: w.agent, reply: true, cut: true})
 			continue

@@ -2,11 +2,13 @@ package submit
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/internal/controlplane"
+	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -295,4 +297,76 @@ func TestAReportsPathThatKeepsCuttingBacksOff(t *testing.T) {
 	if w := s.NextAttempt().Sub(cut); w > time.Second {
 		t.Fatalf("after an answered poll a cut report retries %v later; want its slot again (at most 1 s with none learnt)", w)
 	}
+}
+
+// stopChanges is n changes, two a task (the container's STOPPED and the task's), as a stop of n/2
+// tasks makes them.
+func stopChanges(n int) []fsm.Change {
+	out := make([]fsm.Change, n)
+	for i := range out {
+		out[i] = fsm.Change{ID: fmt.Sprintf("c-%d", i), Task: fmt.Sprintf("task/%d", i/2), Status: "STOPPED", At: t0}
+	}
+	return out
+}
+
+// A fleet agent's first report of a burst waits while the runtime is still making the calls
+// whose outcomes are its changes: a stop of ten tasks on a busy host comes out over hundreds
+// of ms, and a first report sent with the first task's two changes spent a token of the
+// fleet's on a part, the other 18 following in a second request (the bench's storm: 30 of 200
+// agents so, 25 extra tokens where the floor counts one request an agent, and the fleet's
+// front crowded into 429s). The wait ends with the calls, is bounded, and is only for an
+// agent that has met the throttle.
+func TestAFleetAgentsFirstReportWaitsForTheBurstsChanges(t *testing.T) {
+	s := New(Policy{Seed: 5})
+	throttledBurst(t, s, t0, 100*time.Millisecond, 100*time.Millisecond) // a fleet agent, at the front (slot ≈ 0.2 s)
+	stop := t0.Add(time.Minute)
+	s.Assigned(stop)
+	now := stop.Add(300 * time.Millisecond) // past its slot: the first task stopped
+	s.Coming(true)                          // nine stops still out
+	if !s.Ready(now) {
+		t.Fatalf("the burst's first report is not ready at %v, past its slot (%v)", now.Sub(stop), s.Pace())
+	}
+	if sent := s.BeginAt(now, stopChanges(2)); sent != nil {
+		t.Fatalf("sent %d of the burst's changes while its stops were still out; want it to wait for them", len(sent))
+	}
+	if at := s.NextAttempt(); at.Before(now) || at.Sub(stop) > maxGather {
+		t.Fatalf("waiting until %v after the stop; want a wait bounded by %v", at.Sub(stop), maxGather)
+	}
+	now = stop.Add(700 * time.Millisecond) // the last stop ended
+	s.Coming(false)
+	if !s.Ready(now) {
+		t.Fatal("not ready once the stops ended")
+	}
+	sent := s.BeginAt(now, stopChanges(20))
+	if len(sent) != 20 {
+		t.Fatalf("first report carries %d changes; want all 20 in one request", len(sent))
+	}
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: ids(20)})
+
+	// Bounded: stops that never end hold the first report at most maxGather.
+	next := stop.Add(time.Minute)
+	s.Assigned(next)
+	s.Coming(true)
+	late := next.Add(maxGather)
+	for now = next.Add(300 * time.Millisecond); !s.Ready(now) || s.BeginAt(now, stopChanges(2)) == nil; now = s.NextAttempt() {
+		if now.After(late) {
+			t.Fatalf("the first report still waits %v after the burst began; want at most %v", now.Sub(next), maxGather)
+		}
+	}
+
+	// An agent that never met a throttle reports at once (a lone agent's latency).
+	lone := New(Policy{Seed: 6})
+	lone.Assigned(stop)
+	lone.Coming(true)
+	if !lone.Ready(stop.Add(10*time.Millisecond)) || lone.BeginAt(stop.Add(10*time.Millisecond), stopChanges(2)) == nil {
+		t.Fatal("an agent never throttled waits for its stops; want it to report at once")
+	}
+}
+
+func ids(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("c-%d", i)
+	}
+	return out
 }

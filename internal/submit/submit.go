@@ -8,7 +8,9 @@
 // at least the server's Retry-After after a 429 (a floor, never a target), the retry spread by
 // jitter over a window that grows while 429s repeat and shrinks when retries are served at once;
 // a burst's first report at the agent's learnt slot in the fleet (pace.go), so a fleet handed one
-// stop comes back in the order the throttle served it rather than at one instant; one backoff
+// stop comes back in the order the throttle served it rather than at one instant, and, once the
+// agent has met the throttle, waits (at most 1.5 s) for the runtime calls still making the
+// burst's changes, so it carries them all in one request (Coming); one backoff
 // shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
 // failure streak changes kind, is replaced by about the longest backoff while the control plane
 // answers nothing (the poller probes its return), and ends as soon as it answers anything
@@ -72,6 +74,7 @@ type Submitter struct {
 	assignedAt time.Time     // when a poll last brought payloads
 	answeredAt time.Time     // when a poll was last answered
 	placed     int           // failed reports placed at the slot since the last answer (pace.go outageWait)
+	coming     bool          // the runtime is making calls whose outcomes are changes (pace.go gathering)
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -143,6 +146,9 @@ func (s *Submitter) InFlight() bool { return s.inflight }
 // returns nil, with nothing in flight, when no candidate may go now (each is held or waits
 // behind a held change of its task); NextAttempt then says when one is due.
 func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.StateChange {
+	if s.gathering(now, len(candidates)) {
+		return nil
+	}
 	out, wake := s.choose(now, candidates, len(candidates) < s.Want())
 	s.wake = wake
 	if len(out) == 0 {
