@@ -219,25 +219,37 @@ func TestAReportFailingAfterTheReturnGoesAtItsSlot(t *testing.T) {
 	s.Answered(back, true) // a poll answered while the report hangs
 	failed := back.Add(10 * time.Millisecond)
 	s.Done(failed, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset by peer")})
-	if at := s.NextAttempt().Sub(failed); at < slot || at > slot*105/100 {
-		t.Fatalf("a report failing after a poll was answered retries %v later; want its slot, %v (+5%%)", at, slot)
+	// Held 10 s, shorter than a long poll: its slot stretched twice (pace.go outageWait).
+	if at := s.NextAttempt().Sub(failed); at < 2*slot || at > 2*slot*105/100 {
+		t.Fatalf("a report failing after a poll was answered retries %v later; want its slot stretched, %v (+5%%)", at, 2*slot)
 	}
 }
 
 // A report held by a hanging control plane and cut at its return, while the agent's long poll
 // begun before the outage has not failed, goes at its slot from then too — not a longest
 // backoff later (the hanging outage's last agents came 15–25 s after the return, 2.8× the floor).
+// Held for less than a long poll's wait, the slot is stretched twice: the agents whose long polls
+// outlived the hang report at their places unaware of it, and take half the throttle
+// (TestFleetModelOutageComesBackAtTheRate); a poll answered after the cut leaves it placed.
 func TestAReportHeldAndCutGoesAtItsSlot(t *testing.T) {
 	s := New(Policy{Seed: 17})
 	throttledBurst(t, s, t0, 0, 4*time.Second)
 	slot := s.Pace()
 	sent := t0.Add(time.Minute)
-	for _, held := range []time.Duration{5 * time.Second, 300 * time.Millisecond} { // sent just before the return
+	for _, c := range []struct {
+		held    time.Duration
+		stretch time.Duration
+	}{{5 * time.Second, 2}, {300 * time.Millisecond, 2}, {45 * time.Second, 1}} { // sent just before the return; a long hang
 		out := s.BeginAt(sent, batch("c-9"))
-		cut := sent.Add(held)
+		cut := sent.Add(c.held)
 		s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")})
-		if at := s.NextAttempt().Sub(cut); at < slot || at > slot*105/100 {
-			t.Fatalf("a report held %v and cut retries %v later; want its slot, %v (+5%%)", held, at, slot)
+		placed := s.NextAttempt()
+		s.Answered(cut.Add(250*time.Millisecond), true) // the poller learns of the return
+		if s.NextAttempt() != placed {
+			t.Fatalf("a report held %v and cut, placed at +%v, was re-placed at +%v by the poll answered after", c.held, placed.Sub(cut), s.NextAttempt().Sub(cut))
+		}
+		if at, want := placed.Sub(cut), c.stretch*slot; at < want || at > want*105/100 {
+			t.Fatalf("a report held %v and cut retries %v later; want its slot ×%d, %v (+5%%)", c.held, at, c.stretch, want)
 		}
 		sent = s.NextAttempt()
 	}
