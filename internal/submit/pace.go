@@ -190,16 +190,16 @@ func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
 // halfway since the last failed poll — drains sooner but brings the herd back: 2.8× in the
 // model.)
 func (s *Submitter) Answered(now time.Time, outage bool) {
-	placed := s.placed
-	s.answeredAt, s.placed = now, 0
+	stretched := s.stretched
+	s.answeredAt, s.placed, s.stretched = now, 0, false
 	if s.p.Naive || s.inflight {
 		return
 	}
 	switch {
-	case s.streak == protocol.Network && placed > 0:
-		// The report failing was placed from the return already (outageWait: held and cut, or
-		// failing beside this answer): the poll that follows says nothing new, and re-placing
-		// it at its slot would undo a stretch.
+	case s.streak == protocol.Network && stretched:
+		// The failed report was placed from the return already, its slot stretched
+		// (outageWait): the poll answered after it says nothing new, and re-placing the report
+		// at its plain slot would undo the stretch.
 		s.bo.Reset()
 		return
 	case s.streak == protocol.Network:
@@ -243,6 +243,7 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		slot := s.slot
 		if held := now.Sub(s.lastSend); held >= hung && held < pollWait {
 			slot = time.Duration(min(2, float64(pollWait)/float64(held)) * float64(slot))
+			s.stretched = true
 		}
 		return max(slot+s.spread(slot/20), s.p.Initial)
 	}
