@@ -58,7 +58,8 @@ type fleetModel struct {
 	noise    time.Duration // each agent's changes arrive up to this late (a busy host)
 	downTill time.Time     // until then nothing answers: a report fails as refused, a poll too
 	hanging  bool          // the outage holds every request begun in it and cuts it at downTill instead
-	heldPoll bool          // hanging: every agent's long poll is held too (as if each had begun in the outage)
+	heldPoll bool          // hanging: every agent's long poll is held too (bench fleet's, begun together after its payloads, when they end in the hang)
+	outlived bool          // hanging: every agent's long poll outlives the hang (bench fleet's, when they end after it)
 	polls    []*pollModel
 }
 
@@ -209,6 +210,9 @@ func (m *fleetModel) poll(i int, at time.Time) bool {
 		return false
 	}
 	p.failing = false
+	if m.hanging && !p.unaware {
+		m.agents[i].sub.Hung(at) // its poll was held and cut at the return
+	}
 	m.agents[i].sub.Answered(at, !p.unaware)
 	return true
 }
@@ -230,8 +234,11 @@ func (m *fleetModel) outage(k int, d time.Duration) (back time.Time, took time.D
 			// return is answered as ever: its agent never sees the outage, and learns of it only
 			// from a report held in it — one with no report out in the hang learns nothing.
 			ends := start.Add(time.Duration(m.rng.Float64() * float64(pollWait)))
-			if m.heldPoll {
+			switch {
+			case m.heldPoll:
 				ends = start
+			case m.outlived:
+				ends = m.downTill.Add(time.Duration(m.rng.Float64() * float64(time.Second)))
 			}
 			at := m.downTill.Add(time.Duration(float64(250*time.Millisecond) * (0.5 + m.rng.Float64())))
 			if !ends.Before(m.downTill) {
@@ -460,7 +467,7 @@ func TestFleetModelOutage(t *testing.T) {
 		t.Skip("tuning aid: set AGENTD_FLEET_MODEL=1")
 	}
 	for _, mode := range []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken} {
-		for _, kind := range []string{"refused", "hanging", "hanging-held"} {
+		for _, kind := range []string{"refused", "hanging", "hanging-held", "hanging-outlived"} {
 			for _, d := range []time.Duration{10 * time.Second, 60 * time.Second} {
 				worst, sum, sumX := 0.0, 0.0, 0.0
 				for set := 0; set < modelSets(); set++ {
@@ -485,6 +492,8 @@ func modelOutage(n int, rps float64, burst int, seed uint64, mode string, d time
 		m.hanging = true
 	case "hanging-held":
 		m.hanging, m.heldPoll = true, true
+	case "hanging-outlived":
+		m.hanging, m.outlived = true, true
 	}
 	m.waves(20, 3, 100*time.Millisecond)
 	m.quiet(30 * time.Second)

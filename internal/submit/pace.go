@@ -65,6 +65,10 @@ const (
 	// shorter than that, the agents whose long poll outlives it and who had no report out in it
 	// never learn of it (see outageWait).
 	pollWait = 20 * time.Second
+	// returnSpread is the engine poller's longest wait between polls that found the control
+	// plane unreachable (engine.unreachablePoll): how far apart a fleet probing for the
+	// return learns of it (together).
+	returnSpread = 2 * time.Second
 )
 
 // throttled is the wait after a 429 with Retry-After ra: at least ra, then a random point of
@@ -199,7 +203,10 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 	case s.streak == protocol.Network && stretched:
 		// The failed report was placed from the return already, its slot stretched
 		// (outageWait): the poll answered after it says nothing new, and re-placing the report
-		// at its plain slot would undo the stretch.
+		// at its plain slot would undo the stretch. (Undoing it when this agent's own long
+		// poll was held too — its sample of the fleet's — suits a fleet whose long polls
+		// began together, and doubles the herd of one whose polls are spread: 2.5–2.75 in
+		// the model.)
 		s.bo.Reset()
 		return
 	case s.streak == protocol.Network:
@@ -208,7 +215,25 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 	default:
 		return
 	}
-	s.next = now.Add(s.slot + s.spread(s.slot/20))
+	s.next = now.Add(s.slot + s.spread(s.slot/20) + s.together(now))
+}
+
+// Hung says the poller's last poll was held by the control plane and cut: a hanging outage
+// ended now.
+func (s *Submitter) Hung(now time.Time) { s.hungAt = now }
+
+// together is a random point of returnSpread when the return was learnt from a request held
+// in a hang and cut (Hung, or a report's own hold: outageWait), else 0. Agents that probe a
+// control plane refusing them learn of its return up to returnSpread apart (the poller's
+// jittered interval), and that keeps the fleet's early places off one instant; a hang's
+// return is learnt by every agent held in it at one instant, when their requests are cut
+// together (bench fleet: 52–54 requests in the first second after a hang, 19–22 after a
+// refusal), so the report spreads itself as much.
+func (s *Submitter) together(now time.Time) time.Duration {
+	if s.hungAt.IsZero() || now.Sub(s.hungAt) > answerFresh {
+		return 0
+	}
+	return s.spread(returnSpread)
 }
 
 // outageWait is the wait before retrying a report nothing answered (backoff: the backoff's
@@ -241,11 +266,15 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		// would leave tokens idle once the unaware are done). No request is added: the evidence
 		// is the report's own hold.
 		slot := s.slot
-		if held := now.Sub(s.lastSend); held >= hung && held < pollWait {
+		held := now.Sub(s.lastSend)
+		if held >= hung {
+			s.hungAt = now
+		}
+		if held >= hung && held < pollWait {
 			slot = time.Duration(min(2, float64(pollWait)/float64(held)) * float64(slot))
 			s.stretched = true
 		}
-		return max(slot+s.spread(slot/20), s.p.Initial)
+		return max(slot+s.spread(slot/20)+s.together(now), s.p.Initial)
 	}
 	if max(s.slot, s.depth) > 0 {
 		return s.jittered(s.p.Max)

@@ -74,6 +74,7 @@ type Submitter struct {
 	assignedAt time.Time     // when a poll last brought payloads
 	answeredAt time.Time     // when a poll was last answered
 	placed     int           // failed reports placed at the slot since the last answer (pace.go outageWait)
+	hungAt     time.Time     // when a request held by a hanging control plane was last cut (pace.go together)
 	stretched  bool          // the last was placed at its slot stretched: held in a hang shorter than a long poll (pace.go outageWait)
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
