@@ -322,9 +322,9 @@ func TestAgentsHeldInAHangComeBackSpread(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		s := New(Policy{Seed: uint64(100 + i)})
 		sent := back.Add(-3 * time.Second)
-		out := s.BeginAt(sent, batch("c-1")) // held in the hang…
+		out := s.BeginAt(sent, batch("c-1"))                                                        // held in the hang…
 		s.Done(back, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")}) // …and cut at its return
-		s.Hung(back.Add(250 * time.Millisecond)) // the poll held beside it, cut too, asked again and answered
+		s.Hung(back.Add(250 * time.Millisecond))                                                    // the poll held beside it, cut too, asked again and answered
 		s.Answered(back.Add(250*time.Millisecond), true)
 		at = append(at, s.NextAttempt())
 	}
