@@ -15,6 +15,9 @@ func (e *Engine) handle(in Input) {
 		e.handlePayload(now, in)
 	case PollInput:
 		if e.sub != nil {
+			if in.Held {
+				e.sub.Hung(now) // a hang ended: the fleet held in it learns of it at once
+			}
 			e.sub.Answered(now, in.Outage) // the control plane answers: an outage's backoff is over
 			if len(in.Payloads) > 0 {
 				e.sub.Assigned(now) // what follows is the fleet's burst, begun now for every agent

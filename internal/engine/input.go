@@ -49,6 +49,9 @@ type PollInput struct {
 	// Outage: the poll before this one failed to reach the control plane; the reporter places
 	// its next report by its slot from now (submit.Answered).
 	Outage bool
+	// Held: that poll was held before it failed, a hanging outage cut at its return
+	// (submit.Hung).
+	Held bool
 }
 
 // ActionResult is a finished runtime call, its outcome already sorted by kind.

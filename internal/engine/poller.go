@@ -25,11 +25,13 @@ func (e *Engine) poller(ctx context.Context) {
 		if s.kind != "" {
 			wait = 0
 		}
+		began := e.clock.Now()
 		payloads, err := e.cp.Poll(ctx, wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			s.held = e.clock.Now().Sub(began) >= heldPoll
 			var answered interface{ HTTPStatus() int }
 			if errors.As(err, &answered) && answered.HTTPStatus() != 0 {
 				e.metrics.pollErrors.WithLabelValues("http").Inc()
@@ -41,13 +43,14 @@ func (e *Engine) poller(ctx context.Context) {
 			continue
 		}
 		outage := s.kind == "transport"
+		held := outage && s.held
 		s.answered()
 		// The whole poll goes to the loop as one input, so its payloads are journaled in one
 		// burst and one commit — not a commit each, which made admitting tasks cost a commit
 		// per task and bounded a busy host by its fsync latency — and all or none, in order,
 		// so no payload is journaled behind a later one of the same poll that failed. An
 		// empty poll goes too: an answer, the reporter's outage is over.
-		journaled, err := e.handOver(ctx, payloads, outage)
+		journaled, err := e.handOver(ctx, payloads, outage, held)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -64,6 +67,12 @@ func (e *Engine) poller(ctx context.Context) {
 // unreachablePoll is the longest wait between polls that found the control plane unreachable.
 const unreachablePoll = 2 * time.Second
 
+// heldPoll is how long a poll must have been on its way before failing at the transport to
+// count as held by a hanging control plane and cut (a refused connection fails in
+// milliseconds): every agent held in a hang learns of its return at one instant
+// (submit.Hung).
+const heldPoll = 100 * time.Millisecond
+
 // pollStreak is the poller's failures in a row: their kind ("" while polls work), how many,
 // and the backoff between them.
 type pollStreak struct {
@@ -71,6 +80,7 @@ type pollStreak struct {
 	bo       *seeded
 	kind     string
 	failures int
+	held     bool // the last failed poll was held before it failed (heldPoll)
 }
 
 // fail waits out the backoff after a failed poll, logging once per streak of one kind; a
@@ -106,8 +116,8 @@ func (s *pollStreak) answered() {
 
 // handOver gives a poll's payloads to the loop and waits for its answer (journaled: there
 // were payloads and the loop answered nil).
-func (e *Engine) handOver(ctx context.Context, payloads []protocol.Payload, outage bool) (bool, error) {
-	in := PollInput{Payloads: payloads, Outage: outage}
+func (e *Engine) handOver(ctx context.Context, payloads []protocol.Payload, outage, held bool) (bool, error) {
+	in := PollInput{Payloads: payloads, Outage: outage, Held: held}
 	var done chan error
 	if len(payloads) > 0 {
 		done = make(chan error, 1)

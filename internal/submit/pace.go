@@ -63,6 +63,15 @@ const (
 	// outage's return, a broken keep-alive): about the poller's probe interval while nothing
 	// answers, so a report failing in an outage the poller has not yet seen is not mistaken.
 	answerFresh = 2 * time.Second
+	// pollWait is the engine's long-poll wait (engine.Config.PollWait's default). A long poll
+	// begun before a hanging outage is answered as ever up to pollWait after it began: in a hang
+	// shorter than that, the agents whose long poll outlives it and who had no report out in it
+	// never learn of it (see outageWait).
+	pollWait = 20 * time.Second
+	// returnSpread is the engine poller's longest wait between polls that found the control
+	// plane unreachable (engine.unreachablePoll): how far apart a fleet probing for the
+	// return learns of it (together).
+	returnSpread = 2 * time.Second
 )
 
 // throttled is the wait after a 429 with Retry-After ra: at least ra, then a random point of
@@ -211,18 +220,46 @@ func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
 // halfway since the last failed poll — drains sooner but brings the herd back: 2.8× in the
 // model.)
 func (s *Submitter) Answered(now time.Time, outage bool) {
-	s.answeredAt, s.placed = now, 0
+	stretched := s.stretched
+	s.answeredAt, s.placed, s.stretched = now, 0, false
 	if s.p.Naive || s.inflight {
 		return
 	}
 	switch {
+	case s.streak == protocol.Network && stretched:
+		// The failed report was placed from the return already, its slot stretched
+		// (outageWait): the poll answered after it says nothing new, and re-placing the report
+		// at its plain slot would undo the stretch. (Undoing it when this agent's own long
+		// poll was held too — its sample of the fleet's — suits a fleet whose long polls
+		// began together, and doubles the herd of one whose polls are spread: 2.5–2.75 in
+		// the model.)
+		s.bo.Reset()
+		return
 	case s.streak == protocol.Network:
 		s.bo.Reset()
 	case outage && s.burst && s.streak == "" && now.Before(s.next):
 	default:
 		return
 	}
-	s.next = now.Add(s.slot + s.spread(s.slot/20))
+	s.next = now.Add(s.slot + s.spread(s.slot/20) + s.together(now))
+}
+
+// Hung says the poller's last poll was held by the control plane and cut: a hanging outage
+// ended now.
+func (s *Submitter) Hung(now time.Time) { s.hungAt = now }
+
+// together is a random point of returnSpread when the return was learnt from a request held
+// in a hang and cut (Hung, or a report's own hold: outageWait), else 0. Agents that probe a
+// control plane refusing them learn of its return up to returnSpread apart (the poller's
+// jittered interval), and that keeps the fleet's early places off one instant; a hang's
+// return is learnt by every agent held in it at one instant, when their requests are cut
+// together (bench fleet: 52–54 requests in the first second after a hang, 19–22 after a
+// refusal), so the report spreads itself as much.
+func (s *Submitter) together(now time.Time) time.Duration {
+	if s.hungAt.IsZero() || now.Sub(s.hungAt) > answerFresh {
+		return 0
+	}
+	return s.spread(returnSpread)
 }
 
 // outageWait is the wait before retrying a report nothing answered (backoff: the backoff's
@@ -240,7 +277,30 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		// connection cut, is not an outage: the long wait left it a tail of 15–45 s), or held
 		// the report and then cut it (a hanging outage ends so, at the return): it is back, so
 		// the report goes at its slot from now, as Answered would have placed it.
-		return max(s.slot+s.spread(s.slot/20), s.p.Initial)
+		//
+		// Held and cut for less than a long poll's wait, the hang was shorter than pollWait: of
+		// the agents whose places were still to come at the return, a share of about
+		// 1 − hang/pollWait had their long poll begun before the hang and answered only after
+		// it, and no report out in it. They never learn of the hang and report at their places
+		// counted from the burst, which began in it — from the return on, at the throttle's
+		// rate among them — while this agent, whose place passed in the hang, places its report
+		// from the return. At its slot it would double the rate (bench fleet's hanging outage:
+		// herd 3.0–3.4): stretched by 1/(1 − share), its share of the fleet leaves the unaware
+		// the rest of the throttle. The hang is at least as long as the report was held, so the
+		// share is at most 1 − held/pollWait; the stretch is capped at 2 (half the throttle
+		// each way: the share is about a half in a hang of half a long poll, and a wider one
+		// would leave tokens idle once the unaware are done). No request is added: the evidence
+		// is the report's own hold.
+		slot := s.slot
+		held := now.Sub(s.lastSend)
+		if held >= hung {
+			s.hungAt = now
+		}
+		if held >= hung && held < pollWait {
+			slot = time.Duration(min(2, float64(pollWait)/float64(held)) * float64(slot))
+			s.stretched = true
+		}
+		return max(slot+s.spread(slot/20)+s.together(now), s.p.Initial)
 	}
 	if max(s.slot, s.depth) > 0 {
 		return s.jittered(s.p.Max)

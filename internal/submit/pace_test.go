@@ -221,25 +221,38 @@ func TestAReportFailingAfterTheReturnGoesAtItsSlot(t *testing.T) {
 	s.Answered(back, true) // a poll answered while the report hangs
 	failed := back.Add(10 * time.Millisecond)
 	s.Done(failed, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset by peer")})
-	if at := s.NextAttempt().Sub(failed); at < slot || at > slot*105/100 {
-		t.Fatalf("a report failing after a poll was answered retries %v later; want its slot, %v (+5%%)", at, slot)
+	// Held 10 s, shorter than a long poll: its slot stretched twice, and spread over
+	// returnSpread as every agent held in the hang learnt of its return at once (pace.go).
+	if at := s.NextAttempt().Sub(failed); at < 2*slot || at > 2*slot*105/100+returnSpread {
+		t.Fatalf("a report failing after a poll was answered retries %v later; want its slot stretched, %v (+5%%, + up to %v)", at, 2*slot, returnSpread)
 	}
 }
 
 // A report held by a hanging control plane and cut at its return, while the agent's long poll
 // begun before the outage has not failed, goes at its slot from then too — not a longest
 // backoff later (the hanging outage's last agents came 15–25 s after the return, 2.8× the floor).
+// Held for less than a long poll's wait, the slot is stretched twice: the agents whose long polls
+// outlived the hang report at their places unaware of it, and take half the throttle
+// (TestFleetModelOutageComesBackAtTheRate); a poll answered after the cut leaves it so placed.
 func TestAReportHeldAndCutGoesAtItsSlot(t *testing.T) {
 	s := New(Policy{Seed: 17})
 	throttledBurst(t, s, t0, 0, 4*time.Second)
 	slot := s.Pace()
 	sent := t0.Add(time.Minute)
-	for _, held := range []time.Duration{5 * time.Second, 300 * time.Millisecond} { // sent just before the return
+	for _, c := range []struct {
+		held    time.Duration
+		stretch time.Duration
+	}{{5 * time.Second, 2}, {300 * time.Millisecond, 2}, {45 * time.Second, 1}} { // sent just before the return; a long hang
 		out := s.BeginAt(sent, batch("c-9"))
-		cut := sent.Add(held)
+		cut := sent.Add(c.held)
 		s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")})
-		if at := s.NextAttempt().Sub(cut); at < slot || at > slot*105/100 {
-			t.Fatalf("a report held %v and cut retries %v later; want its slot, %v (+5%%)", held, at, slot)
+		placed := s.NextAttempt()
+		s.Answered(cut.Add(250*time.Millisecond), true) // the poller learns of the return
+		if c.stretch > 1 && s.NextAttempt() != placed {
+			t.Fatalf("a report held %v and cut, placed at +%v, was re-placed at +%v by the poll answered after", c.held, placed.Sub(cut), s.NextAttempt().Sub(cut))
+		}
+		if at, want := placed.Sub(cut), c.stretch*slot; at < want || at > want*105/100+returnSpread {
+			t.Fatalf("a report held %v and cut retries %v later; want its slot ×%d, %v (+5%%, + up to %v)", c.held, at, c.stretch, want, returnSpread)
 		}
 		sent = s.NextAttempt()
 	}
@@ -369,4 +382,35 @@ func ids(n int) []string {
 		out[i] = fmt.Sprintf("c-%d", i)
 	}
 	return out
+}
+
+// A hang's return is learnt by every agent held in it at one instant, when their requests are
+// cut together, where a fleet probing a control plane that refuses it learns of the return
+// over the poller's interval: 20 agents with no place learnt (slot 0), whose polls were held
+// and cut at the same instant, report spread over returnSpread, not in one slot (bench
+// fleet's hanging outage: 52–54 requests in the first second after the return, 19–22 after a
+// refusal).
+func TestAgentsHeldInAHangComeBackSpread(t *testing.T) {
+	back := t0.Add(time.Minute)
+	var at []time.Time
+	for i := 0; i < 20; i++ {
+		s := New(Policy{Seed: uint64(100 + i)})
+		sent := back.Add(-3 * time.Second)
+		out := s.BeginAt(sent, batch("c-1"))                                                        // held in the hang…
+		s.Done(back, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")}) // …and cut at its return
+		s.Hung(back.Add(250 * time.Millisecond))                                                    // the poll held beside it, cut too, asked again and answered
+		s.Answered(back.Add(250*time.Millisecond), true)
+		at = append(at, s.NextAttempt())
+	}
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	if first, last := at[0].Sub(back), at[len(at)-1].Sub(back); last-first < returnSpread/2 || last > returnSpread+time.Second {
+		t.Fatalf("20 agents held in a hang report from +%v to +%v after its return; want them spread over about %v", first, last, returnSpread)
+	}
+	busiest := 0
+	for _, n := range slots(at, back, 100*time.Millisecond) {
+		busiest = max(busiest, n)
+	}
+	if busiest > 5 {
+		t.Fatalf("%d of 20 agents held in a hang report in one 100 ms slot after its return; want them spread", busiest)
+	}
 }

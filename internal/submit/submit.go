@@ -15,7 +15,9 @@
 // failure streak changes kind, is replaced by about the longest backoff while the control plane
 // answers nothing (the poller probes its return), and ends as soon as it answers anything
 // (Answered: a successful poll included), each report then going at the agent's slot from the
-// return, so the fleet comes back at about the throttle's rate; slow retries on refused credentials, changes kept; a report refused as a whole
+// return — stretched twice when the report was held in a hang shorter than a long poll, whose
+// return the agents with a long poll outliving it and no report out never see (pace.go
+// outageWait) — so the fleet comes back at about the throttle's rate; slow retries on refused credentials, changes kept; a report refused as a whole
 // (400, 413) split until the change at fault stands alone, which is then held and retried
 // alone, slowly, while the others flow (isolate.go); no report body over
 // protocol.MaxRequestBody and no reason over protocol.MaxReasonBytes; and one log line per
@@ -75,6 +77,8 @@ type Submitter struct {
 	answeredAt time.Time     // when a poll was last answered
 	placed     int           // failed reports placed at the slot since the last answer (pace.go outageWait)
 	coming     bool          // the runtime is making calls whose outcomes are changes (pace.go gathering)
+	hungAt     time.Time     // when a request held by a hanging control plane was last cut (pace.go together)
+	stretched  bool          // the last was placed at its slot stretched: held in a hang shorter than a long poll (pace.go outageWait)
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -209,7 +213,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			if s.streak == protocol.Throttled {
 				waited = now.Sub(s.streakSince)
 			}
-			s.streak, s.health, s.unjournaled, s.streakTries, s.placed = "", "", 0, 0, 0
+			s.streak, s.health, s.unjournaled, s.streakTries, s.placed, s.stretched = "", "", 0, 0, 0, false
 			s.bo.Reset()
 			s.next = s.settledPaced(now, waited)
 			s.drained, s.drainedAt = s.carried, now
