@@ -168,7 +168,8 @@ func (b *builder) eligible() int {
 // flushAt is how many records the builder commits at once.
 const flushAt = 5000
 
-// build writes a journal of about total records with live long-running tasks.
+// build writes a journal of about total records with live long-running tasks; with snapshots
+// kept, a snapshot interval's worth more at most (settle).
 func build(ctx context.Context, path string, total, live int, cfg churnConfig) (*builder, error) {
 	j, err := journal.Open(path, journal.Options{})
 	if err != nil {
@@ -193,6 +194,13 @@ func build(ctx context.Context, path string, total, live int, cfg churnConfig) (
 		j.Close()
 		return nil, err
 	}
+	if cfg.Keep {
+		// On to the end of the snapshot interval: the tail every size is measured with.
+		if err := b.settle(ctx); err != nil {
+			j.Close()
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -216,8 +224,7 @@ func (b *builder) up(arn string) {
 }
 
 // churn runs tasks through their whole life (14 records each) until the journal's last
-// sequence number reaches total, and commits what is left. With snapshots kept, it then goes
-// on to the end of the snapshot interval (settle).
+// sequence number reaches total, and commits what is left.
 func (b *builder) churn(ctx context.Context, total int) error {
 	for int(b.j.LastSeq())+len(b.buf) < total {
 		if err := b.churnOne(ctx); err != nil {
@@ -228,9 +235,6 @@ func (b *builder) churn(ctx context.Context, total int) error {
 		return err
 	}
 	b.noteSize()
-	if b.cfg.Keep {
-		return b.settle(ctx)
-	}
 	return nil
 }
 
