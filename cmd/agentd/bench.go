@@ -40,9 +40,9 @@ func (b *benchRecoveryCmd) Run(ctx context.Context) error {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "records\tlive\ttombstones\tready (snapshots)\tready (full replay)\treplay --at halfway\tbytes/record\tfile bytes each million records")
+	fmt.Fprintln(w, "records\tlive\ttombstones\ttail replayed\tready (snapshots)\tready (full replay)\treplay --at halfway\tbytes/record\tfile bytes each million records")
 	for _, r := range res.Rows {
-		fmt.Fprintf(w, "%d\t%d\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f\t%v\n", r.Records, r.LiveTasks, r.Tombstones, r.ReadyMs, r.BaselineMs, r.ReplayAtMs, r.BytesPerRecord, r.SizeOverTime)
+		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%.0f ms\t%.0f ms\t%.0f ms\t%.0f\t%v\n", r.Records, r.LiveTasks, r.Tombstones, r.TailRecords, r.ReadyMs, r.BaselineMs, r.ReplayAtMs, r.BytesPerRecord, r.SizeOverTime)
 	}
 	w.Flush()
 	if len(res.Rows) > 1 {
