@@ -82,7 +82,7 @@ func (b *benchRSSCmd) Run(ctx context.Context) error {
 func rssRows(r benchmark.RSSResult) []benchRow {
 	return []benchRow{
 		{"rss", fmt.Sprintf("peak RSS MB, %d tasks posted at once to one agent", r.Burst), r.PeakMB,
-			fmt.Sprintf("at rest after, restarted %.0f MB (same process 10 s after: %.0f, %.2fx); fresh %.0f", r.RestartedMB, r.SteadyMB, r.PeakVsSteady, r.FreshMB), r.PeakVsRest, "≤ 2x at rest", r.PeakVsRest <= 2},
+			fmt.Sprintf("at rest after (median of 10 s settled), restarted %.0f MB (same process 10 s after: %.0f, %.2fx); fresh %.0f", r.RestartedMB, r.SteadyMB, r.PeakVsSteady, r.FreshMB), r.PeakVsRest, "≤ 2x at rest", r.PeakVsRest <= 2},
 		{"rss", fmt.Sprintf("RSS MB at rest, %d remembered tasks", r.Remembered), r.RememberedMB,
 			fmt.Sprintf("fresh agent %.0f MB", r.FreshMB), r.RememberedMB / max(r.FreshMB, 1), "-", true},
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,7 @@ type RSSResult struct {
 	BurstSeconds float64 `json:"burst_seconds"` // from the first task posted to the last cleaned
 	FreshMB      float64 `json:"fresh_rss_mb"`  // a fresh agent (empty journal) at rest
 	PeakMB       float64 `json:"peak_rss_mb"`   // VmHWM once the burst is through
-	SteadyMB     float64 `json:"steady_rss_mb"` // VmRSS Settle after the burst's last cleanup
+	SteadyMB     float64 `json:"steady_rss_mb"` // VmRSS from Settle after the burst's last cleanup (median over restWindow)
 	PeakVsSteady float64 `json:"peak_vs_steady"`
 	// RestartedMB is the agent restarted on the journal the burst left, at rest: what it needs
 	// for the tasks it then remembers. The same process after the burst keeps the burst's
@@ -146,7 +147,8 @@ func burstRSS(ctx context.Context, o RSSOptions, cp *controlplane.Server, backen
 	}
 	res.BurstSeconds = time.Since(start).Seconds()
 	time.Sleep(o.Settle)
-	res.SteadyMB, res.PeakMB = mb(vmRSS(a.pid)), mb(procPeakKB(a.pid)*1024)
+	res.SteadyMB = mb(settled(a.pid, vmRSS, restWindow, restSample))
+	res.PeakMB = mb(procPeakKB(a.pid) * 1024) // the high-water mark of the whole run, read last
 	if res.SteadyMB > 0 {
 		res.PeakVsSteady = res.PeakMB / res.SteadyMB
 	}
@@ -232,11 +234,43 @@ func cleanups(ctx context.Context, api string) (int, error) {
 	return 0, sc.Err()
 }
 
-// atRest is the resident set a few seconds after the agent became ready, when the burst of
-// its start (recovery, the first poll) is over.
+// The resident set at rest is what an operator's dashboard shows for an idle agent: the level
+// it sits at once its start is over, not one reading. A single reading 3 s after /healthz said
+// ready read 38–58 MB for the same journal (issue 25): ready comes when recovery is done,
+// before the agent gives back what recovery left (run.go: ReleaseMapped, FreeOSMemory), which
+// on a loaded host took seconds — so one reading landed before the release, another after.
+// So the agent is given restGrace to settle, then its resident set is sampled every
+// restSample for restWindow and the median taken: a moment's spike (a collection, a poll)
+// neither makes nor breaks it, and a release still under way is at most half the window.
+const (
+	restGrace  = 3 * time.Second
+	restWindow = 10 * time.Second
+	restSample = 250 * time.Millisecond
+)
+
+// atRest is the agent's settled resident set: the median of the readings over restWindow,
+// from restGrace after it became ready.
 func atRest(pid int, read func(int) int64) int64 {
-	time.Sleep(3 * time.Second)
-	return read(pid)
+	time.Sleep(restGrace)
+	return settled(pid, read, restWindow, restSample)
+}
+
+// settled is the median of read(pid) sampled every step for window (0: none read).
+func settled(pid int, read func(int) int64, window, step time.Duration) int64 {
+	var got []int64
+	for end := time.Now().Add(window); ; time.Sleep(step) {
+		if v := read(pid); v > 0 {
+			got = append(got, v)
+		}
+		if !time.Now().Before(end) {
+			break
+		}
+	}
+	if len(got) == 0 {
+		return 0
+	}
+	slices.Sort(got)
+	return got[len(got)/2]
 }
 
 // vmRSS is a process's resident set in bytes, 0 when it cannot be read.

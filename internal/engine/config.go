@@ -30,6 +30,11 @@ type Config struct {
 	TaskRules       protocol.Rules // how payloads' tasks are read: the host's allowed bind roots
 	Images          ImageGC        // image garbage collection (zero Interval: off)
 	PullWorkers     int            // pulls at once, apart from the other calls (default 4): slow registries never hold up a stop
+	// IntakeBacklog is how many tasks may wait for a removal slot before the poller holds
+	// its next poll (intake.go; default 500), and IntakeHoldMax the longest it holds one
+	// (default 5 s).
+	IntakeBacklog int
+	IntakeHoldMax time.Duration
 	// ReleaseMemory gives freed heap back to the OS once the loop is idle after a burst
 	// (memory.go; default debug.FreeOSMemory).
 	ReleaseMemory func()
@@ -70,6 +75,12 @@ func (c *Config) defaults() {
 	}
 	if c.PollWait <= 0 {
 		c.PollWait = 20 * time.Second
+	}
+	if c.IntakeBacklog <= 0 {
+		c.IntakeBacklog = 500
+	}
+	if c.IntakeHoldMax <= 0 {
+		c.IntakeHoldMax = 5 * time.Second
 	}
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()

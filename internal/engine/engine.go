@@ -85,7 +85,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		calls:   newCalls(cfg.CleanupWorkers),
 		exits:   exitHold{held: map[string]docker.Exit{}},
 		images:  newImageCycle(),
-		inbox:   inbox{in: make(chan Input, 1024), queries: make(chan query), answered: make(chan struct{}, 1)},
+		inbox:   inbox{in: make(chan Input, 1024), queries: make(chan query), answered: make(chan struct{}, 1), drained: make(chan struct{}, 1)},
 		metrics: newMetrics(),
 	}
 	e.health.degraded = []HealthSource{HealthCoreRefusals}

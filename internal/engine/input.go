@@ -19,7 +19,11 @@ type inbox struct {
 	queries  chan query
 	answered chan struct{} // a report was answered: the poller's backoff is over (poller.go)
 	ready    atomic.Bool   // recovery has finished and the loop runs
-	wg       sync.WaitGroup
+	// backlog is how many tasks wait for a removal slot, published by the loop at each
+	// burst's end for the poller (intake.go); drained tells the poller it fell under the bound.
+	backlog atomic.Int64
+	drained chan struct{}
+	wg      sync.WaitGroup
 	// stopping is set, by the loop, once Run shuts down: wg is waited for, so work started on
 	// the executor then would outlive Run and race the journal's close. Nothing starts.
 	stopping bool

@@ -32,6 +32,7 @@ type Metrics struct {
 	imagesReleased       prometheus.Counter
 	imagesPulled         prometheus.Gauge
 	memoryReleases       prometheus.Counter
+	intakeHolds          prometheus.Counter
 }
 
 func newMetrics() *Metrics {
@@ -54,9 +55,10 @@ func newMetrics() *Metrics {
 		imagesReleased:       prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_images_released_total", Help: "Images the agent pulled and let go of, the runtime keeping them for another name or container (image_released records)."}),
 		imagesPulled:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "agentd_images_pulled", Help: "Images the agent pulled and has not removed."}),
 		memoryReleases:       prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_memory_releases_total", Help: "Times the agent gave the heap a burst of tasks left behind back to the OS, once idle after it."}),
+		intakeHolds:          prometheus.NewCounter(prometheus.CounterOpts{Name: "agentd_intake_holds_total", Help: "Polls held because more tasks waited for a container removal than the agent takes in beside them."}),
 	}
 	m.Registry.MustRegister(m.appends, m.commitLatency, m.journalErrors, m.coreRefused, m.cleanups, m.droppedEarly, m.blockedOnAck, m.reports, m.payloads, m.pollErrors, m.outbox, m.oldestUnsent,
-		m.imagesRemoved, m.imageRemovalFailures, m.imagesReleased, m.imagesPulled, m.memoryReleases)
+		m.imagesRemoved, m.imageRemovalFailures, m.imagesReleased, m.imagesPulled, m.memoryReleases, m.intakeHolds)
 	return m
 }
 

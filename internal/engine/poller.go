@@ -25,6 +25,7 @@ func (e *Engine) poller(ctx context.Context) {
 		if s.kind != "" {
 			wait = 0
 		}
+		e.holdIntake(ctx)
 		began := e.clock.Now()
 		payloads, err := e.cp.Poll(ctx, wait)
 		if err != nil {

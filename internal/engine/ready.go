@@ -206,6 +206,7 @@ func (e *Engine) endBurst() (Ready, error) {
 		ready.Report = e.report(e.clock.Now())
 	}
 	e.begin(ready)
+	e.publishBacklog() // before the poller is answered: it reads it before its next poll
 	e.release(ready, b.waiting)
 	return ready, nil
 }
