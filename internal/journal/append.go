@@ -294,6 +294,7 @@ func (j *Journal) commit(batch []*request) time.Duration {
 			j.last = seq - 1
 			close(j.changed)
 			j.changed = make(chan struct{})
+			j.notifyReached()
 		}
 		j.mu.Unlock()
 	}

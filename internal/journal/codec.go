@@ -65,7 +65,16 @@ var (
 // decodeRaw parses an encoded record without trusting any byte of it. The returned body
 // aliases b.
 func decodeRaw(b []byte) (rawRecord, error) {
-	var r rawRecord
+	e, err := decodeEnvelope(b)
+	if err != nil {
+		return rawRecord{seq: e.Seq, time: e.Time, typ: e.Type}, err
+	}
+	return rawRecord{seq: e.Seq, time: e.Time, typ: e.Type, task: string(e.Task), container: string(e.Container), body: e.Body}, nil
+}
+
+// decodeEnvelope is decodeRaw with every field left aliasing b: nothing is allocated.
+func decodeEnvelope(b []byte) (RawRecord, error) {
+	var r RawRecord
 	if len(b) < 1+4 {
 		return r, ErrTruncated
 	}
@@ -78,7 +87,7 @@ func decodeRaw(b []byte) (rawRecord, error) {
 	}
 	p := payload[1:]
 	var ok bool
-	if r.seq, p, ok = uvarint(p); !ok {
+	if r.Seq, p, ok = uvarint(p); !ok {
 		return r, fmt.Errorf("%w: sequence", ErrTruncated)
 	}
 	ns, n := binary.Varint(p)
@@ -86,7 +95,7 @@ func decodeRaw(b []byte) (rawRecord, error) {
 		return r, fmt.Errorf("%w: time", ErrTruncated)
 	}
 	p = p[n:]
-	r.time = time.Unix(0, ns).UTC()
+	r.Time = time.Unix(0, ns).UTC()
 	var typ uint64
 	if typ, p, ok = uvarint(p); !ok {
 		return r, fmt.Errorf("%w: type", ErrTruncated)
@@ -94,21 +103,19 @@ func decodeRaw(b []byte) (rawRecord, error) {
 	if typ > 0xffff || !event.Type(typ).Known() {
 		return r, fmt.Errorf("%w %d", ErrUnknownType, typ)
 	}
-	r.typ = event.Type(typ)
-	var task, container []byte
-	if task, p, ok = bytesField(p); !ok {
+	r.Type = event.Type(typ)
+	if r.Task, p, ok = bytesField(p); !ok {
 		return r, fmt.Errorf("%w: task", ErrTruncated)
 	}
-	if container, p, ok = bytesField(p); !ok {
+	if r.Container, p, ok = bytesField(p); !ok {
 		return r, fmt.Errorf("%w: container", ErrTruncated)
 	}
-	if r.body, p, ok = bytesField(p); !ok {
+	if r.Body, p, ok = bytesField(p); !ok {
 		return r, fmt.Errorf("%w: body", ErrTruncated)
 	}
 	if len(p) != 0 {
 		return r, fmt.Errorf("%d trailing bytes after body", len(p))
 	}
-	r.task, r.container = string(task), string(container)
 	return r, nil
 }
 

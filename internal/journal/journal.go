@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +93,7 @@ type Journal struct {
 	closed   bool
 	last     uint64        // last committed sequence number
 	changed  chan struct{} // closed and replaced after every commit
+	reached  []seqWaiter   // closed once last reaches their seq (NotifyAt)
 	holes    []hole        // compaction cuts, ascending
 	commitNs stats
 }
@@ -250,6 +252,46 @@ func (j *Journal) Changed() <-chan struct{} {
 	return j.changed
 }
 
+// seqWaiter is one NotifyAt.
+type seqWaiter struct {
+	seq uint64
+	ch  chan struct{}
+}
+
+// NotifyAt returns a channel closed once record seq is durable (or the journal closes), and a
+// function that withdraws it. Unlike Changed, which wakes its reader at every commit, it wakes
+// one that waits for many records (a batch) once: the writer only compares numbers at a commit.
+func (j *Journal) NotifyAt(seq uint64) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.last >= seq || j.closed {
+		close(ch)
+		return ch, func() {}
+	}
+	j.reached = append(j.reached, seqWaiter{seq, ch})
+	return ch, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		j.reached = slices.DeleteFunc(j.reached, func(w seqWaiter) bool { return w.ch == ch })
+	}
+}
+
+// notifyReached closes the NotifyAt channels whose record is durable (all of them once the
+// journal closes). j.mu is held.
+func (j *Journal) notifyReached() {
+	if len(j.reached) == 0 {
+		return
+	}
+	j.reached = slices.DeleteFunc(j.reached, func(w seqWaiter) bool {
+		if w.seq <= j.last || j.closed {
+			close(w.ch)
+			return true
+		}
+		return false
+	})
+}
+
 // WaitFor blocks until a record after seq is durable, the context ends, or the journal closes.
 func (j *Journal) WaitFor(ctx context.Context, seq uint64) error {
 	for {
@@ -320,6 +362,7 @@ func (j *Journal) Close() error {
 	}
 	j.mu.Lock()
 	close(j.changed)
+	j.notifyReached()
 	j.mu.Unlock()
 	if err := j.db.Close(); err != nil {
 		return fmt.Errorf("journal: close %s: %w", j.path, err)

@@ -436,3 +436,50 @@ func TestLargeSnapshotsAreChunkedAndChecked(t *testing.T) {
 		t.Fatalf("verify: %v", res.Problems)
 	}
 }
+
+// NotifyAt wakes a reader waiting for many records once, when the last of them is durable,
+// not at each commit before; withdrawn, it is never closed; Close releases every waiter.
+func TestNotifyAtClosesOnceTheRecordIsDurable(t *testing.T) {
+	j, err := journal.Open(filepath.Join(t.TempDir(), journal.FileName), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	ctx := context.Background()
+	at3, _ := j.NotifyAt(3)
+	gone, withdraw := j.NotifyAt(2)
+	withdraw()
+	atEnd, _ := j.NotifyAt(100)
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	for i := 1; i <= 2; i++ {
+		if _, err := j.Append(ctx, transition("task/a", "app", event.StatusNone, event.StatusPulled, i)); err != nil {
+			t.Fatal(err)
+		}
+		if closed(at3) {
+			t.Fatalf("NotifyAt(3) closed with record %d durable", i)
+		}
+	}
+	if closed(gone) {
+		t.Fatal("a withdrawn NotifyAt(2) was closed")
+	}
+	if _, err := j.Append(ctx, transition("task/a", "app", event.StatusNone, event.StatusPulled, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(at3) { // closed by the commit, before Append returns
+		t.Fatal("NotifyAt(3) still open with record 3 durable")
+	}
+	if now, _ := j.NotifyAt(1); !closed(now) {
+		t.Fatal("NotifyAt of a durable record is not closed at once")
+	}
+	j.Close()
+	if !closed(atEnd) {
+		t.Fatal("NotifyAt(100) still open after Close")
+	}
+}

@@ -25,6 +25,65 @@ func (j *Journal) IterateRange(from, to uint64, fn func(event.Record) error) err
 }
 
 func (j *Journal) iterateTx(tx *bolt.Tx, from, to uint64, fn func(event.Record) error) error {
+	return j.iterateRawTx(tx, from, to, func(k []byte, r RawRecord) error {
+		if err := checkKey(k, r.Seq); err != nil {
+			return err
+		}
+		ev, err := r.Event()
+		if err != nil {
+			return err
+		}
+		return fn(event.Record{Seq: r.Seq, Time: r.Time, Task: string(r.Task), Container: string(r.Container), Event: ev})
+	})
+}
+
+// checkKey is DecodeRecord's check that a record is stored under its own sequence number.
+func checkKey(k []byte, seq uint64) error {
+	if len(k) != 8 {
+		return fmt.Errorf("journal: record key %x: want 8 bytes, have %d", k, len(k))
+	}
+	if at := binary.BigEndian.Uint64(k); at != seq {
+		return fmt.Errorf("journal: record %d: holds sequence %d", at, seq)
+	}
+	return nil
+}
+
+// RawRecord is a stored record whose event is still encoded, its checksum verified: what a
+// reader that only re-encodes records (the OTLP shipper) needs, without decoding every body
+// and allocating every field. Task, Container and Body point into the file's mapping: they
+// are valid only during the callback that got them, and must not be modified.
+type RawRecord struct {
+	Seq                   uint64
+	Time                  time.Time
+	Type                  event.Type
+	Task, Container, Body []byte
+}
+
+// Event decodes the record's event.
+func (r RawRecord) Event() (event.Event, error) {
+	ev, err := event.UnmarshalBody(r.Type, r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("journal: record %d: %w", r.Seq, err)
+	}
+	return ev, nil
+}
+
+// IterateRawRange is IterateRange with the records' events left encoded (RawRecord): one read
+// transaction, the same checks (checksums, sequence continuity), nothing allocated a record.
+func (j *Journal) IterateRawRange(from, to uint64, fn func(RawRecord) error) error {
+	return j.db.View(func(tx *bolt.Tx) error {
+		return j.iterateRawTx(tx, from, to, func(k []byte, r RawRecord) error {
+			if err := checkKey(k, r.Seq); err != nil {
+				return err
+			}
+			return fn(r)
+		})
+	})
+}
+
+// iterateRawTx walks the records from..to (0: no bound), checking the envelope's checksum and
+// the sequence's continuity; fn gets each record's key and envelope.
+func (j *Journal) iterateRawTx(tx *bolt.Tx, from, to uint64, fn func(k []byte, r RawRecord) error) error {
 	holes, err := loadHoles(tx)
 	if err != nil {
 		return err
@@ -32,18 +91,21 @@ func (j *Journal) iterateTx(tx *bolt.Tx, from, to uint64, fn func(event.Record) 
 	c := tx.Bucket(bucketRecords).Cursor()
 	var prev uint64
 	for k, v := c.Seek(seqKey(from)); k != nil; k, v = c.Next() {
-		rec, err := DecodeRecord(k, v)
+		r, err := decodeEnvelope(v)
 		if err != nil {
-			return err
+			if len(k) == 8 {
+				return fmt.Errorf("journal: record %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			return fmt.Errorf("journal: record key %x: %w", k, err)
 		}
-		if to != 0 && rec.Seq > to {
+		if to != 0 && r.Seq > to {
 			return nil
 		}
-		if prev != 0 && rec.Seq != prev+1 && !holesCover(holes, prev+1, rec.Seq-1) {
-			return fmt.Errorf("journal: record %d: sequence gap after %d (records %d..%d missing, not compacted)", rec.Seq, prev, prev+1, rec.Seq-1)
+		if prev != 0 && r.Seq != prev+1 && !holesCover(holes, prev+1, r.Seq-1) {
+			return fmt.Errorf("journal: record %d: sequence gap after %d (records %d..%d missing, not compacted)", r.Seq, prev, prev+1, r.Seq-1)
 		}
-		prev = rec.Seq
-		if err := fn(rec); err != nil {
+		prev = r.Seq
+		if err := fn(k, r); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,6 @@
 package otlpship
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -20,7 +20,6 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
 )
 
@@ -88,6 +87,13 @@ type Shipper struct {
 	client *http.Client
 	res    *resourcepb.Resource
 	room   int // bytes a batch's records may take, after the request's fixed part
+	env    envelope
+	enc    *encoder     // Run's own
+	recs   []byte       // the batch being read: encoded log_records fields (Run's own)
+	body   *requestBody // the last batch's request, reused once the HTTP client is done with it
+	// wakeups counts the times Run woke up to look at the journal: once a batch while records
+	// come faster than Linger, never once a commit (TestTheShipperWakesOnceABatch).
+	wakeups atomic.Uint64
 
 	mu        sync.Mutex
 	stats     Stats
@@ -127,7 +133,8 @@ func New(j *journal.Journal, cfg Config) (*Shipper, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Shipper{cfg: cfg, j: j, client: client, res: resource(cfg)}
+	s := &Shipper{cfg: cfg, j: j, client: client, res: resource(cfg), enc: newEncoder()}
+	s.env = newEnvelope(s.res, s.scope())
 	fixed := proto.Size(s.request(nil))
 	s.room = MaxBatchBytes - fixed - 64 // the scope's length prefixes
 	return s, nil
@@ -160,11 +167,17 @@ func resource(cfg Config) *resourcepb.Resource {
 	return r
 }
 
+// request is the request holding recs as a message; what is sent is its encoding
+// (envelope.request), which TestEncodedRecordsAreLogRecordsMarshalled holds equal to it.
 func (s *Shipper) request(recs []*logspb.LogRecord) *collogspb.ExportLogsServiceRequest {
 	return &collogspb.ExportLogsServiceRequest{ResourceLogs: []*logspb.ResourceLogs{{
 		Resource:  s.res,
-		ScopeLogs: []*logspb.ScopeLogs{{Scope: &commonpb.InstrumentationScope{Name: ScopeName, Version: s.cfg.Version}, LogRecords: recs}},
+		ScopeLogs: []*logspb.ScopeLogs{{Scope: s.scope(), LogRecords: recs}},
 	}}}
+}
+
+func (s *Shipper) scope() *commonpb.InstrumentationScope {
+	return &commonpb.InstrumentationScope{Name: ScopeName, Version: s.cfg.Version}
 }
 
 // Stats returns the counters.
@@ -192,9 +205,10 @@ func (s *Shipper) LagRecords() uint64 {
 // batch is one request's worth: records first..last of the journal (gaps included) settle
 // together.
 type batch struct {
-	recs       []*logspb.LogRecord
-	last       uint64 // the highest sequence number the batch settles
-	journalN   int    // journal records in it (gap records excluded)
+	body       *requestBody // the encoded request
+	n          int          // log records in it
+	last       uint64       // the highest sequence number the batch settles
+	journalN   int          // journal records in it (gap records excluded)
 	oldestTime time.Time
 }
 
@@ -208,6 +222,9 @@ func (s *Shipper) Run(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.stats.Position, s.persisted = pos, pos
+	// The first write comes PersistEvery after the start, not at the first batch: a commit of
+	// its own, and an appender's commit waits behind it.
+	s.lastSave = s.cfg.Now()
 	s.mu.Unlock()
 	defer s.savePosition(true)
 	for {
@@ -219,6 +236,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return nil
 			case <-changed:
+				s.wakeups.Add(1)
 				continue
 			}
 		}
@@ -238,11 +256,12 @@ func (s *Shipper) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if len(b.recs) == 0 { // nothing readable yet: wait for the next commit, never spin
+		if b.n == 0 { // nothing readable yet: wait for the next commit, never spin
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-changed:
+				s.wakeups.Add(1)
 			}
 			continue
 		}
@@ -258,57 +277,70 @@ func (s *Shipper) Run(ctx context.Context) error {
 }
 
 // linger waits, up to Linger, until a full batch is committed past pos; false when ctx ends.
+// It wakes once, when the batch is full or the time is up, not at every commit: on a busy
+// agent a commit comes every few milliseconds, and each wake-up would take the CPU from the
+// appenders the commit has just released.
 func (s *Shipper) linger(ctx context.Context, pos uint64) bool {
 	if s.cfg.Linger < 0 || s.pending != nil {
 		return true
 	}
+	full, withdraw := s.j.NotifyAt(pos + MaxBatchRecords)
+	defer withdraw()
 	t := time.NewTimer(s.cfg.Linger)
 	defer t.Stop()
-	for {
-		changed := s.j.Changed()
-		if s.j.LastSeq()-pos >= MaxBatchRecords {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		case <-changed:
-		}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-full:
 	}
+	s.wakeups.Add(1)
+	return true
 }
 
-// read builds the next batch after pos: a pending refusal's gap, then records, each compaction
-// cut among them announced by a gap, up to the batch limits. One read transaction, released
-// before anything is sent.
+// read builds the next batch after pos, encoded: a pending refusal's gap, then records, each
+// compaction cut among them announced by a gap, up to the batch limits. One read transaction,
+// released before anything is sent; the records are encoded from their stored bytes within it
+// (encoder), an event decoded only when its body was not met lately.
 func (s *Shipper) read(pos uint64) (batch, error) {
 	var b batch
 	now := s.cfg.Now()
 	last := s.j.LastSeq() // before the read: every record up to it is committed and visible
 	expect := pos + 1
 	size := 0
+	s.recs = s.recs[:0]
+	gap := func(from, to uint64, why string) {
+		s.recs = appendGap(s.recs, GapRecord(from, to, why, now))
+		b.n++
+	}
 	if s.pending != nil {
-		b.recs = append(b.recs, GapRecord(s.pending[0], s.pending[1], "refused by the OTLP endpoint", now))
+		gap(s.pending[0], s.pending[1], "refused by the OTLP endpoint")
 		expect = s.pending[1] + 1
 	}
-	cut := func(from, to uint64) {
-		b.recs = append(b.recs, GapRecord(from, to, "removed by compaction before it was shipped", now))
-	}
-	err := s.j.IterateRange(expect, 0, func(r event.Record) error {
-		lr := LogRecord(r, now)
-		n := proto.Size(lr) + 4
+	const cutWhy = "removed by compaction before it was shipped"
+	err := s.j.IterateRawRange(expect, 0, func(r journal.RawRecord) error {
 		gapN := 0
 		if r.Seq > expect {
 			gapN = 1
 		}
-		if len(b.recs)+gapN+1 > MaxBatchRecords || (size+n > s.room && len(b.recs) > 0) {
+		if b.n+gapN+1 > MaxBatchRecords {
 			return errFull
 		}
+		mark := len(s.recs)
 		if gapN > 0 {
-			cut(expect, r.Seq-1)
+			gap(expect, r.Seq-1, cutWhy)
 		}
-		b.recs = append(b.recs, lr)
+		var n int
+		var err error
+		if s.recs, n, err = s.enc.appendRecord(s.recs, r, now); err != nil {
+			return err
+		}
+		if n += 4; size+n > s.room && b.n > gapN {
+			s.recs = s.recs[:mark] // the record, and the gap before it, go in the next batch
+			b.n -= gapN
+			return errFull
+		}
+		b.n++
 		b.journalN++
 		if b.oldestTime.IsZero() {
 			b.oldestTime = r.Time
@@ -320,21 +352,25 @@ func (s *Shipper) read(pos uint64) (batch, error) {
 	if err != nil && !errors.Is(err, errFull) {
 		return b, err
 	}
-	if err == nil && expect <= last && len(b.recs) < MaxBatchRecords {
-		cut(expect, last) // the tail up to the last commit was compacted away
+	if err == nil && expect <= last && b.n < MaxBatchRecords {
+		gap(expect, last, cutWhy) // the tail up to the last commit was compacted away
 		expect = last + 1
 	}
 	b.last = expect - 1
+	if b.n > 0 {
+		if s.body == nil || s.body.open.Load() != 0 {
+			s.body = &requestBody{}
+		}
+		s.body.buf = s.env.request(s.body.buf[:0], s.recs)
+		b.body = s.body
+	}
 	return b, nil
 }
 
 // deliver sends a batch until the endpoint settles it: true when accepted (2xx), false when
 // refused for good (another 4xx). It returns an error only when ctx ends.
 func (s *Shipper) deliver(ctx context.Context, b batch, began time.Time) (bool, error) {
-	body, err := proto.Marshal(s.request(b.recs))
-	if err != nil {
-		return false, fmt.Errorf("otlp: encoding a batch: %w", err) // cannot happen with valid UTF-8
-	}
+	body := b.body
 	// Rest before sending, in proportion to the work the batch took (reading, mapping,
 	// encoding): the shipper's CPU stays within its share however fast records are committed.
 	work := time.Since(began)
@@ -364,7 +400,7 @@ func (s *Shipper) deliver(ctx context.Context, b batch, began time.Time) (bool, 
 			s.problem(fmt.Sprintf("%s answered %d", s.cfg.Endpoint.URL, status))
 			wait = max(retryAfter, bo.NextBackOff()) // Retry-After is a floor
 		case status >= 400 && status < 500:
-			s.cfg.Log.Error().Int("http", status).Int("records", len(b.recs)).Uint64("through_seq", b.last).
+			s.cfg.Log.Error().Int("http", status).Int("records", b.n).Uint64("through_seq", b.last).
 				Msg("otlp: the endpoint refused a batch for good; it is dropped and announced as a gap")
 			s.problem(fmt.Sprintf("%s refused a batch with %d", s.cfg.Endpoint.URL, status))
 			return false, nil
@@ -385,11 +421,15 @@ func (s *Shipper) problem(p string) {
 }
 
 // post makes one attempt. err is a transport failure (refused, reset, timeout).
-func (s *Shipper) post(ctx context.Context, body []byte) (status int, retryAfter time.Duration, rejected int64, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Endpoint.URL, bytes.NewReader(body))
+func (s *Shipper) post(ctx context.Context, body *requestBody) (status int, retryAfter time.Duration, rejected int64, err error) {
+	rd := body.reader()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Endpoint.URL, rd)
 	if err != nil {
+		rd.Close()
 		return 0, 0, 0, err
 	}
+	req.ContentLength = int64(len(body.buf))
+	req.GetBody = func() (io.ReadCloser, error) { return body.reader(), nil }
 	for k, v := range s.cfg.Endpoint.Headers {
 		req.Header.Set(k, v)
 	}
@@ -430,7 +470,7 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 func (s *Shipper) settle(b batch, delivered bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	gaps := uint64(len(b.recs) - b.journalN)
+	gaps := uint64(b.n - b.journalN)
 	if delivered {
 		s.stats.Shipped += uint64(b.journalN)
 		s.stats.Gaps += gaps

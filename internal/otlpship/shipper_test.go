@@ -455,3 +455,43 @@ func TestCertificateFileAndPartialSuccess(t *testing.T) {
 		t.Fatalf("a missing CA file: err %v, want one naming %s", err, EnvCertificate)
 	}
 }
+
+// On a busy agent a commit comes every few milliseconds: a shipper that woke at every one
+// would take the CPU from the appenders each commit has just released. While records come
+// faster than Linger, it wakes once a batch (NotifyAt), not once a commit.
+func TestTheShipperWakesOnceABatch(t *testing.T) {
+	j := openJournal(t, "")
+	rcv := newReceiver(t, nil)
+	r := ship(t, j, rcv.endpoint(), func(c *Config) { c.Linger = time.Hour })
+	const batches, perCommit = 3, 8
+	for range batches * MaxBatchRecords / perCommit {
+		appendTransitions(t, j, "arn:task/1", perCommit, "")
+	}
+	r.settled(t, batches*MaxBatchRecords)
+	commits := batches * MaxBatchRecords / perCommit
+	// Once idle (the first commit), once a full batch; a batch's delivery overlapping the
+	// next may save one.
+	if w := r.s.wakeups.Load(); w > 2*batches+2 {
+		t.Fatalf("the shipper woke %d times for %d commits in %d batches, want at most %d", w, commits, batches, 2*batches+2)
+	}
+}
+
+// A read transaction held while a request is on the wire would keep the writer from reusing
+// the pages freed since (and from remapping a growing file) for as long as the endpoint takes:
+// the batch is read and encoded, the transaction released, and only then is it sent.
+func TestNoReadTransactionIsHeldAcrossARequest(t *testing.T) {
+	j := openJournal(t, "")
+	var held atomic.Int32
+	rcv := newReceiver(t, func(_ int, _ http.ResponseWriter) bool {
+		if n := j.DB().Stats().OpenTxN; n != 0 {
+			held.Store(int32(n))
+		}
+		return false
+	})
+	r := ship(t, j, rcv.endpoint(), nil)
+	appendTransitions(t, j, "arn:task/1", 2*MaxBatchRecords+5, "")
+	r.settled(t, 2*MaxBatchRecords+5)
+	if n := held.Load(); n != 0 {
+		t.Fatalf("%d read transactions open while the endpoint was answering a request", n)
+	}
+}
