@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -153,6 +154,12 @@ func (e *Engine) acknowledge(ctx context.Context, payloads []protocol.Payload) {
 		return
 	}
 	if err := e.cp.Ack(ctx, ack); err != nil && ctx.Err() == nil {
-		e.log.Warn().Err(err).Strs("messages", ack).Msg("ack failed; the control plane will re-send and the journal de-duplicates")
+		// Logged by their keys, as journaled: a long id as sent would write its whole length
+		// at every failed acknowledgement (PROTOCOL sets ids no length).
+		keys := make([]string, len(ack))
+		for i, m := range ack {
+			keys[i] = event.MessageKey(m)
+		}
+		e.log.Warn().Err(err).Strs("messages", keys).Msg("ack failed; the control plane will re-send and the journal de-duplicates")
 	}
 }

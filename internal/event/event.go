@@ -8,7 +8,7 @@
 package event
 
 import (
-	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -148,14 +148,16 @@ func MarshalBody(e Event) ([]byte, error) {
 const MaxMessageIDBytes = 128
 
 // MessageKey is how the journal and the projection hold message id m: m itself, or for a longer
-// id than MaxMessageIDBytes "sha256:" and its digest in hex (71 bytes). A re-send of the id has
+// id than MaxMessageIDBytes "sha512:" and its digest in hex (135 bytes). A re-send of the id has
 // the same key, so it is recognised as held (PROTOCOL §2); its acknowledgement names m as sent.
+// The key is longer than any id held as sent, so no id a control plane sends (PROTOCOL sets
+// them no form: "sha256:<hex>" is a content-addressed id's) is taken for a long id's re-send.
 func MessageKey(m string) string {
 	if len(m) <= MaxMessageIDBytes {
 		return m
 	}
-	sum := sha256.Sum256([]byte(m))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	sum := sha512.Sum512([]byte(m))
+	return "sha512:" + hex.EncodeToString(sum[:])
 }
 
 // MessageOf is the payload a record was made from: the message id of a payload's records

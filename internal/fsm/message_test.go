@@ -1,6 +1,8 @@
 package fsm_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -12,7 +14,7 @@ import (
 
 // TestALongMessageIDIsHeldByItsDigest: PROTOCOL §2 sets no length for a message id, and the
 // journal remembers an id until its retention ends. A control plane's 1 MiB ids are held as
-// their digest (event.MessageKey): a payload's records carry 71 bytes, not the id, and a
+// their digest (event.MessageKey): a payload's records carry 135 bytes, not the id, and a
 // re-send of the id is still a duplicate — also where the journal, written before the digest,
 // holds the id as sent. A short id is held as sent.
 func TestALongMessageIDIsHeldByItsDigest(t *testing.T) {
@@ -45,7 +47,7 @@ func TestALongMessageIDIsHeldByItsDigest(t *testing.T) {
 			}
 		})
 	}
-	if k := event.MessageKey(long); len(k) != 71 || !strings.HasPrefix(k, "sha256:") {
+	if k := event.MessageKey(long); len(k) <= event.MaxMessageIDBytes || !strings.HasPrefix(k, "sha512:") {
 		t.Fatalf("MessageKey of a long id = %q", k)
 	}
 
@@ -56,4 +58,28 @@ func TestALongMessageIDIsHeldByItsDigest(t *testing.T) {
 			t.Fatalf("a re-send of an id the journal holds as sent is applied again: %+v", again)
 		}
 	})
+}
+
+// attack31: a short id is held as sent, and a long one was held as "sha256:<hex>" — the same space. A
+// control plane whose own ids have that form (content-addressed ids, a proxy shortening long
+// ids) sends a payload under id S equal to the key of a long id L it sent before: S is taken
+// for a re-send of L, acknowledged, and its tasks never applied (invariant 3). Either order.
+func TestAShortIDShapedLikeADigestIsNotALongIDsReSend(t *testing.T) {
+	long := strings.Repeat("m", 200)
+	sum := sha256.Sum256([]byte(long))
+	short := "sha256:" + hex.EncodeToString(sum[:]) // 71 bytes, held as sent: the key b8462af gave long
+	now := time.Unix(1_000_000, 0)
+	taskOf := func(arn string) json.RawMessage {
+		return json.RawMessage(`{"arn":"` + arn + `","desired_status":"RUNNING","containers":[{"name":"app","image":"img"}]}`)
+	}
+	for _, order := range [][2]string{{long, short}, {short, long}} {
+		st := fsm.New()
+		v := st.Step(now, fsm.PayloadArrived{MessageID: order[0], Tasks: []json.RawMessage{taskOf("task/1")}})
+		for _, r := range v.Records {
+			apply(t, st, r)
+		}
+		if v2 := st.Step(now, fsm.PayloadArrived{MessageID: order[1], Tasks: []json.RawMessage{taskOf("task/2")}}); v2.Duplicate {
+			t.Fatalf("payload %.12q… (task/2) taken as a re-send of %.12q…: acknowledged, never applied", order[1], order[0])
+		}
+	}
 }

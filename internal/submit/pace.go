@@ -269,6 +269,9 @@ func (s *Submitter) together(now time.Time) time.Duration {
 // and brought the fleet back at R·ln(depth/t) in the first seconds (a herd of 3–4× the rate:
 // the early places retry every second).
 func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Duration {
+	// A stretch is this failure's own: one left by an earlier failure would have the poll
+	// answered at the return leave this report at its longest backoff (Answered).
+	s.stretched = false
 	back := s.answeredAt.After(s.lastSend) || now.Sub(s.lastSend) >= hung || (!s.answeredAt.IsZero() && now.Sub(s.answeredAt) < answerFresh)
 	if back && s.placed < maxPlaced {
 		s.placed++

@@ -307,8 +307,8 @@ func TestAReportsPathThatKeepsCuttingBacksOff(t *testing.T) {
 	out := s.BeginAt(sent.Add(time.Second), batch("c-9"))
 	cut := sent.Add(time.Second + 200*time.Millisecond)
 	s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset by peer")})
-	if w := s.NextAttempt().Sub(cut); w > time.Second {
-		t.Fatalf("after an answered poll a cut report retries %v later; want its slot again (at most 1 s with none learnt)", w)
+	if w := s.NextAttempt().Sub(cut); w > time.Second+returnSpread {
+		t.Fatalf("after an answered poll a cut report retries %v later; want its slot again (at most 1 s with none learnt, + up to %v: the report was held, together)", w, returnSpread)
 	}
 }
 
@@ -412,5 +412,32 @@ func TestAgentsHeldInAHangComeBackSpread(t *testing.T) {
 	}
 	if busiest > 5 {
 		t.Fatalf("%d of 20 agents held in a hang report in one 100 ms slot after its return; want them spread", busiest)
+	}
+}
+
+// attack31: a stretch belongs to the failure that made it. A hang cut every 5 s by a load
+// balancer while the control plane stays away: the first two cut reports are placed at their
+// slot stretched (maxPlaced), the third backs off about the longest backoff — and its stale
+// stretch flag made the poll answered at the real return leave it there (15–45 s) instead of
+// placing it at its slot from the return, as Answered did before herd4.
+func TestAStaleStretchDoesNotKeepTheLongBackoffAfterTheReturn(t *testing.T) {
+	s := New(Policy{Seed: 17})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	slot := s.Pace()
+	sent := t0.Add(time.Minute)
+	var cut time.Time
+	for i := 0; i < maxPlaced+1; i++ {
+		out := s.BeginAt(sent, batch("c-9"))
+		if out == nil {
+			t.Fatalf("attempt %d: nothing sent at %v", i, sent)
+		}
+		cut = sent.Add(5 * time.Second) // held 5 s, cut by the balancer: the control plane is still away
+		s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")})
+		sent = s.NextAttempt()
+	}
+	back := cut.Add(time.Second)
+	s.Answered(back, true) // the poller learns of the return
+	if at, want := s.NextAttempt().Sub(back), slot*105/100+returnSpread; at > want {
+		t.Fatalf("after the return the report waits %v; want its slot from the return, at most %v (slot %v)", at, want, slot)
 	}
 }
