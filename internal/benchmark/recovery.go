@@ -50,11 +50,14 @@ type churnConfig struct {
 	Keep          bool          // snapshots and compaction as the daemon does; false: history only
 	MaxBytes      int64         // the daemon's --journal-max-bytes (0: none)
 	Resends       int           // task_resent records a churn task gets while it runs: a longer history
+	// EndAtCadence churns on past total until one more task would make the next snapshot due
+	// (settle; bench recovery: the same tail at every size). Off, the journal ends at total.
+	EndAtCadence bool
 }
 
 // benchChurn is the recovery benchmark's: about 100k records of history kept.
 func benchChurn(keep bool) churnConfig {
-	return churnConfig{SnapshotEvery: 20000, Retention: 100 * time.Second, SizeEvery: 1000000, Keep: keep}
+	return churnConfig{SnapshotEvery: 20000, Retention: 100 * time.Second, SizeEvery: 1000000, Keep: keep, EndAtCadence: keep}
 }
 
 // builder writes a journal as a busy agent would: live tasks that keep running, and a churn
@@ -168,8 +171,8 @@ func (b *builder) eligible() int {
 // flushAt is how many records the builder commits at once.
 const flushAt = 5000
 
-// build writes a journal of about total records with live long-running tasks; with snapshots
-// kept, a snapshot interval's worth more at most (settle).
+// build writes a journal of about total records with live long-running tasks; with
+// cfg.EndAtCadence, a snapshot interval's worth more at most (settle).
 func build(ctx context.Context, path string, total, live int, cfg churnConfig) (*builder, error) {
 	j, err := journal.Open(path, journal.Options{})
 	if err != nil {
@@ -194,7 +197,7 @@ func build(ctx context.Context, path string, total, live int, cfg churnConfig) (
 		j.Close()
 		return nil, err
 	}
-	if cfg.Keep {
+	if cfg.Keep && cfg.EndAtCadence {
 		// On to the end of the snapshot interval: the tail every size is measured with.
 		if err := b.settle(ctx); err != nil {
 			j.Close()

@@ -87,8 +87,7 @@ func RSS(ctx context.Context, o RSSOptions) (RSSResult, error) {
 		return res, err
 	}
 	defer os.RemoveAll(rdir)
-	b, err := build(ctx, filepath.Join(rdir, journal.FileName), 14*o.Remembered+1, 0,
-		churnConfig{SnapshotEvery: 20000, Retention: 1000 * time.Hour, Keep: true})
+	b, err := build(ctx, filepath.Join(rdir, journal.FileName), 14*o.Remembered+1, 0, rememberedChurn())
 	if err != nil {
 		return res, err
 	}
@@ -271,6 +270,12 @@ func settled(pid int, read func(int) int64, window, step time.Duration) int64 {
 	}
 	slices.Sort(got)
 	return got[len(got)/2]
+}
+
+// rememberedChurn builds the journal of bench rss's remembered tasks: every task cleaned and
+// kept (a retention longer than the run), ending at exactly the tasks asked for.
+func rememberedChurn() churnConfig {
+	return churnConfig{SnapshotEvery: 20000, Retention: 1000 * time.Hour, Keep: true}
 }
 
 // vmRSS is a process's resident set in bytes, 0 when it cannot be read.

@@ -123,7 +123,9 @@ func TestRecoveryReplayIsBoundedByStateNotHistory(t *testing.T) {
 	t.Parallel()
 	type shape struct{ tail, tombstones, interval int }
 	measure := func(total int) shape {
-		b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), total, 100, testChurn())
+		cfg := testChurn()
+		cfg.EndAtCadence = true
+		b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), total, 100, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,6 +255,25 @@ func TestDamagedNewestSnapshotAfterCompactionRecovers(t *testing.T) {
 // interval after its snapshot and the 1M one a quarter of it, and the ratio read 1.5 with
 // the same snapshot state at both sizes. Each journal ends where one more task would make
 // the next snapshot due: the longest tail a crash meets.
+// TestRSSBenchRemembersTheTasksAskedFor: bench rss measures the agent at rest with exactly
+// the remembered tasks it names; a builder that churned on to the snapshot cadence (bench
+// recovery's journals) gave it 132,817 for 100,000, and the bench stopped with an error.
+func TestRSSBenchRemembersTheTasksAskedFor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 70k records")
+	}
+	t.Parallel()
+	const want = 5000
+	b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), 14*want+1, 0, rememberedChurn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.j.Close()
+	if n := len(b.st.Tombstones); n != want {
+		t.Fatalf("the journal remembers %d tasks, want %d", n, want)
+	}
+}
+
 func TestRecoveryBenchJournalsEndAtTheSamePointOfTheSnapshotCadence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 130k records")
@@ -260,7 +281,9 @@ func TestRecoveryBenchJournalsEndAtTheSamePointOfTheSnapshotCadence(t *testing.T
 	t.Parallel()
 	type end struct{ tail, interval, tombstones int }
 	measure := func(total int) end {
-		b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), total, 100, testChurn())
+		cfg := testChurn()
+		cfg.EndAtCadence = true
+		b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), total, 100, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
