@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/rs/zerolog"
 
 	"github.com/agentd/agentd/internal/event"
@@ -185,7 +188,17 @@ func TestDockerPullPolicyAlwaysPicksUpARepushedTag(t *testing.T) {
 
 func TestDockerPullInactivityTimeoutStopsAStallNotASlowPull(t *testing.T) {
 	reg := registrytest.New(t)
-	img := registrytest.Testbox(t, "slow")
+	// A big layer no other image has: the engine does not fetch a layer it holds, and the
+	// testbox layer may be there (another package's Docker tests pull their own testbox images
+	// at the same time), so the stall and the slow pull must come from a layer of this test's.
+	own, err := random.Layer(24<<20, types.DockerLayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(registrytest.Testbox(t, "slow"), own)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ref, digest := reg.Push(t, "slow:1", img)
 	var logs syncBuffer
 	pc := quickPulls(&logs)
@@ -196,7 +209,7 @@ func TestDockerPullInactivityTimeoutStopsAStallNotASlowPull(t *testing.T) {
 
 	reg.StallAfter(64 << 10)
 	t0 := time.Now()
-	_, err := e.PullImage(ctx, ref, event.PullIfNotPresent)
+	_, err = e.PullImage(ctx, ref, event.PullIfNotPresent)
 	stalled := time.Since(t0)
 	if err == nil || !strings.Contains(err.Error(), "no progress for 1s") || !strings.Contains(err.Error(), ref) {
 		t.Fatalf("pull from a stalled registry: %v; want it to name %s and the inactivity timeout", err, ref)
