@@ -113,6 +113,20 @@ func longestPageRun(t *testing.T, j *journal.Journal) (int, string) {
 	return longest, what
 }
 
+// cadenceJournal builds, as bench recovery does, a journal of about total records with 100
+// live tasks that ends where one more task makes the next snapshot due; closed at the test's end.
+func cadenceJournal(t *testing.T, total int) *builder {
+	t.Helper()
+	cfg := testChurn()
+	cfg.EndAtCadence = true
+	b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), total, 100, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.j.Close() })
+	return b
+}
+
 // A restart replays a number of records bounded by the live state and the snapshot interval,
 // never by history: a journal three times as long replays no more, and the state it restores
 // (tasks and tombstones) is the same size.
@@ -123,13 +137,7 @@ func TestRecoveryReplayIsBoundedByStateNotHistory(t *testing.T) {
 	t.Parallel()
 	type shape struct{ tail, tombstones, interval int }
 	measure := func(total int) shape {
-		cfg := testChurn()
-		cfg.EndAtCadence = true
-		b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), total, 100, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.j.Close()
+		b := cadenceJournal(t, total)
 		return shape{replayTail(t, b.j), len(b.st.Tombstones), int(engine.SnapshotInterval(b.st, b.cfg.SnapshotEvery))}
 	}
 	short, long := measure(30000), measure(90000)
@@ -281,13 +289,7 @@ func TestRecoveryBenchJournalsEndAtTheSamePointOfTheSnapshotCadence(t *testing.T
 	t.Parallel()
 	type end struct{ tail, interval, tombstones int }
 	measure := func(total int) end {
-		cfg := testChurn()
-		cfg.EndAtCadence = true
-		b, err := build(context.Background(), filepath.Join(t.TempDir(), journal.FileName), total, 100, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.j.Close()
+		b := cadenceJournal(t, total)
 		if got := replayTail(t, b.j); got != int(b.j.LastSeq()-b.lastSnap) {
 			t.Fatalf("the builder's newest snapshot is at %d, the journal's leaves a tail of %d", b.lastSnap, got)
 		}

@@ -11,7 +11,7 @@ import (
 // each poll with up to 50 new tasks at once. With 20,000 short tasks posted together the agent
 // took them in far faster than it removed their containers: 16,666 tasks at once waited to be
 // cleaned, each held whole in the projection (and by the runtime), and the agent's peak RSS
-// was 2.3x its RSS at rest. So while more than IntakeBacklog tasks wait for a removal slot the
+// was 2.3x its RSS at rest. So while IntakeBacklog tasks or more wait for a removal slot the
 // poller holds its next poll until the queue falls under the bound — the tasks stay with the
 // control plane, which keeps every payload until it is acknowledged — for at most
 // IntakeHoldMax: a runtime that has stopped removing must not stop the agent hearing of new

@@ -66,7 +66,9 @@ func (e *Engine) Recover(ctx context.Context) error {
 	}
 	e.log.Info().Uint64("seq", e.st.LastSeq).Int("replayed", l.Replayed).Uint64("snapshot", e.upkeep.snapSeq).
 		Int("tasks", len(e.st.Tasks)).Int("unsent", e.st.OutboxLen()).Dur("took", time.Since(startedAt)).Msg("projection recovered")
-	e.sub = submit.New(e.cfg.Submit)
+	pol := e.cfg.Submit
+	pol.PollWait, pol.ReturnSpread = e.cfg.PollWait, unreachablePoll // what the poller does: a hang's return is judged by it
+	e.sub = submit.New(pol)
 	e.inbox.ready.Store(true)
 	return nil
 }

@@ -63,13 +63,13 @@ const (
 	// outage's return, a broken keep-alive): about the poller's probe interval while nothing
 	// answers, so a report failing in an outage the poller has not yet seen is not mistaken.
 	answerFresh = 2 * time.Second
-	// pollWait is the engine's long-poll wait (engine.Config.PollWait's default). A long poll
-	// begun before a hanging outage is answered as ever up to pollWait after it began: in a hang
+	// pollWait is Policy.PollWait's default, the engine's long-poll wait. A long poll begun
+	// before a hanging outage is answered as ever up to PollWait after it began: in a hang
 	// shorter than that, the agents whose long poll outlives it and who had no report out in it
 	// never learn of it (see outageWait).
 	pollWait = 20 * time.Second
-	// returnSpread is the engine poller's longest wait between polls that found the control
-	// plane unreachable (engine.unreachablePoll): how far apart a fleet probing for the
+	// returnSpread is Policy.ReturnSpread's default, the engine poller's longest wait between
+	// polls that found the control plane unreachable: how far apart a fleet probing for the
 	// return learns of it (together).
 	returnSpread = 2 * time.Second
 )
@@ -259,7 +259,7 @@ func (s *Submitter) together(now time.Time) time.Duration {
 	if s.hungAt.IsZero() || now.Sub(s.hungAt) > answerFresh {
 		return 0
 	}
-	return s.spread(returnSpread)
+	return s.spread(s.p.ReturnSpread)
 }
 
 // outageWait is the wait before retrying a report nothing answered (backoff: the backoff's
@@ -299,8 +299,8 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		if held >= hung {
 			s.hungAt = now
 		}
-		if held >= hung && held < pollWait {
-			slot = time.Duration(min(2, float64(pollWait)/float64(held)) * float64(slot))
+		if held >= hung && held < s.p.PollWait {
+			slot = time.Duration(min(2, float64(s.p.PollWait)/float64(held)) * float64(slot))
 			s.stretched = true
 		}
 		return max(slot+s.spread(slot/20)+s.together(now), s.p.Initial)

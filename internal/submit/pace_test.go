@@ -258,6 +258,22 @@ func TestAReportHeldAndCutGoesAtItsSlot(t *testing.T) {
 	}
 }
 
+// The stretch is judged by the poller's own long-poll wait (Policy.PollWait), not a copy of the
+// engine's default: with a 2 s long poll (agentd dev), a report held 3 s in a hang outlived
+// every long poll, so no agent was unaware of it and its slot is not stretched.
+func TestAHangIsJudgedByThePollersOwnWait(t *testing.T) {
+	s := New(Policy{Seed: 17, PollWait: 2 * time.Second, ReturnSpread: time.Millisecond})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	slot := s.Pace()
+	sent := t0.Add(time.Minute)
+	out := s.BeginAt(sent, batch("c-9"))
+	cut := sent.Add(3 * time.Second)
+	s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")})
+	if at := s.NextAttempt().Sub(cut); at < slot || at > slot*105/100+time.Millisecond {
+		t.Fatalf("a report held 3 s, longer than the 2 s long poll, and cut retries %v later; want its plain slot %v", at, slot)
+	}
+}
+
 // A report that fails at once just after a poll was answered (its connection cut at a hanging
 // outage's return, a broken keep-alive) goes at its slot, not a longest backoff later (the
 // hanging outage left a tail of 25 s so); one that fails at once long after the last answered

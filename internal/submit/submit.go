@@ -46,6 +46,11 @@ type Policy struct {
 	SlowRetry   time.Duration // after 401/403 or 400 (default 30 s)
 	JournalEach time.Duration // at most one report_attempted record per failure streak this often (default 30 s)
 	Seed        uint64        // jitter generator seed (0: random)
+	// PollWait is the poller's long-poll wait and ReturnSpread its longest wait between polls
+	// that found the control plane unreachable (the engine's; defaults 20 s and 2 s): what a
+	// hang's return is judged by (pace.go outageWait, together).
+	PollWait     time.Duration
+	ReturnSpread time.Duration
 	// Naive is the benchmarks' baseline, what a simple client does: one change a request, a
 	// retry every second after any failure, no jitter, Retry-After ignored. Never for agents.
 	Naive bool
@@ -109,6 +114,12 @@ func New(p Policy) *Submitter {
 	}
 	if p.JournalEach <= 0 {
 		p.JournalEach = 30 * time.Second
+	}
+	if p.PollWait <= 0 {
+		p.PollWait = pollWait
+	}
+	if p.ReturnSpread <= 0 {
+		p.ReturnSpread = returnSpread
 	}
 	seed := p.Seed
 	if seed == 0 {
