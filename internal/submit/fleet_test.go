@@ -21,8 +21,9 @@ type modelAgent struct {
 	sub     *Submitter
 	pending []fsm.Change
 	inSent  []protocol.StateChange
-	settled time.Time // when its last change settled
-	floor   time.Time // the last 429's Retry-After: no request before this
+	settled time.Time             // when its last change settled
+	floor   time.Time             // the last 429's Retry-After: no request before this
+	decided protocol.ReportResult // the throttle's answer on its way back (fleetModel.transit)
 }
 
 type wake struct {
@@ -32,6 +33,9 @@ type wake struct {
 	add   int  // this many new changes arrive
 	poll  bool // the agent's poller polls (an outage)
 	cut   bool // the report was held by a hanging control plane and is cut now
+	// arrive: the report in flight reaches the throttle now, and decided: its answer, decided
+	// then, reaches the agent now (a loaded host: fleetModel.transit).
+	arrive, decided bool
 }
 
 type wakes []wake
@@ -61,6 +65,11 @@ type fleetModel struct {
 	heldPoll bool          // hanging: every agent's long poll is held too (bench fleet's, begun together after its payloads, when they end in the hang)
 	outlived bool          // hanging: every agent's long poll outlives the hang (bench fleet's, when they end after it)
 	polls    []*pollModel
+	// transit: each report reaches the throttle up to this late, and its answer comes back up
+	// to a quarter of it later (a loaded host: 200 agents' engines and the control plane on two
+	// cores, bench fleet's tasks starting — sent to decided p50 1 s, p90 4 s, decided to taken
+	// by the engine p90 0.35 s).
+	transit time.Duration
 }
 
 // pollModel is an agent's poller while the control plane is away: failed polls retried with
@@ -122,7 +131,16 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 			seq++
 			a.pending = append(a.pending, fsm.Change{ID: fmt.Sprintf("a%d-%d-%d", w.agent, start.UnixNano(), seq), Task: fmt.Sprintf("task/%d-%d", w.agent, c), Status: event.StatusStopped, At: m.now})
 		}
-		if w.reply {
+		switch {
+		case w.arrive:
+			a.decided = m.decide(w.agent, a, false)
+			back := time.Duration(m.rng.Float64() * float64(m.transit/4))
+			heap.Push(&m.q, wake{at: m.now.Add(back), agent: w.agent, reply: true, decided: true})
+			continue
+		case w.reply && w.decided:
+			m.deliver(w.agent, a, a.decided)
+			continue
+		case w.reply:
 			m.answer(w.agent, a, w.cut)
 			continue
 		}
@@ -151,6 +169,11 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 			heap.Push(&m.q, wake{at: m.downTill, agent: w.agent, reply: true, cut: true})
 			continue
 		}
+		if m.transit > 0 {
+			way := time.Duration(m.rng.Float64() * float64(m.transit))
+			heap.Push(&m.q, wake{at: m.now.Add(m.rtt + way), agent: w.agent, arrive: true})
+			continue
+		}
 		heap.Push(&m.q, wake{at: m.now.Add(m.rtt), agent: w.agent, reply: true})
 	}
 	var per []time.Duration
@@ -162,6 +185,11 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 }
 
 func (m *fleetModel) answer(i int, a *modelAgent, cut bool) {
+	m.deliver(i, a, m.decide(i, a, cut))
+}
+
+// decide is the control plane's answer to agent i's report in flight, taken now.
+func (m *fleetModel) decide(i int, a *modelAgent, cut bool) protocol.ReportResult {
 	var r protocol.ReportResult
 	if cut {
 		r = protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("EOF")}
@@ -182,7 +210,14 @@ func (m *fleetModel) answer(i int, a *modelAgent, cut bool) {
 	} else {
 		m.throttle++
 		r = protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: after}
-		a.floor = m.now.Add(after)
+	}
+	return r
+}
+
+// deliver hands agent i the answer r to its report in flight, now.
+func (m *fleetModel) deliver(i int, a *modelAgent, r protocol.ReportResult) {
+	if r.Outcome == protocol.Throttled {
+		a.floor = m.now.Add(r.RetryAfter) // Retry-After counts from the answer's arrival
 	}
 	o := a.sub.Done(m.now, a.inSent, r)
 	if o.Settled != nil {
@@ -394,7 +429,9 @@ func TestFleetModelKeepsRetryAfter(t *testing.T) {
 }
 
 // Tuning aid, not a check: AGENTD_FLEET_MODEL=1 go test -run FleetModel -v ./internal/submit
-// (NOISE=300ms: each agent's payloads and then its changes arrive up to that late, a busy host).
+// (NOISE=300ms: each agent's payloads and then its changes arrive up to that late, a busy host;
+// TRANSIT=2s: while the tasks start, each report reaches the throttle up to that late, a loaded
+// host, and the storm after it runs unloaded — bench fleet's shape, fleetModel.transit).
 // Like `agentd bench fleet`: each round, the tasks start (three waves of changes, reported
 // under the throttle), then every task stops at once (the storm, measured); what the fleet
 // learnt carries over to the next round. Each fleet size runs with three sets of seeds, under
@@ -422,9 +459,12 @@ func fleetModelRounds(t *testing.T, n int, mode string) {
 		if v := os.Getenv("NOISE"); v != "" {
 			m.noise, _ = time.ParseDuration(v)
 		}
+		transit, _ := time.ParseDuration(os.Getenv("TRANSIT"))
 		for round := 1; round <= 4; round++ {
+			m.transit = transit
 			m.waves(20, 3, 100*time.Millisecond)
 			m.quiet(30 * time.Second)
+			m.transit = 0
 			var slots []float64
 			for _, a := range m.agents {
 				slots = append(slots, a.sub.Pace().Seconds())

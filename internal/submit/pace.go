@@ -45,6 +45,11 @@ const (
 	// maxGather is how long after a burst began its first report may wait for the runtime's
 	// calls to end (gathering).
 	maxGather = 1500 * time.Millisecond
+	// gatherBursts is how many bursts after its reports last met a 429 an agent still gathers:
+	// a fleet that paces well meets none for a few bursts and still needs it (a part-report
+	// spends a token of the fleet's), and an agent throttled once, long ago, or whose control
+	// plane stopped throttling, no longer waits on every burst for the rest of its life.
+	gatherBursts = 10
 	// maxAssignLag bounds how long after payloads arrived the changes that follow still count
 	// from their arrival.
 	maxAssignLag = 30 * time.Second
@@ -173,6 +178,7 @@ func (s *Submitter) spreadQuiet(now time.Time) bool {
 		start = s.assignedAt
 	}
 	s.burst, s.burstStart = true, start
+	s.bursts++
 	s.depth = max(s.slot, time.Duration(slotShrink*float64(s.depth)))
 	if s.slot == 0 || s.p.Naive {
 		return true
@@ -187,9 +193,10 @@ func (s *Submitter) spreadQuiet(now time.Time) bool {
 // the fleet's tokens on a part, the rest following in a second request (the bench's storm: 30
 // of 200 agents reported 2 changes, then 18, where the floor counts one request an agent; 25
 // extra tokens, and the front of the fleet crowded into 429s). Only under a throttle (the
-// agent has been answered 429), only in the burst's first maxGather, never past a full batch.
+// agent's reports met a 429 in this burst or one of the gatherBursts before it), only in the
+// burst's first maxGather, never past a full batch.
 func (s *Submitter) gathering(now time.Time, n int) bool {
-	if !s.coming || !s.burst || s.p.Naive || s.Stats.Throttled == 0 || !s.lastSend.Before(s.burstStart) || n >= s.limit {
+	if !s.coming || !s.burst || s.p.Naive || !s.underThrottle() || !s.lastSend.Before(s.burstStart) || n >= s.limit {
 		return false
 	}
 	until := s.burstStart.Add(maxGather)
@@ -198,6 +205,12 @@ func (s *Submitter) gathering(now time.Time, n int) bool {
 	}
 	s.wake = until
 	return true
+}
+
+// underThrottle says whether the agent's reports met a 429 in this burst or one of the
+// gatherBursts before it.
+func (s *Submitter) underThrottle() bool {
+	return s.met429 > 0 && s.bursts-s.met429 <= gatherBursts
 }
 
 // Coming says whether the runtime is making calls whose outcomes are changes to report (a stop,

@@ -457,3 +457,62 @@ func TestAStaleStretchDoesNotKeepTheLongBackoffAfterTheReturn(t *testing.T) {
 		t.Fatalf("after the return the report waits %v; want its slot from the return, at most %v (slot %v)", at, want, slot)
 	}
 }
+
+// An agent gathers a burst's changes only while it meets the throttle: once answered 429, it
+// gathers in the next gatherBursts bursts however cleanly they go (a fleet pacing well meets
+// no 429 for a while and still needs every agent's changes in one request), then reports at
+// once again — an agent throttled once, or whose control plane stopped throttling, no longer
+// holds every burst's first report for the rest of its life. A 429 in a later burst arms it
+// again. (With "ever answered 429" as the rule, the burst after the ten gathers too.)
+func TestGatheringLastsWhileTheAgentMeetsTheThrottle(t *testing.T) {
+	s := New(Policy{Seed: 7})
+	throttledBurst(t, s, t0, 100*time.Millisecond, 100*time.Millisecond) // slot ≈ 0.2 s
+	stop := t0
+	for b := 1; b <= gatherBursts; b++ {
+		stop = stop.Add(time.Minute)
+		if !stopBurstGathers(t, s, stop, false) {
+			t.Fatalf("burst %d after the one that met a 429 does not gather; want %d bursts that do", b, gatherBursts)
+		}
+	}
+	stop = stop.Add(time.Minute)
+	if stopBurstGathers(t, s, stop, true) { // this burst meets a 429 again
+		t.Fatalf("the first report of a burst %d bursts after the last 429 waits for the runtime's calls; want it sent at once", gatherBursts+1)
+	}
+	stop = stop.Add(time.Minute)
+	if !stopBurstGathers(t, s, stop, false) {
+		t.Fatal("the burst after one that met a 429 again does not gather")
+	}
+}
+
+// stopBurstGathers plays a stop of ten tasks begun at stop, while the runtime's calls are still
+// out: whether the first report waited for them (gathered); the reports settle, the first
+// after a 429 when throttle.
+func stopBurstGathers(t *testing.T, s *Submitter, stop time.Time, throttle bool) bool {
+	t.Helper()
+	s.Assigned(stop)
+	s.Coming(true)
+	now := stop.Add(300 * time.Millisecond) // past its slot: the first task stopped
+	for !s.Ready(now) {
+		now = s.NextAttempt()
+	}
+	sent := s.BeginAt(now, stopChanges(2))
+	gathered := sent == nil
+	if gathered {
+		now = stop.Add(700 * time.Millisecond) // the last stop ended
+		s.Coming(false)
+		for !s.Ready(now) {
+			now = s.NextAttempt()
+		}
+		if sent = s.BeginAt(now, stopChanges(20)); len(sent) != 20 {
+			t.Fatalf("after gathering, the first report carries %d changes; want 20", len(sent))
+		}
+	}
+	if throttle {
+		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 100 * time.Millisecond})
+		now = s.NextAttempt()
+		sent = s.BeginAt(now, stopChanges(len(sent)))
+	}
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: ids(len(sent))})
+	s.Coming(false)
+	return gathered
+}

@@ -8,9 +8,10 @@
 // at least the server's Retry-After after a 429 (a floor, never a target), the retry spread by
 // jitter over a window that grows while 429s repeat and shrinks when retries are served at once;
 // a burst's first report at the agent's learnt slot in the fleet (pace.go), so a fleet handed one
-// stop comes back in the order the throttle served it rather than at one instant, and, once the
-// agent has met the throttle, waits (at most 1.5 s) for the runtime calls still making the
-// burst's changes, so it carries them all in one request (Coming); one backoff
+// stop comes back in the order the throttle served it rather than at one instant, and, while the
+// agent meets the throttle (a 429 in one of its last ten bursts), waits (at most 1.5 s) for the
+// runtime calls still making the burst's changes, so it carries them all in one request
+// (Coming); one backoff
 // shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
 // failure streak changes kind, is replaced by about the longest backoff while the control plane
 // answers nothing (the poller probes its return), and ends as soon as it answers anything
@@ -82,6 +83,8 @@ type Submitter struct {
 	answeredAt time.Time     // when a poll was last answered
 	placed     int           // failed reports placed at the slot since the last answer (pace.go outageWait)
 	coming     bool          // the runtime is making calls whose outcomes are changes (pace.go gathering)
+	bursts     int           // bursts begun (pace.go spreadQuiet)
+	met429     int           // the burst (of bursts, at least 1) in which a report last met a 429; 0: none (pace.go underThrottle)
 	hungAt     time.Time     // when a request held by a hanging control plane was last cut (pace.go together)
 	stretched  bool          // the last was placed at its slot stretched: held in a hang shorter than a long poll (pace.go outageWait)
 
@@ -250,6 +253,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 		}
 	case r.Outcome == protocol.Throttled:
 		s.Stats.Throttled++
+		s.met429 = max(s.bursts, 1)
 		wait = s.throttled(now, r.RetryAfter, s.streak == protocol.Throttled)
 		s.health = ""
 	case r.Outcome == protocol.Unauthorized:
