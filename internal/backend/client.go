@@ -17,10 +17,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -159,12 +161,37 @@ func (e *PollError) Unwrap() error { return e.Err }
 // HTTPStatus is the answer's status (0 when no answer came).
 func (e *PollError) HTTPStatus() int { return e.Status }
 
-// Poll long-polls for payloads, waiting at most wait on the server side.
+// ErrPollCut is a poll's failure when the control plane held it and closed its connection
+// without an answer: net/http would send it again (a GET on a kept-alive connection), and the
+// poller would never learn that a hanging control plane held the poll and cut it at its
+// return (bench fleet's hanging outage: every agent whose poll was held in it saw nothing).
+var ErrPollCut = errors.New("the control plane held the poll and closed its connection without an answer")
+
+// heldBeforeCut is how long a poll must have been on its connection before that connection
+// closed for the poll to count as cut (ErrPollCut); a connection found closed as the poll went
+// out (the server dropped it idle) is left to net/http, which sends the poll again.
+const heldBeforeCut = 100 * time.Millisecond
+
+// Poll long-polls for payloads, waiting at most wait on the server side. A poll the control
+// plane held and cut without an answer fails (ErrPollCut) rather than being sent again.
 func (c *Client) Poll(ctx context.Context, wait time.Duration) ([]protocol.Payload, error) {
 	secs := int(wait.Seconds())
 	secs = min(max(secs, 0), protocol.MaxWaitSeconds)
+	ctx, cut := context.WithCancelCause(ctx)
+	defer cut(nil)
+	var sentAt atomic.Int64 // when the poll got its connection (unix ns), 0 before
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
+		now := time.Now().UnixNano()
+		// A second connection for one poll: the transport is sending it again.
+		if first := sentAt.Swap(now); first != 0 && time.Duration(now-first) >= heldBeforeCut {
+			cut(ErrPollCut)
+		}
+	}})
 	resp, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/payloads?wait=%d", secs), nil, time.Duration(secs)*time.Second+c.timeout)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), ErrPollCut) {
+			err = ErrPollCut
+		}
 		return nil, &PollError{Err: err}
 	}
 	defer resp.Body.Close()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -158,5 +159,35 @@ func TestHTTPSBackendIsVerified(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Poll(context.Background(), 0); err != nil {
 		t.Fatalf("poll with --ca-file: %v", err)
+	}
+}
+
+// A poll the control plane holds and then cuts without an answer (a hanging control plane at
+// its return) fails: net/http would send a GET on a kept-alive connection again, the second
+// poll would be answered as ever, and the poller would never learn that it was held (bench
+// fleet's hanging outage: the agents polling afresh in the hang saw nothing of it).
+func TestAPollCutWithoutAnAnswerFails(t *testing.T) {
+	var polls atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if polls.Add(1) == 2 {
+			<-release // held, then cut
+			panic(http.ErrAbortHandler)
+		}
+		_, _ = w.Write([]byte(`{"payloads":[]}`))
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL, "")
+	if _, err := c.Poll(context.Background(), 0); err != nil { // the connection is kept alive
+		t.Fatal(err)
+	}
+	time.AfterFunc(200*time.Millisecond, func() { close(release) })
+	_, err := c.Poll(context.Background(), 0)
+	if !errors.Is(err, backend.ErrPollCut) {
+		t.Fatalf("a poll held and cut without an answer: %v (%d polls reached the server); want ErrPollCut", err, polls.Load())
+	}
+	var pe *backend.PollError
+	if !errors.As(err, &pe) || pe.HTTPStatus() != 0 {
+		t.Fatalf("a cut poll: %v; want a PollError with no status (a transport failure)", err)
 	}
 }

@@ -18,6 +18,7 @@ type inbox struct {
 	in       chan Input
 	queries  chan query
 	answered chan struct{} // a report was answered: the poller's backoff is over (poller.go)
+	poll     livePoll      // the poll in flight, which the loop may cut (poller.go)
 	ready    atomic.Bool   // recovery has finished and the loop runs
 	// backlog is how many tasks wait for a removal slot, published by the loop at each
 	// burst's end for the poller (intake.go); drained tells the poller it fell under the bound.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
@@ -16,8 +17,9 @@ import (
 // streak of one kind, with their cause; the agent keeps running. Every answered poll, even an
 // empty one, goes to the loop: it ends the reporter's outage backoff (submit.Answered). After
 // a failed poll the next asks for no wait, so the control plane's return is known at once
-// rather than a long poll later; and an answer to a report ends the poller's own backoff
-// (answered).
+// rather than a long poll later; an answer to a report ends the poller's own backoff
+// (answered); and the loop cuts a long poll begun before a burst its host began (livePoll), so
+// a hang the control plane is in holds the poll begun in its place.
 func (e *Engine) poller(ctx context.Context) {
 	defer e.inbox.wg.Done()
 	s := pollStreak{e: e, bo: newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+2))}
@@ -28,10 +30,17 @@ func (e *Engine) poller(ctx context.Context) {
 		}
 		e.holdIntake(ctx)
 		began := e.clock.Now()
-		payloads, err := e.cp.Poll(ctx, wait)
+		pollCtx, cancel := context.WithCancel(ctx)
+		e.inbox.poll.begin(cancel)
+		payloads, err := e.cp.Poll(pollCtx, wait)
+		cut := e.inbox.poll.end()
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
+			}
+			if cut {
+				continue // cut by the loop to poll afresh (livePoll): not a failure
 			}
 			s.held = e.clock.Now().Sub(began) >= heldPoll
 			var answered interface{ HTTPStatus() int }
@@ -63,6 +72,41 @@ func (e *Engine) poller(ctx context.Context) {
 			e.acknowledge(ctx, payloads)
 		}
 		s.bo.Reset()
+	}
+}
+
+// livePoll is the poll in flight, which the loop cuts when a burst its host began waits for
+// the agent's slot (submit.Repoll): a long poll begun before a hanging outage is answered as
+// ever after it, and its agent would never learn of the hang; the poll begun in its place is
+// held in it and cut at the return with every other request. A cut poll is not a failure:
+// the poller asks again at once. A cut between polls cuts nothing: the next poll is begun
+// after the burst anyway.
+type livePoll struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc // nil between polls
+	cutOff bool               // the poll in flight was cut
+}
+
+func (l *livePoll) begin(cancel context.CancelFunc) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cancel, l.cutOff = cancel, false
+}
+
+// end says whether the poll that just ended was cut.
+func (l *livePoll) end() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cancel = nil
+	return l.cutOff
+}
+
+func (l *livePoll) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancel != nil {
+		l.cancel()
+		l.cutOff = true
 	}
 }
 

@@ -206,3 +206,87 @@ func TestAnsweredPollStartsTheReporter(t *testing.T) {
 		}
 	}
 }
+
+// hostBurstCP answers the first poll with its payloads and holds every later one until the
+// poller cuts it; it throttles the first report once (1 s: the agent learns a slot) and
+// accepts the rest, and it records how many polls had come when the first STOPPED arrived.
+type hostBurstCP struct {
+	payloads    []protocol.Payload
+	polls       atomic.Int32
+	polled      chan int // the number of each poll, as it arrives
+	reports     atomic.Int32
+	stoppedSeen atomic.Bool
+	stopped     chan int // polls so far when the first report carrying a STOPPED arrived
+}
+
+func (cp *hostBurstCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
+	n := int(cp.polls.Add(1))
+	select {
+	case cp.polled <- n:
+	default:
+	}
+	if n == 1 {
+		return cp.payloads, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (cp *hostBurstCP) Ack(context.Context, []string) error { return nil }
+
+func (cp *hostBurstCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
+	for _, c := range changes {
+		if c.Status == "STOPPED" && !cp.stoppedSeen.Swap(true) {
+			cp.stopped <- int(cp.polls.Load())
+		}
+	}
+	if cp.reports.Add(1) == 1 {
+		return throttle(changes)
+	}
+	return acceptAll(changes)
+}
+
+// An agent whose containers exit after a quiet spell, its report waiting for the slot it
+// learnt under the throttle, cuts the long poll it began before and polls afresh before that
+// report goes: a long poll begun before a hanging outage is answered as ever after it, and an
+// agent with no request out in the hang would never learn of it and report at its slot counted
+// from the burst, into the seconds the agents that saw the hang take from the return (bench
+// fleet's hanging outage: herd 2.8–3.0). The control plane here holds every poll after the
+// first until it is cut: without the cut no third poll ever comes.
+func TestContainersExitingAfterAQuietSpellMakeTheAgentPollAfresh(t *testing.T) {
+	raw, err := json.Marshal(protocol.Task{ARN: "task/exits", DesiredStatus: "RUNNING",
+		Containers: []protocol.Container{{Name: "app", Image: "x", Command: []string{"sleep", "6s"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &hostBurstCP{payloads: []protocol.Payload{{MessageID: "msg-exits", Tasks: []json.RawMessage{raw}}},
+		polled: make(chan int, 16), stopped: make(chan int, 1)}
+	dir := t.TempDir()
+	var full atomic.Bool
+	j := openJournal(t, dir, &full)
+	id, err := engine.ResolveAgentID(context.Background(), j, "agent-exits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := simruntime.Open(dir, id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := engine.New(engine.Config{AgentID: id, CleanupWait: time.Hour, Seed: 1}, j, rt, cp, nil, nil, zerolog.Nop())
+	if err := e.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		j.Close()
+	})
+	waitFor(t, cp.polled, "first poll")
+	waitFor(t, cp.polled, "the long poll after the payloads")
+	if n := waitFor(t, cp.stopped, "the report of the exited container"); n < 3 {
+		t.Fatalf("the exited container's STOPPED was reported with %d polls made; want the long poll begun before the exit cut and a third begun", n)
+	}
+}

@@ -13,7 +13,16 @@ import (
 // unsent (nil: none now). It runs once a burst's commit has returned, so it chooses from the
 // durable outbox, and the submitter records the report begun only when it is really sent.
 func (e *Engine) report(now time.Time) []protocol.StateChange {
-	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 || !e.sub.Ready(now) {
+	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 {
+		return nil
+	}
+	ready := e.sub.Ready(now)
+	if e.sub.Repoll() {
+		// A burst this host began waits for its slot: a long poll begun before it would not
+		// tell of a hang the control plane is in (submit.Repoll); one begun now is held in it.
+		e.inbox.poll.cut()
+	}
+	if !ready {
 		return nil
 	}
 	// Calls whose outcomes are changes still out: a burst's first report may wait for them.

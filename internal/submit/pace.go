@@ -306,13 +306,15 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		// share is at most 1 − held/pollWait; the stretch is capped at 2 (half the throttle
 		// each way: the share is about a half in a hang of half a long poll, and a wider one
 		// would leave tokens idle once the unaware are done). No request is added: the evidence
-		// is the report's own hold.
+		// is the report's own hold. Not when this burst began on this host and polled afresh
+		// (Repoll): the fleet's agents whose bursts began in the hang did too, and learn of
+		// the return with this one, so none is left unaware to make room for.
 		slot := s.slot
 		held := now.Sub(s.lastSend)
 		if held >= hung {
 			s.hungAt = now
 		}
-		if held >= hung && held < s.p.PollWait {
+		if held >= hung && held < s.p.PollWait && !s.repolledAt.Equal(s.burstStart) {
 			slot = time.Duration(min(2, float64(s.p.PollWait)/float64(held)) * float64(slot))
 			s.stretched = true
 		}

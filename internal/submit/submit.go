@@ -18,7 +18,9 @@
 // (Answered: a successful poll included), each report then going at the agent's slot from the
 // return — stretched twice when the report was held in a hang shorter than a long poll, whose
 // return the agents with a long poll outliving it and no report out never see (pace.go
-// outageWait) — so the fleet comes back at about the throttle's rate; slow retries on refused credentials, changes kept; a report refused as a whole
+// outageWait), but not when its burst began on this host: such a burst, waiting for its slot,
+// has the poller poll afresh (Repoll), so every agent whose burst began in a hang learns of
+// its return — so the fleet comes back at about the throttle's rate; slow retries on refused credentials, changes kept; a report refused as a whole
 // (400, 413) split until the change at fault stands alone, which is then held and retried
 // alone, slowly, while the others flow (isolate.go); no report body over
 // protocol.MaxRequestBody and no reason over protocol.MaxReasonBytes; and one log line per
@@ -87,6 +89,8 @@ type Submitter struct {
 	met429     int           // the burst (of bursts, at least 1) in which a report last met a 429; 0: none (pace.go underThrottle)
 	hungAt     time.Time     // when a request held by a hanging control plane was last cut (pace.go together)
 	stretched  bool          // the last was placed at its slot stretched: held in a hang shorter than a long poll (pace.go outageWait)
+	repoll     bool          // a burst this host began waits for its slot: the poller should poll afresh (Repoll)
+	repolledAt time.Time     // the start of the last burst that asked for it
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -144,7 +148,28 @@ func (s *Submitter) Ready(now time.Time) bool {
 	if s.inflight || now.Before(s.next) {
 		return false
 	}
-	return s.spreadQuiet(now)
+	quiet := s.drained
+	ready := s.spreadQuiet(now)
+	if quiet && !ready && s.burst && s.burstStart.Equal(now) && !s.assignedAt.Equal(now) {
+		s.repoll, s.repolledAt = true, now
+	}
+	return ready
+}
+
+// Repoll says, once a burst, that the poller should cut a long poll begun before it and poll
+// again: the burst began now on this host (its containers exited: not a poll's payloads, after
+// which the poll is a fresh one anyway) and its first report waits for the agent's slot. A
+// long poll begun before a hanging outage is answered as ever after the return, so an agent
+// whose report is due only after the return would never learn of the hang, and report at its
+// slot counted from the burst while the agents whose reports were held in it come back from
+// the return into the same seconds (bench fleet's hanging outage: herd 2.8–3.0, the model's
+// hanging-outlived 2.9). A poll begun now is held in the hang and cut at its return with every
+// other request (Hung), so the whole fleet places itself from the return. The cost: one more
+// poll per agent for a burst its host began, none for a stop the control plane sent.
+func (s *Submitter) Repoll() bool {
+	r := s.repoll
+	s.repoll = false
+	return r
 }
 
 // NextAttempt is when a waiting submitter may send again (zero when it need not wait); after a

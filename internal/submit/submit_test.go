@@ -172,3 +172,52 @@ func TestBackOffDoublesToItsCapJitteredAndReplays(t *testing.T) {
 		t.Fatalf("the same seed gave %v, then %v: a seeded simulation would not replay", got, again)
 	}
 }
+
+// A burst this host began (its containers exited after a quiet spell) whose first report
+// waits for the agent's slot asks the poller, once, to poll afresh (Repoll): a long poll begun
+// before a hanging outage is answered as ever after it, and the agent, its report due only
+// after the return, would never learn of the hang. A burst a poll's payloads began does not ask
+// (that poll's successor is fresh), nor one whose report goes at once (the report is the probe).
+// A report of such a burst held in a hang and cut goes at its plain slot: the fleet's agents
+// polled afresh too and learn of the return with it, so none is left unaware to make room for.
+func TestABurstTheHostBeganPollsAfresh(t *testing.T) {
+	s := New(Policy{Seed: 21, ReturnSpread: time.Millisecond})
+	if s.Ready(t0); s.Repoll() {
+		t.Fatal("a first report going at once (no slot learnt) asks for a fresh poll")
+	}
+	s.Done(t0, s.BeginAt(t0, batch("c-0")), protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-0"}})
+	throttledBurst(t, s, t0.Add(time.Minute), 0, 4*time.Second)
+
+	stop := t0.Add(2 * time.Minute)
+	s.Assigned(stop) // the control plane stopped the tasks: the poll that brought it is over
+	if s.Ready(stop.Add(300 * time.Millisecond)) {
+		t.Fatal("the control plane's stop is reported at once, not at the slot")
+	}
+	if s.Repoll() {
+		t.Fatal("a burst a poll's payloads began asks for a fresh poll")
+	}
+	now := s.NextAttempt()
+	s.Done(now, s.BeginAt(now, batch("c-1")), protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
+	slot := s.Pace()
+
+	exited := t0.Add(3 * time.Minute) // the host's containers exit: nothing the control plane sent
+	if s.Ready(exited) {
+		t.Fatal("the host's burst is reported at once, not at the slot")
+	}
+	if !s.Repoll() {
+		t.Fatal("a burst this host began, waiting for its slot, asks for no fresh poll")
+	}
+	if s.Ready(exited.Add(time.Second)); s.Repoll() {
+		t.Fatal("a burst asks for a fresh poll twice")
+	}
+	sent := s.NextAttempt()
+	if !s.Ready(sent) {
+		t.Fatalf("the host's burst is not ready at its slot (%v)", sent.Sub(exited))
+	}
+	out := s.BeginAt(sent, batch("c-2"))
+	cut := sent.Add(3 * time.Second) // held in a hang shorter than a long poll, cut at its return
+	s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")})
+	if at := s.NextAttempt().Sub(cut); at < slot || at > slot*105/100+time.Millisecond {
+		t.Fatalf("a report of a burst that polled afresh, held 3 s and cut, retries %v later; want its plain slot %v (+5%%)", at, slot)
+	}
+}
