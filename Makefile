@@ -46,7 +46,7 @@ test-dist:
 
 ## test-docker: integration tests against the real Docker Engine (needs `docker info` to answer).
 test-docker: testbox-image
-	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./cmd/agentd
+	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./internal/benchmark ./cmd/agentd
 
 ## test-sim: the deterministic simulation over SEEDS seeds, starting at a fresh random offset
 ## every run so each run explores seeds no run tried before (the first line names them;

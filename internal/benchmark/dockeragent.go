@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -23,6 +25,12 @@ func containerAgent(cli *client.Client, image string) agentLauncher {
 	return func(ctx context.Context, dir string, args []string) (*agentRun, func(), error) {
 		host := cli.DaemonHost()
 		hc := &container.HostConfig{NetworkMode: "host", Binds: []string{dir + ":" + dir}}
+		for i, a := range args {
+			// An API socket outside the data dir (apiSocket) is reached through its own directory.
+			if sock, ok := strings.CutPrefix(a, "unix:"); ok && i > 0 && args[i-1] == "--listen" && filepath.Dir(sock) != dir {
+				hc.Binds = append(hc.Binds, filepath.Dir(sock)+":"+filepath.Dir(sock))
+			}
+		}
 		if u, err := url.Parse(host); err == nil && u.Scheme == "unix" {
 			hc.Binds = append(hc.Binds, u.Path+":"+u.Path)
 		}

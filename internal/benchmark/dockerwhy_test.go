@@ -1,0 +1,75 @@
+package benchmark
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+)
+
+// An agent side that stops cleaning its tasks fails the Docker benchmark with the
+// reason: the tasks not cleaned, by name, and what the control plane, the agent (its API and
+// its journal) and the engine (the container and its events) knew of each — here, tasks whose
+// containers run until stopped (RUNNING, or still starting on a loaded engine: a start has
+// taken 30 s here), no die in the engine's events. The data
+// dir is kept for `agentd journal`; no container is left behind.
+func TestADockerRunThatDoesNotCleanSaysWhichTasksAndWhy(t *testing.T) {
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("AGENTD_DOCKER_TESTS=1 runs the Docker tests (make test-docker)")
+	}
+	bin := filepath.Join(t.TempDir(), "agentd")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/agentd/agentd/cmd/agentd").CombinedOutput(); err != nil {
+		t.Fatalf("build agentd: %v\n%s", err, out)
+	}
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	o := DockerOptions{Dir: dir, Image: "agentd-testbox:latest", Tasks: 2, Concurrency: 2,
+		taskCommand: []string{"run"}, stallAfter: 20 * time.Second}
+	_, _, _, err = agentLoop(ctx, cli, o, "", childAgent(bin))
+	if err == nil {
+		t.Fatal("tasks that never end were cleaned")
+	}
+	why := err.Error()
+	t.Log(why)
+	for _, want := range []string{
+		"no task cleaned for 20s, 0 of 2 cleaned in",
+		"not cleaned: task/docker-000000, task/docker-000001",
+		"agent /healthz: 200",
+		`control plane: status "`,
+		`agent: 200 { "arn": "task/docker-000000", "known_status": "`, // its API
+		`"type":"task_added"`,                                         // its journal
+		"engine: container",
+		"engine events: create at", // and no die
+	} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the failure does not say %q", want)
+		}
+	}
+	if strings.Contains(why, "die at") {
+		t.Errorf("the engine's events show a die of a container that runs")
+	}
+	kept, _ := filepath.Glob(filepath.Join(dir, "agentd-bench-docker-*", "agentd.log"))
+	if len(kept) != 1 || !strings.Contains(why, filepath.Dir(kept[0])) {
+		t.Errorf("the data dir is not kept, or not named: %v", kept)
+	}
+	agent := regexp.MustCompile(`by agent (agent-bench-\d+)`).FindStringSubmatch(why)
+	if agent == nil {
+		t.Fatal("the failure does not name its agent")
+	}
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=io.agentd.agent="+agent[1], "--format", "{{.Names}}").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Fatalf("containers left behind: %q %v", out, err)
+	}
+}
