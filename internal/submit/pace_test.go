@@ -516,3 +516,31 @@ func stopBurstGathers(t *testing.T, s *Submitter, stop time.Time, throttle bool)
 	s.Coming(false)
 	return gathered
 }
+
+// A control plane (or a proxy before it) that holds every long poll and cuts it without an
+// answer, well within a long poll's wait, has the poller find it gone and back again every few
+// seconds (a held poll cut, a probe answered: Hung, Answered with outage). A burst waiting for
+// its slot is placed from the first such return; placed again from each, a slot longer than
+// the cuts' interval never comes, and the burst's changes are never reported (each return
+// pushed the report a whole slot on).
+func TestPollsCutOverAndOverDoNotPushABurstOnForever(t *testing.T) {
+	s := New(Policy{Seed: 31, ReturnSpread: time.Millisecond})
+	throttledBurst(t, s, t0, 0, 12*time.Second)
+	slot := s.Pace()
+	exited := t0.Add(time.Minute) // the host's containers exit: a burst waits for its slot
+	if s.Ready(exited) {
+		t.Fatal("the host's burst is reported at once, not at its slot")
+	}
+	deadline := exited.Add(2*slot + 2*time.Second)
+	for now := exited.Add(5 * time.Second); now.Before(deadline); now = now.Add(5 * time.Second) {
+		if at := s.NextAttempt(); !at.After(now) {
+			if !s.Ready(at) {
+				t.Fatalf("not ready at its own next attempt %v", at.Sub(exited))
+			}
+			return
+		}
+		s.Hung(now) // the poll held 5 s was cut; the probe after it is answered
+		s.Answered(now, true)
+	}
+	t.Fatalf("a burst with a slot of %v, its polls cut every 5 s, is still waiting %v after it began (next attempt %v after)", slot, deadline.Sub(exited), s.NextAttempt().Sub(exited))
+}
