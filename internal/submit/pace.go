@@ -249,8 +249,14 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 		// the model.)
 		s.bo.Reset()
 		return
+	case s.streak == protocol.Network && s.retryPlaced:
+		// Placed from a return already: a later one (held polls cut every few seconds) would
+		// push a slot longer than their interval on for ever.
+		s.bo.Reset()
+		return
 	case s.streak == protocol.Network:
 		s.bo.Reset()
+		s.retryPlaced = true
 	case outage && s.burst && s.streak == "" && now.Before(s.next) && !s.burstPlaced:
 		// Once a burst: a control plane (or a proxy) cutting every held poll returns every few
 		// seconds, and a slot longer than that, counted again from each return, never came.

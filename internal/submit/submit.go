@@ -91,6 +91,7 @@ type Submitter struct {
 	stretched   bool          // the last was placed at its slot stretched: held in a hang shorter than a long poll (pace.go outageWait)
 	repoll      bool          // a burst this host began waits for its slot: the poller should poll afresh (Repoll)
 	repolledAt  time.Time     // the start of the last burst that asked for it
+	retryPlaced bool          // the failed report's retry was placed from a return already (pace.go Answered)
 	burstPlaced bool          // the burst waiting for its slot was placed from a return already (pace.go Answered)
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
@@ -198,7 +199,7 @@ func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.S
 	if len(out) == 0 {
 		return nil
 	}
-	s.inflight = true
+	s.inflight, s.retryPlaced = true, false
 	s.lastSend = now
 	s.carried = len(out) == len(candidates)
 	s.Stats.Requests++
