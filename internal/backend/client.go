@@ -167,9 +167,10 @@ func (e *PollError) HTTPStatus() int { return e.Status }
 // return (bench fleet's hanging outage: every agent whose poll was held in it saw nothing).
 var ErrPollCut = errors.New("the control plane held the poll and closed its connection without an answer")
 
-// heldBeforeCut is how long a poll must have been on its connection before that connection
-// closed for the poll to count as cut (ErrPollCut); a connection found closed as the poll went
-// out (the server dropped it idle) is left to net/http, which sends the poll again.
+// heldBeforeCut is how long a poll must have been on its connection before the transport
+// turned to another for it (its connection closed) for the poll to count as cut (ErrPollCut);
+// a connection found closed as the poll went out (the server dropped it idle) is left to
+// net/http, which sends the poll again.
 const heldBeforeCut = 100 * time.Millisecond
 
 // Poll long-polls for payloads, waiting at most wait on the server side. A poll the control
@@ -179,14 +180,20 @@ func (c *Client) Poll(ctx context.Context, wait time.Duration) ([]protocol.Paylo
 	secs = min(max(secs, 0), protocol.MaxWaitSeconds)
 	ctx, cut := context.WithCancelCause(ctx)
 	defer cut(nil)
-	var sentAt atomic.Int64 // when the poll got its connection (unix ns), 0 before
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) {
-		now := time.Now().UnixNano()
-		// A second connection for one poll: the transport is sending it again.
-		if first := sentAt.Swap(now); first != 0 && time.Duration(now-first) >= heldBeforeCut {
-			cut(ErrPollCut)
-		}
-	}})
+	var sentAt atomic.Int64 // when the poll got its first connection (unix ns), 0 before
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { sentAt.CompareAndSwap(0, time.Now().UnixNano()) },
+		// The transport asks for a connection again: the poll's closed before an answer and it
+		// is sending the poll again. The hold is measured to this moment, not to when the next
+		// connection is ready: a new one's handshake (a TLS round trip or two across a WAN, a
+		// slow resolver) is no part of it, and counting it made an idle connection's close
+		// crossing the poll a cut poll.
+		GetConn: func(string) {
+			if first := sentAt.Load(); first != 0 && time.Duration(time.Now().UnixNano()-first) >= heldBeforeCut {
+				cut(ErrPollCut)
+			}
+		},
+	})
 	resp, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/payloads?wait=%d", secs), nil, time.Duration(secs)*time.Second+c.timeout)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), ErrPollCut) {

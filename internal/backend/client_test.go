@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -189,5 +190,56 @@ func TestAPollCutWithoutAnAnswerFails(t *testing.T) {
 	var pe *backend.PollError
 	if !errors.As(err, &pe) || pe.HTTPStatus() != 0 {
 		t.Fatalf("a cut poll: %v; want a PollError with no status (a transport failure)", err)
+	}
+}
+
+// slowHandshakes delays every connection after the first before the server takes it up, so a
+// TLS handshake on it takes that long: the latency of a control plane across a WAN (a TCP and
+// a TLS round trip each, a slow resolver).
+type slowHandshakes struct {
+	net.Listener
+	accepted atomic.Int32
+	delay    time.Duration
+}
+
+func (l *slowHandshakes) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil && l.accepted.Add(1) > 1 {
+		time.Sleep(l.delay) // network latency modelled, not a wait for an event
+	}
+	return c, err
+}
+
+// A poll sent on a kept-alive connection the control plane closed as the poll went out (an idle
+// timeout's close crossing the request) was never held: net/http sends it again on a new
+// connection, and however long that connection takes to set up (a TLS handshake across a WAN),
+// the poll is not cut. Counting the hold up to when the new connection was ready made every
+// such race with a slow handshake a "poll held and cut" — a transport failure, a warning, and
+// the submitter told a hanging outage ended (Hung) when none began.
+func TestAPollResentOnASlowNewConnectionWasNotCut(t *testing.T) {
+	var polls atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if polls.Add(1) == 2 {
+			panic(http.ErrAbortHandler) // closed as the poll came: never held
+		}
+		_, _ = w.Write([]byte(`{"payloads":[]}`))
+	}))
+	srv.Listener = &slowHandshakes{Listener: srv.Listener, delay: 300 * time.Millisecond}
+	srv.StartTLS()
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "agent-1", CAFile: ca, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Poll(context.Background(), 0); err != nil { // the connection is kept alive
+		t.Fatal(err)
+	}
+	if _, err := c.Poll(context.Background(), 0); err != nil {
+		t.Fatalf("a poll whose kept-alive connection was closed as it went out, sent again on a slow new connection: %v (%d polls reached the server); want it answered", err, polls.Load())
 	}
 }

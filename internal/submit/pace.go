@@ -177,7 +177,7 @@ func (s *Submitter) spreadQuiet(now time.Time) bool {
 		// change ready, so the fleet keeps its order however long each agent took.
 		start = s.assignedAt
 	}
-	s.burst, s.burstStart = true, start
+	s.burst, s.burstStart, s.burstPlaced = true, start, false
 	s.bursts++
 	s.depth = max(s.slot, time.Duration(slotShrink*float64(s.depth)))
 	if s.slot == 0 || s.p.Naive {
@@ -226,7 +226,8 @@ func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
 // order the throttle last served it, from the return: each agent's next report goes at its
 // slot (+5%) counted from this answer, whether a retry was due sooner or later, and so does a
 // burst still waiting for its slot when the control plane went away (its slot counted from
-// before the outage would land the fleet's early and late places on the same seconds). The
+// before the outage would land the fleet's early and late places on the same seconds) — once
+// a burst, so returns that come every few seconds never push its report on for ever. The
 // fleet then arrives at about the throttle's rate rather than all in its first seconds (each
 // agent's poller learns of the return within a few seconds); an agent with no slot (never
 // throttled, or among the first) reports now. (Counting from an estimate of the return —
@@ -248,9 +249,18 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 		// the model.)
 		s.bo.Reset()
 		return
+	case s.streak == protocol.Network && s.retryPlaced:
+		// Placed from a return already: a later one (held polls cut every few seconds) would
+		// push a slot longer than their interval on for ever.
+		s.bo.Reset()
+		return
 	case s.streak == protocol.Network:
 		s.bo.Reset()
-	case outage && s.burst && s.streak == "" && now.Before(s.next):
+		s.retryPlaced = true
+	case outage && s.burst && s.streak == "" && now.Before(s.next) && !s.burstPlaced:
+		// Once a burst: a control plane (or a proxy) cutting every held poll returns every few
+		// seconds, and a slot longer than that, counted again from each return, never came.
+		s.burstPlaced = true
 	default:
 		return
 	}

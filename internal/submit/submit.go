@@ -70,27 +70,29 @@ type Submitter struct {
 	limit    int              // most changes the next report carries (halved by a refusal)
 	held     map[string]*held // changes refused alone, by id
 
-	slot       time.Duration // when in a burst the throttle last served this agent (pace.go)
-	window     time.Duration // how far past Retry-After a retry is spread (pace.go)
-	depth      time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it (pace.go)
-	space      time.Duration // learnt spacing of a backlog's reports (pace.go)
-	burst      bool          // the burst's first report is not settled yet: it teaches the slot
-	burstStart time.Time     // when the current burst began
-	turnAt     time.Time     // when the last 429's Retry-After ended
-	lastSend   time.Time     // when the last report was begun
-	carried    bool          // the report in flight carries every change pending when it began
-	drained    bool          // the last report carried every pending change and settled
-	drainedAt  time.Time     // when it settled
-	assignedAt time.Time     // when a poll last brought payloads
-	answeredAt time.Time     // when a poll was last answered
-	placed     int           // failed reports placed at the slot since the last answer (pace.go outageWait)
-	coming     bool          // the runtime is making calls whose outcomes are changes (pace.go gathering)
-	bursts     int           // bursts begun (pace.go spreadQuiet)
-	met429     int           // the burst (of bursts, at least 1) in which a report last met a 429; 0: none (pace.go underThrottle)
-	hungAt     time.Time     // when a request held by a hanging control plane was last cut (pace.go together)
-	stretched  bool          // the last was placed at its slot stretched: held in a hang shorter than a long poll (pace.go outageWait)
-	repoll     bool          // a burst this host began waits for its slot: the poller should poll afresh (Repoll)
-	repolledAt time.Time     // the start of the last burst that asked for it
+	slot        time.Duration // when in a burst the throttle last served this agent (pace.go)
+	window      time.Duration // how far past Retry-After a retry is spread (pace.go)
+	depth       time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it (pace.go)
+	space       time.Duration // learnt spacing of a backlog's reports (pace.go)
+	burst       bool          // the burst's first report is not settled yet: it teaches the slot
+	burstStart  time.Time     // when the current burst began
+	turnAt      time.Time     // when the last 429's Retry-After ended
+	lastSend    time.Time     // when the last report was begun
+	carried     bool          // the report in flight carries every change pending when it began
+	drained     bool          // the last report carried every pending change and settled
+	drainedAt   time.Time     // when it settled
+	assignedAt  time.Time     // when a poll last brought payloads
+	answeredAt  time.Time     // when a poll was last answered
+	placed      int           // failed reports placed at the slot since the last answer (pace.go outageWait)
+	coming      bool          // the runtime is making calls whose outcomes are changes (pace.go gathering)
+	bursts      int           // bursts begun (pace.go spreadQuiet)
+	met429      int           // the burst (of bursts, at least 1) in which a report last met a 429; 0: none (pace.go underThrottle)
+	hungAt      time.Time     // when a request held by a hanging control plane was last cut (pace.go together)
+	stretched   bool          // the last was placed at its slot stretched: held in a hang shorter than a long poll (pace.go outageWait)
+	repoll      bool          // a burst this host began waits for its slot: the poller should poll afresh (Repoll)
+	repolledAt  time.Time     // the start of the last burst that asked for it
+	retryPlaced bool          // the failed report's retry was placed from a return already (pace.go Answered)
+	burstPlaced bool          // the burst waiting for its slot was placed from a return already (pace.go Answered)
 
 	streak        protocol.Outcome // the outcome of the current failure streak ("" after success)
 	streakSince   time.Time
@@ -197,7 +199,7 @@ func (s *Submitter) BeginAt(now time.Time, candidates []fsm.Change) []protocol.S
 	if len(out) == 0 {
 		return nil
 	}
-	s.inflight = true
+	s.inflight, s.retryPlaced = true, false
 	s.lastSend = now
 	s.carried = len(out) == len(candidates)
 	s.Stats.Requests++
