@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/forensics"
 )
 
 // A Docker benchmark run that fails must say why: which tasks were not cleaned, and what the
@@ -57,11 +57,13 @@ func notCleaned(cli *client.Client, cp *controlplane.Server, sock, agentID strin
 		arns = append(arns, arn)
 	}
 	slices.SortFunc(arns, func(a, b string) int { return cmp.Or(waiting[a].Compare(waiting[b]), strings.Compare(a, b)) })
-	api := unixClient(sock)
+	// Bound each question, so one that hangs leaves time for the others.
+	api, base := forensics.APIClient("unix:" + sock)
+	api.Timeout = 20 * time.Second
 	var b strings.Builder
 	fmt.Fprintf(&b, "not cleaned: %s\n", strings.Join(arns, ", "))
-	fmt.Fprintf(&b, "agent /healthz: %s\n", oneLine(apiGet(ctx, api, "/healthz")))
-	journal := journalOf(ctx, api)
+	fmt.Fprintf(&b, "agent /healthz: %s\n", oneLine(apiGet(ctx, api, base+"/healthz")))
+	journal := journalOf(ctx, api, base)
 	cpTasks, _ := cp.Snapshot()
 	for i, arn := range arns {
 		if i == notCleanedShown {
@@ -79,7 +81,7 @@ func notCleaned(cli *client.Client, cp *controlplane.Server, sock, agentID strin
 		} else {
 			fmt.Fprintf(&b, "  control plane: no such task\n")
 		}
-		fmt.Fprintf(&b, "  agent: %s\n", oneLine(apiGet(ctx, api, "/v1/tasks/"+arn)))
+		fmt.Fprintf(&b, "  agent: %s\n", oneLine(apiGet(ctx, api, base+"/v1/tasks/"+arn)))
 		if journal.err != nil {
 			fmt.Fprintf(&b, "  journal: %v\n", journal.err)
 		}
@@ -142,10 +144,10 @@ type taskRecords struct {
 }
 
 // journalOf reads the agent's whole journal through its API (/v1/journal/records).
-func journalOf(ctx context.Context, api *http.Client) taskRecords {
+func journalOf(ctx context.Context, api *http.Client, base string) taskRecords {
 	out := taskRecords{of: map[string][]string{}}
 	for from := uint64(1); ; {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://agent/v1/journal/records?from=%d", from), nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/journal/records?from=%d", base, from), nil)
 		resp, err := api.Do(req)
 		if err != nil {
 			out.err = err
@@ -175,17 +177,9 @@ func journalOf(ctx context.Context, api *http.Client) taskRecords {
 	}
 }
 
-// unixClient is an HTTP client of a server on a unix socket.
-func unixClient(sock string) *http.Client {
-	var d net.Dialer
-	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return d.DialContext(ctx, "unix", sock)
-	}}}
-}
-
-// apiGet is the body of an API answer, or what went wrong.
-func apiGet(ctx context.Context, api *http.Client, path string) string {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://agent"+path, nil)
+// apiGet is the body of the API's answer at url, or what went wrong.
+func apiGet(ctx context.Context, api *http.Client, url string) string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := api.Do(req)
 	if err != nil {
 		return err.Error()

@@ -33,19 +33,10 @@ func (r *stuckRemovals) Remove(ctx context.Context, id string) error {
 
 // burstCP answers the first poll with its payloads and every later one, after a moment, with
 // none; it counts the polls and tells the test of each.
-type burstCP struct {
-	payloads []protocol.Payload
-	polls    atomic.Int32
-	polled   chan int
-}
+type burstCP struct{ firstPoll }
 
 func (cp *burstCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
-	n := int(cp.polls.Add(1))
-	select {
-	case cp.polled <- n:
-	default:
-	}
-	if n == 1 {
+	if cp.first() {
 		return cp.payloads, nil
 	}
 	select { // a long poll that ends quickly: an agent that is not held polls again and again
@@ -129,7 +120,7 @@ func waitCleaning(t *testing.T, e *engine.Engine, n int) {
 // through. Without the hold, 20,000 tasks posted at once left 16,666 waiting to be cleaned,
 // each held whole, and the agent's peak RSS was 2.3x its RSS at rest (bench rss).
 func TestARemovalBacklogHoldsThePoll(t *testing.T) {
-	cp := &burstCP{payloads: payloadsOf(t, 20), polled: make(chan int, 1)}
+	cp := &burstCP{firstPoll{payloads: payloadsOf(t, 20), polled: make(chan int, 1)}}
 	e, rt := runBurst(t, cp, time.Minute)
 	waitCleaning(t, e, 10)
 	held := cp.polls.Load()
@@ -148,7 +139,7 @@ func TestARemovalBacklogHoldsThePoll(t *testing.T) {
 // A runtime that stops removing slows the intake but never cuts it: the agent still hears of
 // new tasks and stops, a poll at least every IntakeHoldMax.
 func TestAStuckRemovalBacklogStillPolls(t *testing.T) {
-	cp := &burstCP{payloads: payloadsOf(t, 20), polled: make(chan int, 1)}
+	cp := &burstCP{firstPoll{payloads: payloadsOf(t, 20), polled: make(chan int, 1)}}
 	e, _ := runBurst(t, cp, 200*time.Millisecond)
 	waitCleaning(t, e, 10)
 	for len(cp.polled) > 0 {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,15 +67,27 @@ func payloadsOf(t *testing.T, n int) []protocol.Payload {
 // ends; with diskFull, every commit after the recovery fails as on a full disk.
 func runPolling(t *testing.T, cp *pollingCP, diskFull bool) *journal.Journal {
 	t.Helper()
+	return runAgent(t, "agent-poll", cp, diskFull, func(j *journal.Journal) {
+		cp.commits = func() uint64 { return j.Stats().Commits }
+	})
+}
+
+// runAgent recovers agent name over a fresh journal and the simulated runtime and runs it
+// against cp until the test ends. opened, when given, sees the journal before the engine
+// starts; with diskFull, every commit after the recovery fails as on a full disk.
+func runAgent(t *testing.T, name string, cp engine.ControlPlane, diskFull bool, opened func(*journal.Journal)) *journal.Journal {
+	t.Helper()
 	dir := t.TempDir()
 	var full atomic.Bool
 	j := openJournal(t, dir, &full)
-	cp.commits = func() uint64 { return j.Stats().Commits }
-	id, err := engine.ResolveAgentID(context.Background(), j, "agent-poll")
+	if opened != nil {
+		opened(j)
+	}
+	id, err := engine.ResolveAgentID(context.Background(), j, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := simruntime.Open(filepath.Join(dir, "sim"), id, nil)
+	rt, err := simruntime.Open(dir, id, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,25 +218,38 @@ func TestAnsweredPollStartsTheReporter(t *testing.T) {
 	}
 }
 
+// firstPoll is the poll count of a control plane that answers the first poll with payloads:
+// it tells the test of each poll on polled, when the test has room for it, so a test that
+// stops listening never holds the poller.
+type firstPoll struct {
+	payloads []protocol.Payload
+	polls    atomic.Int32
+	polled   chan int // the number of each poll, as it arrives
+}
+
+// first counts a poll, tells the test of it, and says whether it is the first (answered
+// with the payloads).
+func (p *firstPoll) first() bool {
+	n := int(p.polls.Add(1))
+	select {
+	case p.polled <- n:
+	default:
+	}
+	return n == 1
+}
+
 // hostBurstCP answers the first poll with its payloads and holds every later one until the
 // poller cuts it; it throttles the first report once (1 s: the agent learns a slot) and
 // accepts the rest, and it records how many polls had come when the first STOPPED arrived.
 type hostBurstCP struct {
-	payloads    []protocol.Payload
-	polls       atomic.Int32
-	polled      chan int // the number of each poll, as it arrives
+	firstPoll
 	reports     atomic.Int32
 	stoppedSeen atomic.Bool
 	stopped     chan int // polls so far when the first report carrying a STOPPED arrived
 }
 
 func (cp *hostBurstCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
-	n := int(cp.polls.Add(1))
-	select {
-	case cp.polled <- n:
-	default:
-	}
-	if n == 1 {
+	if cp.first() {
 		return cp.payloads, nil
 	}
 	<-ctx.Done()
@@ -259,31 +283,9 @@ func TestContainersExitingAfterAQuietSpellMakeTheAgentPollAfresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := &hostBurstCP{payloads: []protocol.Payload{{MessageID: "msg-exits", Tasks: []json.RawMessage{raw}}},
-		polled: make(chan int, 16), stopped: make(chan int, 1)}
-	dir := t.TempDir()
-	var full atomic.Bool
-	j := openJournal(t, dir, &full)
-	id, err := engine.ResolveAgentID(context.Background(), j, "agent-exits")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := simruntime.Open(dir, id, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := engine.New(engine.Config{AgentID: id, CleanupWait: time.Hour, Seed: 1}, j, rt, cp, nil, nil, zerolog.Nop())
-	if err := e.Recover(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		j.Close()
-	})
+	cp := &hostBurstCP{firstPoll: firstPoll{payloads: []protocol.Payload{{MessageID: "msg-exits", Tasks: []json.RawMessage{raw}}},
+		polled: make(chan int, 16)}, stopped: make(chan int, 1)}
+	runAgent(t, "agent-exits", cp, false, nil)
 	waitFor(t, cp.polled, "first poll")
 	waitFor(t, cp.polled, "the long poll after the payloads")
 	if n := waitFor(t, cp.stopped, "the report of the exited container"); n < 3 {

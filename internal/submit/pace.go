@@ -161,30 +161,32 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time 
 
 // spreadQuiet starts a burst: the first report after the agent had nothing left to report
 // (its last report carried every pending change and settled) goes at the agent's slot, and
-// Ready says whether it may go now. Changes kept waiting by a failure or a backlog go when due.
-func (s *Submitter) spreadQuiet(now time.Time) bool {
+// ready says whether it may go now. Changes kept waiting by a failure or a backlog go when due.
+// began says a burst began here, and onHost that it began on this host (its containers), not
+// from a poll's payloads: Ready has the poller poll afresh for such a burst (Repoll).
+func (s *Submitter) spreadQuiet(now time.Time) (ready, began, onHost bool) {
 	if !s.drained {
-		return true
+		return true, false, false
 	}
 	s.drained = false
 	if now.Sub(s.drainedAt) < quietGap {
-		return true
+		return true, false, false
 	}
-	start := now
+	start, onHost := now, true
 	if s.assignedAt.After(s.drainedAt) && now.Sub(s.assignedAt) < maxAssignLag {
 		// The burst follows payloads the control plane sent the whole fleet at one moment:
 		// the slot counts from then, not from when this agent, busy or slow, had its first
 		// change ready, so the fleet keeps its order however long each agent took.
-		start = s.assignedAt
+		start, onHost = s.assignedAt, false
 	}
 	s.burst, s.burstStart, s.burstPlaced = true, start, false
 	s.bursts++
 	s.depth = max(s.slot, time.Duration(slotShrink*float64(s.depth)))
 	if s.slot == 0 || s.p.Naive {
-		return true
+		return true, true, onHost
 	}
 	s.next = start.Add(s.slot + s.spread(s.slot/20))
-	return !now.Before(s.next)
+	return !now.Before(s.next), true, onHost
 }
 
 // gathering holds the first report of a burst while the runtime is still making the calls

@@ -524,51 +524,51 @@ func stopBurstGathers(t *testing.T, s *Submitter, stop time.Time, throttle bool)
 // the cuts' interval never comes, and the burst's changes are never reported (each return
 // pushed the report a whole slot on).
 func TestPollsCutOverAndOverDoNotPushABurstOnForever(t *testing.T) {
-	s := New(Policy{Seed: 31, ReturnSpread: time.Millisecond})
-	throttledBurst(t, s, t0, 0, 12*time.Second)
-	slot := s.Pace()
-	exited := t0.Add(time.Minute) // the host's containers exit: a burst waits for its slot
-	if s.Ready(exited) {
-		t.Fatal("the host's burst is reported at once, not at its slot")
-	}
-	deadline := exited.Add(2*slot + 2*time.Second)
-	for now := exited.Add(5 * time.Second); now.Before(deadline); now = now.Add(5 * time.Second) {
-		if at := s.NextAttempt(); !at.After(now) {
-			if !s.Ready(at) {
-				t.Fatalf("not ready at its own next attempt %v", at.Sub(exited))
-			}
-			return
+	pollsCutOverAndOver(t, 31, "a burst", func(s *Submitter) time.Time {
+		exited := t0.Add(time.Minute) // the host's containers exit: a burst waits for its slot
+		if s.Ready(exited) {
+			t.Fatal("the host's burst is reported at once, not at its slot")
 		}
-		s.Hung(now) // the poll held 5 s was cut; the probe after it is answered
-		s.Answered(now, true)
-	}
-	t.Fatalf("a burst with a slot of %v, its polls cut every 5 s, is still waiting %v after it began (next attempt %v after)", slot, deadline.Sub(exited), s.NextAttempt().Sub(exited))
+		return exited
+	})
 }
 
 // So with a report that failed (its connection broken, the control plane answering polls): the
 // first return places its retry at its slot, and the returns that follow every few seconds do
 // not push it on again, or a slot longer than their interval never comes.
 func TestPollsCutOverAndOverDoNotPushAFailedReportOnForever(t *testing.T) {
-	s := New(Policy{Seed: 32, ReturnSpread: time.Millisecond})
+	pollsCutOverAndOver(t, 32, "a failed report", func(s *Submitter) time.Time {
+		sent := t0.Add(time.Minute)
+		for !s.Ready(sent) {
+			sent = s.NextAttempt()
+		}
+		out := s.BeginAt(sent, batch("c-2"))
+		failed := sent.Add(10 * time.Millisecond)
+		s.Done(failed, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset")})
+		return failed
+	})
+}
+
+// pollsCutOverAndOver plays a report kept waiting (what) by an agent whose slot, learnt from a
+// burst throttled for 12 s, is long: waiting sets it waiting and says since when. Then every
+// 5 s the poller finds the control plane gone and back (a poll held 5 s cut, the probe after it
+// answered), and the report must come at its own next attempt within two slots.
+func pollsCutOverAndOver(t *testing.T, seed uint64, what string, waiting func(*Submitter) time.Time) {
+	t.Helper()
+	s := New(Policy{Seed: seed, ReturnSpread: time.Millisecond})
 	throttledBurst(t, s, t0, 0, 12*time.Second)
 	slot := s.Pace()
-	sent := t0.Add(time.Minute)
-	for !s.Ready(sent) {
-		sent = s.NextAttempt()
-	}
-	out := s.BeginAt(sent, batch("c-2"))
-	failed := sent.Add(10 * time.Millisecond)
-	s.Done(failed, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection reset")})
-	deadline := failed.Add(2*slot + 2*time.Second)
-	for now := failed.Add(5 * time.Second); now.Before(deadline); now = now.Add(5 * time.Second) {
+	since := waiting(s)
+	deadline := since.Add(2*slot + 2*time.Second)
+	for now := since.Add(5 * time.Second); now.Before(deadline); now = now.Add(5 * time.Second) {
 		if at := s.NextAttempt(); !at.After(now) {
 			if !s.Ready(at) {
-				t.Fatalf("not ready at its own next attempt %v", at.Sub(failed))
+				t.Fatalf("%s is not ready at its own next attempt %v after it began waiting", what, at.Sub(since))
 			}
 			return
 		}
 		s.Hung(now)
 		s.Answered(now, true)
 	}
-	t.Fatalf("a failed report (slot %v), its polls cut every 5 s, is still waiting %v after it failed (next attempt %v after)", slot, deadline.Sub(failed), s.NextAttempt().Sub(failed))
+	t.Fatalf("%s (slot %v), its polls cut every 5 s, is still waiting %v after it began (next attempt %v after)", what, slot, deadline.Sub(since), s.NextAttempt().Sub(since))
 }

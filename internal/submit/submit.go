@@ -150,9 +150,8 @@ func (s *Submitter) Ready(now time.Time) bool {
 	if s.inflight || now.Before(s.next) {
 		return false
 	}
-	quiet := s.drained
-	ready := s.spreadQuiet(now)
-	if quiet && !ready && s.burst && s.burstStart.Equal(now) && !s.assignedAt.Equal(now) {
+	ready, began, onHost := s.spreadQuiet(now)
+	if began && onHost && !ready {
 		s.repoll, s.repolledAt = true, now
 	}
 	return ready
