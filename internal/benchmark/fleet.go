@@ -337,6 +337,7 @@ func (f *fleet) assign(ctx context.Context) ([]string, error) {
 		defer f.cp.SetThrottle(f.o.RPS, f.o.Burst)
 	}
 	var arns []string
+	added := time.Now()
 	for _, a := range f.agents {
 		for t := 0; t < f.o.Tasks; t++ {
 			arn := fmt.Sprintf("task/%s-r%d-%03d", a.id, f.round, t)
@@ -350,7 +351,9 @@ func (f *fleet) assign(ctx context.Context) ([]string, error) {
 	if !f.await(ctx, arns, "RUNNING", start.Add(10*time.Minute)) {
 		return nil, fmt.Errorf("bench fleet: %d tasks not all RUNNING within 10 minutes", len(arns))
 	}
-	f.logf("round %d: %d tasks RUNNING in %.1fs", f.round, len(arns), time.Since(start).Seconds())
+	// The round the fleet learns its slots in: how deep its queue was (follow-ups included).
+	f.logf("round %d: %d tasks RUNNING in %.1fs; requests (429s) each second from the first task added: %s; agents by requests sent: %s",
+		f.round, len(arns), time.Since(start).Seconds(), f.plane.g.perSecond(added, added.Add(20*time.Second)), f.plane.g.perAgent(added, time.Now()))
 	return arns, nil
 }
 
