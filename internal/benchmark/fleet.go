@@ -401,6 +401,17 @@ func (f *fleet) limit(floor float64) time.Duration {
 	return time.Duration(math.Max(4*floor, 30) * float64(time.Second))
 }
 
+// calm is how long the fleet has sent no state change when a storm's stop comes: a fleet an
+// operator stops has been running its tasks, not reporting them a moment before. Without it the
+// stop came within milliseconds of the round that started the tasks, so the throttle's bucket
+// was nearly empty where the floor counts it full, and the agents whose last report had
+// settled less than 2 s before (the agent's quiet gap: changes that follow a report continue
+// its burst) reported the stop at once instead of at their slots — the back of the last queue
+// at the front of this one, into 429s. Longer than that gap and than the bucket's refill.
+func (f *fleet) calm() time.Duration {
+	return max(3*time.Second, time.Duration(float64(f.o.Burst)/f.o.RPS*float64(time.Second))+time.Second)
+}
+
 // storm stops every task at once and measures until the last STOPPED is settled; latency
 // delays every answer (the slow control plane).
 func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration) (FleetRow, error) {
@@ -408,6 +419,9 @@ func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration)
 	row := FleetRow{Agents: len(f.agents), Changes: changes * len(f.agents), FloorSeconds: f.floor(changes)}
 	row.IdealP50, row.IdealP99 = idealAgents(len(f.agents), changes, f.o.Burst, f.o.RPS)
 	row.IdealP50, row.IdealP99 = row.IdealP50+latency.Seconds(), row.IdealP99+latency.Seconds()
+	if !f.plane.g.quiet(ctx, f.calm(), time.Minute) {
+		return row, fmt.Errorf("bench fleet: the fleet still reporting a minute after its tasks were RUNNING: no calm %v to stop it in", f.calm())
+	}
 	f.plane.g.setLatency(latency)
 	defer f.plane.g.setLatency(0)
 	early, removed := f.early.Load(), f.removed.Load()
@@ -571,6 +585,7 @@ type gate struct {
 	mu      sync.Mutex
 	hanging chan struct{} // non-nil while hanging: closed at the return
 	hits    []hit
+	last    time.Time // when the last state-change request was answered
 }
 
 type hit struct {
@@ -616,7 +631,28 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.h.ServeHTTP(sw, r)
 	g.mu.Lock()
 	g.hits = append(g.hits, hit{at: at, throttled: sw.code == http.StatusTooManyRequests, agent: r.URL.Path})
+	g.last = time.Now()
 	g.mu.Unlock()
+}
+
+// quiet waits until no state-change request has been answered for d, at most within; false
+// when the fleet kept reporting that long (or ctx ended).
+func (g *gate) quiet(ctx context.Context, d, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for {
+		g.mu.Lock()
+		since := time.Since(g.last)
+		g.mu.Unlock()
+		if since >= d {
+			return true
+		}
+		if time.Now().Add(d - since).After(deadline) {
+			return false
+		}
+		if !sleepCtx(ctx, d-since) {
+			return false
+		}
+	}
 }
 
 func (g *gate) setLatency(d time.Duration) { g.latency.Store(int64(d)) }

@@ -70,3 +70,24 @@ func TestIdealAgentsSettleSpreadOverTheFloor(t *testing.T) {
 		}
 	}
 }
+
+// A storm's stop comes only once the fleet has been quiet for its calm: the gate waits while
+// state changes keep being answered, and gives up, saying so, when they never stop.
+func TestTheStormWaitsForTheFleetToBeQuiet(t *testing.T) {
+	g := &gate{}
+	g.last = time.Now()
+	began := time.Now()
+	if !g.quiet(context.Background(), 200*time.Millisecond, 5*time.Second) {
+		t.Fatal("not quiet though nothing was answered after the first")
+	}
+	if waited := time.Since(began); waited < 200*time.Millisecond {
+		t.Fatalf("stopped %v after the last answer, before the calm of 200ms", waited)
+	}
+	g.last = time.Now().Add(time.Hour) // answered on and on: never quiet
+	if g.quiet(context.Background(), 200*time.Millisecond, 300*time.Millisecond) {
+		t.Fatal("quiet while the fleet was still reporting")
+	}
+	if !(&gate{}).quiet(context.Background(), time.Hour, time.Second) {
+		t.Fatal("a fleet that never reported is not quiet")
+	}
+}
