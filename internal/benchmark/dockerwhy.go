@@ -60,6 +60,7 @@ func notCleaned(cli *client.Client, cp *controlplane.Server, sock, agentID strin
 	// Bound each question, so one that hangs leaves time for the others.
 	api, base := forensics.APIClient("unix:" + sock)
 	api.Timeout = 20 * time.Second
+	defer api.CloseIdleConnections()
 	var b strings.Builder
 	fmt.Fprintf(&b, "not cleaned: %s\n", strings.Join(arns, ", "))
 	fmt.Fprintf(&b, "agent /healthz: %s\n", oneLine(apiGet(ctx, api, base+"/healthz")))

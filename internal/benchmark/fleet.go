@@ -420,6 +420,9 @@ func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration)
 	row.IdealP50, row.IdealP99 = idealAgents(len(f.agents), changes, f.o.Burst, f.o.RPS)
 	row.IdealP50, row.IdealP99 = row.IdealP50+latency.Seconds(), row.IdealP99+latency.Seconds()
 	if !f.plane.g.quiet(ctx, f.calm(), time.Minute) {
+		if ctx.Err() != nil {
+			return row, ctx.Err()
+		}
 		return row, fmt.Errorf("bench fleet: the fleet still reporting a minute after its tasks were RUNNING: no calm %v to stop it in", f.calm())
 	}
 	f.plane.g.setLatency(latency)
