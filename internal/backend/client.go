@@ -161,16 +161,24 @@ func (e *PollError) Unwrap() error { return e.Err }
 // HTTPStatus is the answer's status (0 when no answer came).
 func (e *PollError) HTTPStatus() int { return e.Status }
 
-// ErrPollCut is a poll's failure when the control plane held it and closed its connection
-// without an answer: net/http would send it again (a GET on a kept-alive connection), and the
-// poller would never learn that a hanging control plane held the poll and cut it at its
-// return (bench fleet's hanging outage: every agent whose poll was held in it saw nothing).
-var ErrPollCut = errors.New("the control plane held the poll and closed its connection without an answer")
+// ErrPollCut is a poll's failure when the control plane held it and cut it without an answer
+// in a way net/http answers by sending the poll again, unseen — over HTTP/1.1 a kept-alive
+// connection closed (a GET is replayable), over HTTP/2 the stream refused (REFUSED_STREAM), a
+// PROTOCOL_ERROR from the peer, or a GOAWAY that left the poll's stream out (Go's
+// http2canRetryError) — so the poller would never learn that a hanging control plane held the
+// poll and cut it at its return (bench fleet's hanging outage: every agent whose poll was held
+// in it saw nothing). Every other cut over HTTP/2 (the TCP connection dropped, a GOAWAY that
+// took the stream in, RST_STREAM CANCEL or INTERNAL_ERROR) is not re-sent by net/http, and
+// the poll fails with the cause it names (TestAPollCutOverHTTP2Fails).
+var ErrPollCut = errors.New("the control plane held the poll and cut it without an answer")
 
-// heldBeforeCut is how long a poll must have been on its connection before the transport
-// turned to another for it (its connection closed) for the poll to count as cut (ErrPollCut);
-// a connection found closed as the poll went out (the server dropped it idle) is left to
-// net/http, which sends the poll again.
+// heldBeforeCut is how long a poll must have been on its way since its first connection before
+// the transport asked for a connection for it again (it is sending it again) for the poll to
+// count as cut (ErrPollCut); a connection found closed as the poll went out (the server
+// dropped it idle, or an HTTP/2 connection turned out unusable) is left to net/http, which
+// sends the poll again. The time includes net/http's own wait between HTTP/2 attempts (1 s
+// before the third, doubling up to a minute in all): a poll whose stream is refused at once
+// twice fails with ErrPollCut a second later rather than being retried for that minute.
 const heldBeforeCut = 100 * time.Millisecond
 
 // Poll long-polls for payloads, waiting at most wait on the server side. A poll the control
@@ -183,11 +191,14 @@ func (c *Client) Poll(ctx context.Context, wait time.Duration) ([]protocol.Paylo
 	var sentAt atomic.Int64 // when the poll got its first connection (unix ns), 0 before
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) { sentAt.CompareAndSwap(0, time.Now().UnixNano()) },
-		// The transport asks for a connection again: the poll's closed before an answer and it
-		// is sending the poll again. The hold is measured to this moment, not to when the next
-		// connection is ready: a new one's handshake (a TLS round trip or two across a WAN, a
-		// slow resolver) is no part of it, and counting it made an idle connection's close
-		// crossing the poll a cut poll.
+		// The transport asks for a connection again: the poll ended before an answer and it is
+		// sending the poll again. Over HTTP/2 this fires for every attempt too, also one on the
+		// same connection (after REFUSED_STREAM; Go's h2 pool calls GetConn for each attempt it
+		// gives a cached connection), and before the attempt's HEADERS are written, which a
+		// cancelled context stops — so a re-sent poll never reaches the server. The hold is
+		// measured to this moment, not to when the next connection is ready: a new one's
+		// handshake (a TLS round trip or two across a WAN, a slow resolver) is no part of it,
+		// and counting it made an idle connection's close crossing the poll a cut poll.
 		GetConn: func(string) {
 			if first := sentAt.Load(); first != 0 && time.Duration(time.Now().UnixNano()-first) >= heldBeforeCut {
 				cut(ErrPollCut)
