@@ -40,6 +40,7 @@ func TestAPIFlagsReachTheListener(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns the agent")
 	}
+	t.Parallel()
 	srv := httptest.NewServer(controlplane.New("", controlplane.Faults{}).Handler())
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
@@ -64,6 +65,7 @@ func TestClientsReachAUnixSocket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns the agent")
 	}
+	t.Parallel()
 	srv := httptest.NewServer(controlplane.New("", controlplane.Faults{}).Handler())
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()

@@ -35,6 +35,7 @@ func TestShellCompletion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, journal.FileName)
 	j, err := journal.Open(path, journal.Options{})

@@ -29,6 +29,7 @@ func TestDamagedJournalEndsInAClearError(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
+	t.Parallel()
 	bin := agentdBinary(t)
 	orig, err := os.ReadFile(filepath.Join("..", "..", "testdata", "journals", "dev.db"))
 	if err != nil {

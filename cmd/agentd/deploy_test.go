@@ -53,6 +53,7 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns the agent")
 	}
+	t.Parallel()
 	var rules struct {
 		Groups []struct {
 			Name  string

@@ -246,6 +246,7 @@ func TestEndToEndUnderFaultsAndKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: spawns processes")
 	}
+	t.Parallel()
 	faultsEndToEnd(t, "web:1", "agent-e2e", 24, 3)
 }
 
@@ -416,6 +417,7 @@ func TestDevDemoFinishes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: spawns processes")
 	}
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "dev")
 	cmd := exec.Command(agentdBinary(t), "dev", "--tasks", "12", "--cleanup-wait", "300ms", "--throttle-rps", "4", "--data-dir", dir, "--timeout", "90s")
 	out, err := cmd.CombinedOutput()
@@ -437,6 +439,7 @@ func TestBadInputAtTheCommandLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
+	t.Parallel()
 	dir, other := t.TempDir(), t.TempDir()
 	if err := os.Symlink(dir, filepath.Join(other, "link")); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ func TestFailpoints(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
+	t.Parallel()
 	points := []string{
 		"journal-after-commit@5",
 		"engine-after-commit-before-apply@7",
@@ -33,6 +34,7 @@ func TestFailpoints(t *testing.T) {
 	bin := buildAgentd(t, "failpoints")
 	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
+			t.Parallel() // each point has its own control plane, agent, data dir and ports
 			dir := t.TempDir()
 			data := filepath.Join(dir, "data")
 			cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json", "--throttle-rps", "20")

@@ -104,6 +104,7 @@ func TestOTLPShippingSurvivesKillAndOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end: spawns processes")
 	}
+	t.Parallel()
 	const secret = "pa55-w0rd-never-shipped"
 	sink, sinkURL := newOTLPSink(t)
 	sink.refuse.Store(true)

@@ -21,6 +21,7 @@ func TestPoisonPayloadsStallNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
+	t.Parallel()
 	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
 	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
 	a, api := startAgentProc(t, filepath.Join(t.TempDir(), "data"), cpURL)

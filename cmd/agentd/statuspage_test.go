@@ -224,6 +224,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("status page in a browser: spawns the agent and Chromium")
 	}
+	t.Parallel()
 	browser := chromiumPath()
 	if browser == "" {
 		t.Skip("status page browser test skipped: no chromium on PATH (Debian: apt-get install -y chromium; .ci/run installs it)")

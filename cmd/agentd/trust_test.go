@@ -122,6 +122,7 @@ func get(t *testing.T, url string) []byte {
 // nowhere in the clear — not in the journal file, a snapshot, an export, any introspection
 // answer or the log — while it is kept, sealed, and opens with the agent's key.
 func TestNoSecretInTheClear(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := startTrustRig(t, dir, agentConfig{Engine: engine.Config{SnapshotEvery: 3}})
 	r.assign("task/s1", map[string]any{"name": "app", "image": "web:1", "command": []string{"run"},
@@ -307,6 +308,7 @@ func TestStartRefusesAnUnsafeDataDir(t *testing.T) {
 // TestDumpShowsValuesSealedUnlessUnsealed: forensics shows env values sealed; --unseal on the
 // agent's host opens them with its key; through --live it is refused.
 func TestDumpShowsValuesSealedUnlessUnsealed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	r := startTrustRig(t, dir, agentConfig{})
 	r.assign("task/d1", map[string]any{"name": "app", "image": "web:1", "env": map[string]string{"PW": plantedSecret}})
@@ -333,6 +335,7 @@ func TestDumpShowsValuesSealedUnlessUnsealed(t *testing.T) {
 // TestTokenGuardedAPI: an agent listening on every interface with --api-token-file answers
 // 401 to every request without the token, and the forensics tools read it with the token.
 func TestTokenGuardedAPI(t *testing.T) {
+	t.Parallel()
 	tok := filepath.Join(t.TempDir(), "api-token")
 	os.WriteFile(tok, []byte("api-secret\n"), 0o600)
 	r := startTrustRig(t, t.TempDir(), agentConfig{Listen: "0.0.0.0:0", Trust: trustFlags{APITokenFile: tok}})

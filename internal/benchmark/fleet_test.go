@@ -3,8 +3,11 @@ package benchmark
 import (
 	"context"
 	"math"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/controlplane"
 )
 
 // A fleet of 20 agents — each a whole agent over real HTTP — through a throttled outage
@@ -12,18 +15,45 @@ import (
 // names turns and one whose names the next token: every STOPPED is settled exactly once by id,
 // nothing is cleaned before the control plane accepted its task's STOPPED, and every journal
 // verifies. With the ack guard planted off (-tags simbug) the early cleanups show.
+//
+// The two Retry-After modes are two fleets, each with its own control plane, agents and
+// journals, as Fleet runs them one after the other; here they run at once, each mode playing
+// both outages in order on its own fleet exactly as before. Their time is nearly all waiting
+// (the outage, the throttle, the cleanup wait), so at once they take the time of one.
 func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	res, err := Fleet(ctx, FleetOptions{Agents: 20, Tasks: 3, RPS: 10, Burst: 5, Outage: 2 * time.Second,
-		JournalDir: t.TempDir(), Policies: []string{"agentd"}, Scenarios: []string{"outage-refused", "outage-hanging"}})
-	if err != nil {
-		t.Fatal(err)
+	modes := []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken}
+	results := make([]FleetResult, len(modes))
+	errs := make([]error, len(modes))
+	var wg sync.WaitGroup
+	for i, mode := range modes {
+		dir := t.TempDir()
+		wg.Go(func() {
+			results[i], errs[i] = Fleet(ctx, FleetOptions{Agents: 20, Tasks: 3, RPS: 10, Burst: 5, Outage: 2 * time.Second,
+				JournalDir: dir, Policies: []string{"agentd"}, Scenarios: []string{"outage-refused", "outage-hanging"},
+				RetryAfter: []string{mode}})
+		})
+	}
+	wg.Wait()
+	for i, mode := range modes {
+		if errs[i] != nil {
+			t.Fatalf("Retry-After %s: %v", mode, errs[i])
+		}
+	}
+	res := results[0]
+	for _, r := range results[1:] {
+		res.Rows = append(res.Rows, r.Rows...)
+		res.JournalIssues += r.JournalIssues
 	}
 	if len(res.Rows) != 4 {
 		t.Fatalf("%d rows; want 4 (two outages under each Retry-After mode)", len(res.Rows))
 	}
-	for _, r := range res.Rows {
+	for i, r := range res.Rows {
+		if want := modes[i/2]; r.RetryAfter != want {
+			t.Errorf("row %d (%s) under Retry-After %s; want %s", i, r.Scenario, r.RetryAfter, want)
+		}
 		if !r.Finished {
 			t.Errorf("%s (%s): not every STOPPED settled within the limit (%.1fs)", r.Scenario, r.RetryAfter, r.Seconds)
 		}

@@ -6,6 +6,7 @@ import (
 )
 
 func TestJournalBenchRunsAndMeasuresAllThree(t *testing.T) {
+	t.Parallel()
 	res, err := Journal(context.Background(), JournalOptions{Dir: t.TempDir(), Events: 400, Producers: 8})
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +30,7 @@ func BenchmarkJournalGroupCommit(b *testing.B) {
 }
 
 func TestThrottledBenchSettlesEverything(t *testing.T) {
+	t.Parallel()
 	res, err := Throttled(context.Background(), ThrottledOptions{Dir: t.TempDir(), RPS: 20, Tasks: 300})
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +41,7 @@ func TestThrottledBenchSettlesEverything(t *testing.T) {
 }
 
 func TestWaitingBenchMeasures(t *testing.T) {
+	t.Parallel()
 	res, err := Waiting(context.Background(), t.TempDir(), 200)
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +52,7 @@ func TestWaitingBenchMeasures(t *testing.T) {
 }
 
 func TestLifecycleBenchCleansEverything(t *testing.T) {
+	t.Parallel()
 	res, err := Lifecycle(context.Background(), t.TempDir(), 100)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +63,7 @@ func TestLifecycleBenchCleansEverything(t *testing.T) {
 }
 
 func TestRecoveryBenchBuildsAndRecovers(t *testing.T) {
+	t.Parallel()
 	res, err := Recovery(context.Background(), t.TempDir(), []int{30000, 60000}, 100)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +78,7 @@ func TestRecoveryBenchBuildsAndRecovers(t *testing.T) {
 // The refill floor is measured, not assumed: a few microseconds at least for 64 goroutines
 // woken and queued again, and the bound it gives is a share of the ceiling.
 func TestJournalBenchMeasuresTheRefillFloor(t *testing.T) {
+	t.Parallel()
 	res, err := Journal(context.Background(), JournalOptions{Dir: t.TempDir(), Events: 3000, Producers: 64})
 	if err != nil {
 		t.Fatal(err)

@@ -21,12 +21,20 @@ func dockerEngine(t *testing.T) (*Engine, string) {
 	return dockerEngineWith(t, PullConfig{})
 }
 
-// dockerEngineWith is dockerEngine with pulls as pc says.
-func dockerEngineWith(t *testing.T, pc PullConfig) (*Engine, string) {
+// needDockerTests skips the test unless the Docker Engine tests were asked for. A test that
+// builds fixtures for the engine (a registry, images pushed to it) says so first, so that
+// without the engine the fixtures are never built.
+func needDockerTests(t *testing.T) {
 	t.Helper()
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
+}
+
+// dockerEngineWith is dockerEngine with pulls as pc says.
+func dockerEngineWith(t *testing.T, pc PullConfig) (*Engine, string) {
+	t.Helper()
+	needDockerTests(t)
 	agent := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	e, err := NewEngine(context.Background(), "", agent, pc)
 	if err != nil {

@@ -87,6 +87,7 @@ func runToExit(t *testing.T, e *Engine, task, image string, cmd ...string) State
 }
 
 func TestDockerPullFromAPrivateRegistry(t *testing.T) {
+	needDockerTests(t)
 	const user, pass = "ci-robot", "s3cret-Pa55word"
 	reg := registrytest.New(t)
 	reg.RequireAuth(user, pass)
@@ -153,6 +154,7 @@ func TestDockerPullFromAPrivateRegistry(t *testing.T) {
 }
 
 func TestDockerPullPolicyAlwaysPicksUpARepushedTag(t *testing.T) {
+	needDockerTests(t)
 	reg := registrytest.New(t)
 	ref, first := reg.Push(t, "app:1", registrytest.Testbox(t, "first"))
 	var logs syncBuffer
@@ -187,6 +189,7 @@ func TestDockerPullPolicyAlwaysPicksUpARepushedTag(t *testing.T) {
 }
 
 func TestDockerPullInactivityTimeoutStopsAStallNotASlowPull(t *testing.T) {
+	needDockerTests(t)
 	reg := registrytest.New(t)
 	// A big layer no other image has: the engine does not fetch a layer it holds, and the
 	// testbox layer may be there (another package's Docker tests pull their own testbox images
@@ -238,6 +241,7 @@ func TestDockerPullInactivityTimeoutStopsAStallNotASlowPull(t *testing.T) {
 }
 
 func TestDockerPullRetriesA503(t *testing.T) {
+	needDockerTests(t)
 	reg := registrytest.New(t)
 	ref, digest := reg.Push(t, "flaky:1", registrytest.Testbox(t, "flaky"))
 	var logs syncBuffer
@@ -270,6 +274,7 @@ func TestDockerPullRetriesA503(t *testing.T) {
 }
 
 func TestDockerPullAlwaysFallsBackToTheCachedImage(t *testing.T) {
+	needDockerTests(t)
 	reg := registrytest.New(t)
 	ref, digest := reg.Push(t, "cached:1", registrytest.Testbox(t, "cached"))
 	var logs syncBuffer
@@ -296,6 +301,7 @@ func TestDockerPullAlwaysFallsBackToTheCachedImage(t *testing.T) {
 }
 
 func TestDockerRemoveImageRefusesAnImageInUse(t *testing.T) {
+	needDockerTests(t)
 	reg := registrytest.New(t)
 	ref, _ := reg.Push(t, "gc:1", registrytest.Testbox(t, "gc"))
 	var logs syncBuffer
@@ -341,6 +347,7 @@ func TestDockerRemoveImageRefusesAnImageInUse(t *testing.T) {
 // on the image, the engine keeps the image under that tag and says what holds it
 // (ErrImageInUse); with no other name, the image goes with the agent's.
 func TestDockerImagesAreTheAgentsOnlyByID(t *testing.T) {
+	needDockerTests(t)
 	reg := registrytest.New(t)
 	taskRef, digest := reg.Push(t, "pinned:task", registrytest.Testbox(t, "pinned"))
 	pinned := reg.Addr + "/pinned@" + digest
@@ -397,6 +404,7 @@ func TestDockerImagesAreTheAgentsOnlyByID(t *testing.T) {
 // moved in between (another task's always pull of a re-push) does not change what runs, so the
 // digest journaled with the container is the one it runs.
 func TestDockerCreateRunsThePulledImageAfterTheTagMoved(t *testing.T) {
+	needDockerTests(t)
 	reg := registrytest.New(t)
 	ref, _ := reg.Push(t, "moving:1", registrytest.Testbox(t, "before"))
 	var logs syncBuffer

@@ -297,7 +297,7 @@ func TestCompactionDropsOnlyLongCleanedHistory(t *testing.T) {
 // --journal-max-bytes by the snapshots that hold them, once every cleaned task's history is
 // gone, is named in health as that (issue 25), not left unnamed nor blamed on the live tasks.
 func TestTombstonesOverTheBudgetAreNamedInHealth(t *testing.T) {
-	r := newRig(t, 0)
+	r := newRigIn(t, fastDir(t), 0) // 400 tasks' commits: bytes counted, durability not in question
 	r.cfg.Retention, r.cfg.SnapshotEvery, r.cfg.JournalMaxBytes = time.Hour, 10, 48<<10
 	r.crash() // take the new config
 	r.assign("task/live", "RUNNING", ctr("app"))

@@ -14,6 +14,7 @@ import (
 // restarted it needs 40). It does so once, only after five idle seconds, not while the burst
 // runs, and never for a trickle of tasks, whose memory the runtime reuses.
 func TestTheAgentReleasesMemoryOnceIdleAfterABurst(t *testing.T) {
+	t.Parallel()
 	released := 0
 	r := &rig{t: t, dir: fastDir(t), clock: &fakeClock{now: t0},
 		cp: &scriptedCP{answer: acceptAll, accepted: map[string]int{}},

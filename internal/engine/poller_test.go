@@ -278,6 +278,7 @@ func (cp *hostBurstCP) Report(_ context.Context, changes []protocol.StateChange)
 // fleet's hanging outage: herd 2.8–3.0). The control plane here holds every poll after the
 // first until it is cut: without the cut no third poll ever comes.
 func TestContainersExitingAfterAQuietSpellMakeTheAgentPollAfresh(t *testing.T) {
+	t.Parallel()
 	raw, err := json.Marshal(protocol.Task{ARN: "task/exits", DesiredStatus: "RUNNING",
 		Containers: []protocol.Container{{Name: "app", Image: "x", Command: []string{"sleep", "6s"}}}})
 	if err != nil {

@@ -102,7 +102,13 @@ type rig struct {
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
 func newRig(t *testing.T, wait time.Duration) *rig {
-	r := &rig{t: t, dir: t.TempDir(), clock: &fakeClock{now: t0},
+	return newRigIn(t, t.TempDir(), wait)
+}
+
+// newRigIn is newRig with its files in dir (fastDir: a test that counts records and bytes
+// through many commits, not what a disk makes durable).
+func newRigIn(t *testing.T, dir string, wait time.Duration) *rig {
+	r := &rig{t: t, dir: dir, clock: &fakeClock{now: t0},
 		cp:  &scriptedCP{answer: acceptAll, accepted: map[string]int{}},
 		cfg: engine.Config{CleanupWait: wait, Seed: 1, CleanupJitter: 20 * time.Millisecond}}
 	r.start()

@@ -72,6 +72,7 @@ func rawRequest(t *testing.T, addr, req string) (int, http.Header, string) {
 // sends its own name as Host; the API answers 421 naming it, and answers only IP literals,
 // localhost and the --api-host names, on any port.
 func TestForeignHostsAreMisdirected(t *testing.T) {
+	t.Parallel()
 	api, err := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0", Hosts: []string{"Agent.Internal"}})
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +190,7 @@ func asUser(t *testing.T, uid, gid int, args ...string) (int, string) {
 // but reads no task, reason, log, record or journal; the status page shows it counts only and
 // /metrics no task. Root (this test) reads everything, as do callers with the token.
 func TestLocalUserReadsOnlyTheOpenPages(t *testing.T) {
+	t.Parallel()
 	tok := filepath.Join(t.TempDir(), "api-token")
 	if err := os.WriteFile(tok, []byte("the-api-token\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -391,6 +393,7 @@ func TestCallerOverIPv6Loopback(t *testing.T) {
 // the other 8 are answered 503 at once, unasked, and closed, while one of the 32 is served;
 // once the user's connections close, it connects again.
 func TestUsersConnectionsAreBounded(t *testing.T) {
+	t.Parallel()
 	needSetpriv(t)
 	api, _ := introspect.Guard(introspect.Options{Listen: "127.0.0.1:0"})
 	ln, _ := serve(t, api, ok)

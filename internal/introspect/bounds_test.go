@@ -111,6 +111,7 @@ func followUntilEnd(t *testing.T, limits introspect.Limits, handler http.Handler
 // TestIdleFollowIsEnded: a follow of a container that writes nothing more is ended after the
 // idle limit, with a trailer naming it.
 func TestIdleFollowIsEnded(t *testing.T) {
+	t.Parallel()
 	quiet := func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("first line\n"))
 		http.NewResponseController(w).Flush()
@@ -124,6 +125,7 @@ func TestIdleFollowIsEnded(t *testing.T) {
 
 // TestFollowLifetimeIsBounded: a follow that keeps writing is ended at its lifetime limit.
 func TestFollowLifetimeIsBounded(t *testing.T) {
+	t.Parallel()
 	chatty := func(w http.ResponseWriter, r *http.Request) {
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()

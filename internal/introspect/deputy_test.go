@@ -32,6 +32,7 @@ func rootRequest(t *testing.T, addr, method, path string, headers ...string) (in
 // logs, records and the journal only when it also sends Agentd-Client — which no URL-follower
 // sends; without it root gets what any local user gets: the open pages, counts only.
 func TestRootWithoutClientHeaderIsALocalUser(t *testing.T) {
+	t.Parallel()
 	ln := liveAPI(t, introspect.Options{Listen: "127.0.0.1:0"})
 	addr := ln.Addr().String()
 	logs := "/v1/tasks/" + secretTask + "/containers/app/logs"
@@ -82,6 +83,7 @@ func TestRootWithoutClientHeaderIsALocalUser(t *testing.T) {
 // an Access-Control-Allow-* header, and a preflight is never answered 2xx, so the browser never
 // sends the page's request.
 func TestPreflightIsNeverGranted(t *testing.T) {
+	t.Parallel()
 	tok := filepath.Join(t.TempDir(), "api-token")
 	if err := os.WriteFile(tok, []byte("the-api-token\n"), 0o600); err != nil {
 		t.Fatal(err)

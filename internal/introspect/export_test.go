@@ -23,6 +23,7 @@ import (
 // no read transaction (bbolt's writer waits for open ones when the file outgrows its map), and
 // appends go on, one commit each, while it reads; what it finally gets is a consistent copy.
 func TestSlowExportReaderDoesNotStallAppends(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
 	if err != nil {

@@ -64,6 +64,7 @@ func TestCrashKeepsEveryAcknowledgedAppend(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test spawns processes")
 	}
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), journal.FileName)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 20; round++ {

@@ -72,6 +72,7 @@ func TestOpenLeavesTheJournalOutOfTheResidentSet(t *testing.T) {
 // left 30 MB of journal resident (issue 25, bench rss). With the default bound (8 MiB of
 // pages written between releases) the mapping's RSS stays near it however much is written.
 func TestWritingKeepsTheJournalsResidentPagesBounded(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), journal.FileName)
 	j := open(t, path)
 	var peak int64
