@@ -148,12 +148,7 @@ func TestHTTPSBackendIsVerified(t *testing.T) {
 	if _, err := newClient(t, srv.URL, "").Poll(context.Background(), 0); err == nil {
 		t.Fatal("a backend with a certificate from an unknown CA was trusted")
 	}
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	if err := os.WriteFile(ca, pemBytes, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "agent-1", CAFile: ca, Timeout: 2 * time.Second})
+	c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "agent-1", CAFile: serverCA(t, srv), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,11 +222,7 @@ func TestAPollResentOnASlowNewConnectionWasNotCut(t *testing.T) {
 	srv.Listener = &slowHandshakes{Listener: srv.Listener, delay: 300 * time.Millisecond}
 	srv.StartTLS()
 	defer srv.Close()
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "agent-1", CAFile: ca, Timeout: 2 * time.Second})
+	c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "agent-1", CAFile: serverCA(t, srv), Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,4 +233,15 @@ func TestAPollResentOnASlowNewConnectionWasNotCut(t *testing.T) {
 	if _, err := c.Poll(context.Background(), 0); err != nil {
 		t.Fatalf("a poll whose kept-alive connection was closed as it went out, sent again on a slow new connection: %v (%d polls reached the server); want it answered", err, polls.Load())
 	}
+}
+
+// serverCA writes srv's certificate to a file of the test's and returns its path: the CA file
+// an agent trusting that test server is given.
+func serverCA(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }

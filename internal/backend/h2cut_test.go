@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/pem"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,13 +97,9 @@ func (p *h2Proxy) start() *backend.Client {
 		p.mu.Unlock()
 		srv.Close()
 	})
-	ca := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	// A timeout far beyond the test's bound: a poll that ends within the bound learnt of the
 	// cut; one that waited for its deadline did not.
-	c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "agent-1", CAFile: ca, Timeout: 10 * time.Second})
+	c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "agent-1", CAFile: serverCA(t, srv), Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package backend_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -55,9 +54,7 @@ func TestRedirectsNeverCarryTheToken(t *testing.T) {
 			cfg := backend.Config{AgentID: "agent-1", TokenFile: tok, Timeout: 2 * time.Second}
 			if tc.tls {
 				src = httptest.NewTLSServer(redirectTo(tc.to))
-				ca := filepath.Join(dir, "ca.pem")
-				os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: src.Certificate().Raw}), 0o600)
-				cfg.CAFile = ca
+				cfg.CAFile = serverCA(t, src)
 			} else {
 				src = httptest.NewServer(redirectTo(tc.to))
 			}
@@ -137,8 +134,7 @@ func TestOldTLSRefused(t *testing.T) {
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "token")
 	os.WriteFile(tok, []byte("t\n"), 0o600)
-	ca := filepath.Join(dir, "ca.pem")
-	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600)
+	ca := serverCA(t, srv)
 	for _, caFile := range []string{ca, ""} {
 		c, err := backend.New(backend.Config{URL: srv.URL, AgentID: "a", TokenFile: tok, CAFile: caFile, Timeout: 2 * time.Second})
 		if err != nil {
