@@ -29,8 +29,8 @@ import (
 //
 // While nothing answers, reports are retried rarely (about the longest backoff) and the poller
 // probes the return; the first answer from the control plane (a poll) sends each report at its
-// slot from the return (less the agent's own lag in the burst that taught it: returnSlot), so
-// the fleet comes back in the order the throttle served it, at its rate, not in a herd.
+// slot from the return, so the fleet comes back in the order the throttle served it, at its
+// rate, not in a herd.
 const (
 	slotShrink   = 0.95 // a burst whose first report was served at its first try
 	windowGrow   = 2.0  // a retry throttled again
@@ -134,14 +134,12 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time 
 			// At most Max: a burst kept out longer (minutes of 429s) says the control plane was
 			// refusing everyone, not where this agent stands in the fleet.
 			s.slot = min(s.turnAt.Sub(s.burstStart), s.p.Max)
-			s.slotLag = s.burstLag
 		} else {
 			s.slot = time.Duration(slotShrink * float64(s.slot))
 		}
 		if s.slot < minWindow {
 			s.slot = 0
 		}
-		s.slotLag = min(s.slotLag, s.slot)
 		s.burst = false
 	}
 	if waited == 0 {
@@ -181,7 +179,7 @@ func (s *Submitter) spreadQuiet(now time.Time) (ready, began, onHost bool) {
 		// change ready, so the fleet keeps its order however long each agent took.
 		start, onHost = s.assignedAt, false
 	}
-	s.burst, s.burstStart, s.burstPlaced, s.burstLag = true, start, false, now.Sub(start)
+	s.burst, s.burstStart, s.burstPlaced = true, start, false
 	s.bursts++
 	s.depth = max(s.slot, time.Duration(slotShrink*float64(s.depth)))
 	if s.slot == 0 || s.p.Naive {
@@ -228,11 +226,10 @@ func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
 // Answered says the control plane answered something (a poll); outage says the poller had
 // found it unreachable until now. An outage's backoff is over, and the fleet comes back in the
 // order the throttle last served it, from the return: each agent's next report goes at its
-// slot (+5%; less its own lag in the burst that taught it: returnSlot) counted from this
-// answer, whether a retry was due sooner or later, and so does a burst still waiting for its
-// slot when the control plane went away (its slot counted from before the outage would land
-// the fleet's early and late places on the same seconds) — once a burst, so returns that come
-// every few seconds never push its report on for ever. The
+// slot (+5%) counted from this answer, whether a retry was due sooner or later, and so does a
+// burst still waiting for its slot when the control plane went away (its slot counted from
+// before the outage would land the fleet's early and late places on the same seconds) — once
+// a burst, so returns that come every few seconds never push its report on for ever. The
 // fleet then arrives at about the throttle's rate rather than all in its first seconds (each
 // agent's poller learns of the return within a few seconds); an agent with no slot (never
 // throttled, or among the first) reports now. (Counting from an estimate of the return —
@@ -269,8 +266,7 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 	default:
 		return
 	}
-	slot := s.returnSlot()
-	s.next = now.Add(slot + s.spread(slot/20) + s.together(now))
+	s.next = now.Add(s.slot + s.spread(s.slot/20) + s.together(now))
 }
 
 // Hung says the poller's last poll was held by the control plane and cut: a hanging outage
@@ -325,7 +321,7 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		// is the report's own hold. Not when this burst began on this host and polled afresh
 		// (Repoll): the fleet's agents whose bursts began in the hang did too, and learn of
 		// the return with this one, so none is left unaware to make room for.
-		slot := s.returnSlot()
+		slot := s.slot
 		held := now.Sub(s.lastSend)
 		if held >= hung {
 			s.hungAt = now
@@ -341,16 +337,6 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 	}
 	return backoff
 }
-
-// returnSlot is where a report that waited through an outage goes, counted from the return:
-// the slot less this agent's own lag in the burst that taught it (how long after the payloads
-// its first change was ready: journaling them, the runtime's first calls). A burst's slot counts
-// from the payloads' arrival, so it carries that lag, and the fleet's front, slow alike, began
-// the throttle's queue that late; a report kept through an outage has its changes ready, its
-// lag spent, and at the plain slot the whole fleet would come back that much late, the
-// throttle idle for it at the front (bench fleet, outages after a start round on ext4: 0.5–1 s
-// of a 9-s floor, the first seconds back at 12–16 requests where 20 were allowed).
-func (s *Submitter) returnSlot() time.Duration { return s.slot - s.slotLag }
 
 // Pace is the agent's learnt slot: how long after a burst began the throttle last served it
 // (0: no throttling seen).

@@ -137,36 +137,6 @@ func TestOutageRetriesComeRarelyAndTheReturnPlacesThemBySlot(t *testing.T) {
 	}
 }
 
-// A report kept through an outage has its changes ready: from the return it goes at its slot
-// less the lag its host had in the burst that taught the slot (the part of the slot that was
-// this agent's journaling and first runtime calls, not its place in the throttle's queue), and
-// a slot that shrank below that lag is not taken below zero.
-func TestTheReturnPlacesAReportAtItsSlotLessItsOwnLag(t *testing.T) {
-	for _, c := range []struct {
-		name            string
-		lag, ra, placed time.Duration
-	}{
-		{"a lag of 700 ms in a slot of 3.7 s", 700 * time.Millisecond, 3 * time.Second, 3 * time.Second},
-		{"no lag", 0, 3 * time.Second, 3 * time.Second},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			s := New(Policy{Seed: 15})
-			throttledBurst(t, s, t0, c.lag, c.ra)
-			if got, want := s.Pace(), c.lag+c.ra; got != want {
-				t.Fatalf("slot %v; want %v", got, want)
-			}
-			now := t0.Add(time.Minute)
-			sent := s.BeginAt(now, batch("c-9"))
-			s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection refused")})
-			back := now.Add(40 * time.Second)
-			s.Answered(back, true)
-			if at := s.NextAttempt().Sub(back); at < c.placed || at > c.placed*105/100 {
-				t.Fatalf("after the return the report goes %v after the answered poll; want its slot less its lag, %v (+5%%)", at, c.placed)
-			}
-		})
-	}
-}
-
 // 20 agents that learnt distinct places in the fleet (a throttle naming turns 1/rps apart) and
 // are back from an outage at the same moment spread their first reports over the fleet's
 // window, in their places' order — not all in one slot — and each at least at its place.

@@ -16,8 +16,7 @@
 // failure streak changes kind, is replaced by about the longest backoff while the control plane
 // answers nothing (the poller probes its return), and ends as soon as it answers anything
 // (Answered: a successful poll included), each report then going at the agent's slot from the
-// return, less the agent's own lag in the burst that taught the slot (its changes are ready) —
-// stretched twice when the report was held in a hang shorter than a long poll, whose
+// return — stretched twice when the report was held in a hang shorter than a long poll, whose
 // return the agents with a long poll outliving it and no report out never see (pace.go
 // outageWait), but not when its burst began on this host: such a burst, waiting for its slot,
 // has the poller poll afresh (Repoll), so every agent whose burst began in a hang learns of
@@ -77,8 +76,6 @@ type Submitter struct {
 	space       time.Duration // learnt spacing of a backlog's reports (pace.go)
 	burst       bool          // the burst's first report is not settled yet: it teaches the slot
 	burstStart  time.Time     // when the current burst began
-	burstLag    time.Duration // how long after burstStart this agent had the burst's first change ready (pace.go returnSlot)
-	slotLag     time.Duration // burstLag of the burst that taught the slot, at most the slot (pace.go returnSlot)
 	turnAt      time.Time     // when the last 429's Retry-After ended
 	lastSend    time.Time     // when the last report was begun
 	carried     bool          // the report in flight carries every change pending when it began
