@@ -2,6 +2,7 @@ package benchmark
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"testing"
@@ -119,5 +120,23 @@ func TestTheStormWaitsForTheFleetToBeQuiet(t *testing.T) {
 	}
 	if !(&gate{}).quiet(context.Background(), time.Hour, time.Second) {
 		t.Fatal("a fleet that never reported is not quiet")
+	}
+}
+
+// A storm whose context ends while it waits for the fleet's calm returns the context's error,
+// not "the fleet still reporting": an operator's ^C is not a finding about the fleet.
+func TestAStormCancelledInItsCalmSaysSo(t *testing.T) {
+	g := &gate{}
+	g.last = time.Now() // the fleet has just reported: the calm is still to come
+	f := &fleet{o: FleetOptions{RPS: 20, Burst: 20, Tasks: 10}, plane: &plane{g: g}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	began := time.Now()
+	_, err := f.storm(ctx, nil, 0)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("storm cancelled in its calm: %v; want %v", err, context.Canceled)
+	}
+	if waited := time.Since(began); waited >= f.calm() {
+		t.Fatalf("returned %v after the cancel, not at once (the calm is %v)", waited, f.calm())
 	}
 }
