@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	dockerevents "github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/controlplane"
@@ -380,11 +381,13 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, host st
 
 	// Subscribe before anything is created, so no destroy is missed. Each destroy names its
 	// task (the container's labels): the tasks assigned and not yet destroyed are the ones a
-	// failed run tells about (notCleaned).
+	// failed run tells about (notCleaned), with every event the engine sent of their
+	// containers (seen).
 	ectx, cancelEvents := context.WithCancel(ctx)
 	defer cancelEvents()
 	events := cli.Events(ectx, client.EventsListOptions{Filters: client.Filters{}.
-		Add("type", "container").Add("event", "destroy").Add("label", docker.LabelAgent+"="+agentID)})
+		Add("type", "container").Add("label", docker.LabelAgent+"="+agentID)})
+	seen := engineEvents{}
 
 	api, dropAPI, err := apiSocket(dir)
 	if err != nil {
@@ -421,6 +424,11 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, host st
 	for cleaned := 0; cleaned < o.Tasks; {
 		select {
 		case m := <-events.Messages:
+			if m.Action != dockerevents.ActionDestroy {
+				seen.add(m)
+				continue
+			}
+			delete(seen, m.Actor.ID) // gone: no failure will ask of it
 			cleaned++
 			delete(waiting, m.Actor.Attributes[docker.LabelTask])
 			stalled.Reset(limit)
@@ -439,7 +447,7 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, host st
 			// the data dir (journal, log) is kept for `agentd journal`.
 			keepDir = true
 			return 0, 0, 0, fmt.Errorf("bench docker: no task cleaned for %s, %d of %d cleaned in %s, by agent %s; its data dir and log are kept in %s\n%s",
-				limit, cleaned, o.Tasks, time.Since(start).Round(time.Second), agentID, dir, notCleaned(cli, cp, api, agentID, start, waiting)+run.log())
+				limit, cleaned, o.Tasks, time.Since(start).Round(time.Second), agentID, dir, notCleaned(cli, cp, api, agentID, start, waiting, seen)+run.log())
 		case <-ctx.Done():
 			return 0, 0, 0, ctx.Err()
 		}

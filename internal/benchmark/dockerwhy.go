@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	dockerevents "github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/controlplane"
@@ -49,7 +50,7 @@ const notCleanedShown = 5
 // notCleaned describes the tasks still waiting (ARN → when assigned), oldest first, each from
 // every side; the agent's health comes first. Every question is bounded: the answer says what
 // did not answer.
-func notCleaned(cli *client.Client, cp *controlplane.Server, sock, agentID string, began time.Time, waiting map[string]time.Time) string {
+func notCleaned(cli *client.Client, cp *controlplane.Server, sock, agentID string, began time.Time, waiting map[string]time.Time, seen engineEvents) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	arns := make([]string, 0, len(waiting))
@@ -89,14 +90,14 @@ func notCleaned(cli *client.Client, cp *controlplane.Server, sock, agentID strin
 		for _, rec := range journal.of[arn] {
 			fmt.Fprintf(&b, "  journal: %s\n", rec)
 		}
-		b.WriteString(engineView(ctx, cli, agentID, arn, began))
+		b.WriteString(engineView(ctx, cli, agentID, arn, seen))
 	}
 	return b.String()
 }
 
 // engineView is what the engine holds of a task's containers: their state, and the events it
-// logged for each since the run began (did it ever say die?).
-func engineView(ctx context.Context, cli *client.Client, agentID, arn string, began time.Time) string {
+// sent of each since the run began (did it ever say die?).
+func engineView(ctx context.Context, cli *client.Client, agentID, arn string, seen engineEvents) string {
 	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.
 		Add("label", docker.LabelAgent+"="+agentID).Add("label", docker.LabelTask+"="+arn)})
 	if err != nil {
@@ -116,26 +117,33 @@ func engineView(ctx context.Context, cli *client.Client, agentID, arn string, be
 			fmt.Fprintf(&b, "  engine: container %.12s %s pid %d exit %d started %s finished %s error %q\n", c.ID, st.Status, st.Pid,
 				st.ExitCode, st.StartedAt, st.FinishedAt, st.Error)
 		}
-		ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		res := cli.Events(ectx, client.EventsListOptions{Since: stamp(began.UnixNano()), Until: stamp(time.Now().UnixNano()),
-			Filters: client.Filters{}.Add("container", c.ID)})
-		var seen []string
-	read:
-		for {
-			select {
-			case m := <-res.Messages:
-				seen = append(seen, fmt.Sprintf("%s at %s", m.Action, stampOf(time.Unix(0, m.TimeNano))))
-			case err := <-res.Err:
-				if err != io.EOF {
-					seen = append(seen, fmt.Sprintf("(%v)", err))
-				}
-				break read
-			}
-		}
-		cancel()
-		fmt.Fprintf(&b, "  engine events: %s\n", strings.Join(seen, ", "))
+		fmt.Fprintf(&b, "  engine events: %s\n", cmp.Or(strings.Join(seen[c.ID], ", "), "none"))
 	}
 	return b.String()
+}
+
+// engineEvents is what the engine sent of each container of the agent under test (by
+// container id), from the run's own subscription, begun before anything was created. Asking
+// the engine afterwards (GET /events with since and until) answers only from the last 256
+// events it keeps (moby's eventsLimit): a long run, or a busy engine — the other Docker tests
+// running beside this one — had pushed the create of a container stuck since out of them, and
+// the failure said "engine events:" with nothing, as if the engine had said nothing.
+type engineEvents map[string][]string
+
+// eventsKept bounds the events kept of one container: the first eventsFirst (its create and
+// start), then the latest (a health check's execs come every few seconds while it runs).
+const (
+	eventsKept  = 32
+	eventsFirst = 8
+)
+
+func (e engineEvents) add(m dockerevents.Message) {
+	id := m.Actor.ID
+	ev := append(e[id], fmt.Sprintf("%s at %s", m.Action, stampOf(time.Unix(0, m.TimeNano))))
+	if len(ev) > eventsKept {
+		ev = slices.Delete(ev, eventsFirst, eventsFirst+1)
+	}
+	e[id] = ev
 }
 
 // taskRecords is the agent's journal, one line per record, by task.
@@ -194,6 +202,3 @@ func apiGet(ctx context.Context, api *http.Client, url string) string {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func stampOf(t time.Time) string { return t.UTC().Format("15:04:05.000000") }
-
-// stamp is a time in nanoseconds as the events API takes it.
-func stamp(ns int64) string { return fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9) }

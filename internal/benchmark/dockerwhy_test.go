@@ -2,6 +2,7 @@ package benchmark
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/docker"
 )
 
 // An agent side that stops cleaning its tasks fails the Docker benchmark with the
@@ -19,6 +22,11 @@ import (
 // containers run until stopped (RUNNING, or still starting on a loaded engine: a start has
 // taken 30 s here), no die in the engine's events. The data
 // dir is kept for `agentd journal`; no container is left behind.
+//
+// While the run waits, the engine is made to send more events than the 256 it keeps for a
+// later query (volumes created and removed): the containers' create must still be told, as
+// it was not when the failure asked the engine for them afterwards (CI, with the other Docker
+// tests running beside this one: "engine events:" and nothing).
 func TestADockerRunThatDoesNotCleanSaysWhichTasksAndWhy(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("AGENTD_DOCKER_TESTS=1 runs the Docker tests (make test-docker)")
@@ -34,12 +42,17 @@ func TestADockerRunThatDoesNotCleanSaysWhichTasksAndWhy(t *testing.T) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	flooded := make(chan error, 1)
+	go func() { flooded <- floodEngineEvents(ctx, cli, "task/docker-000001", 160) }()
 	dir := t.TempDir()
 	o := DockerOptions{Dir: dir, Image: "agentd-testbox:latest", Tasks: 2, Concurrency: 2,
 		taskCommand: []string{"run"}, stallAfter: 20 * time.Second}
 	_, _, _, err = agentLoop(ctx, cli, o, "", childAgent(bin))
 	if err == nil {
 		t.Fatal("tasks that never end were cleaned")
+	}
+	if err := <-flooded; err != nil {
+		t.Fatalf("flooding the engine's events: %v", err)
 	}
 	why := err.Error()
 	t.Log(why)
@@ -72,4 +85,29 @@ func TestADockerRunThatDoesNotCleanSaysWhichTasksAndWhy(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "" {
 		t.Fatalf("containers left behind: %q %v", out, err)
 	}
+}
+
+// floodEngineEvents waits until a container of task arn has started, then has the engine
+// send 2×n events (n volumes created and removed), more than the 256 it keeps for a later
+// query when n ≥ 128.
+func floodEngineEvents(ctx context.Context, cli *client.Client, arn string, n int) error {
+	ectx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := cli.Events(ectx, client.EventsListOptions{Filters: client.Filters{}.
+		Add("type", "container").Add("event", "start").Add("label", docker.LabelTask+"="+arn)})
+	select {
+	case <-started.Messages:
+	case err := <-started.Err:
+		return fmt.Errorf("waiting for %s to start: %w", arn, err)
+	}
+	for i := range n {
+		name := fmt.Sprintf("agentd-test-flood-%d-%d", os.Getpid(), i)
+		if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: name}); err != nil {
+			return err
+		}
+		if _, err := cli.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
