@@ -43,7 +43,7 @@ func TestADockerRunThatDoesNotCleanSaysWhichTasksAndWhy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	flooded := make(chan error, 1)
-	go func() { flooded <- floodEngineEvents(ctx, cli, "task/docker-000001", 160) }()
+	go func() { flooded <- floodEngineEvents(ctx, cli, "task/docker-000001", time.Now(), 160) }()
 	dir := t.TempDir()
 	o := DockerOptions{Dir: dir, Image: "agentd-testbox:latest", Tasks: 2, Concurrency: 2,
 		taskCommand: []string{"run"}, stallAfter: 20 * time.Second}
@@ -87,14 +87,14 @@ func TestADockerRunThatDoesNotCleanSaysWhichTasksAndWhy(t *testing.T) {
 	}
 }
 
-// floodEngineEvents waits until a container of task arn has started, then has the engine
-// send 2×n events (n volumes created and removed), more than the 256 it keeps for a later
-// query when n ≥ 128.
-func floodEngineEvents(ctx context.Context, cli *client.Client, arn string, n int) error {
+// floodEngineEvents waits until a container of task arn has started (since: a start before
+// the subscription is answered too), then has the engine send 2×n events (n volumes created
+// and removed), more than the 256 it keeps for a later query when n ≥ 128.
+func floodEngineEvents(ctx context.Context, cli *client.Client, arn string, since time.Time, n int) error {
 	ectx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	started := cli.Events(ectx, client.EventsListOptions{Filters: client.Filters{}.
-		Add("type", "container").Add("event", "start").Add("label", docker.LabelTask+"="+arn)})
+	started := cli.Events(ectx, client.EventsListOptions{Since: fmt.Sprintf("%d.%09d", since.Unix(), since.Nanosecond()),
+		Filters: client.Filters{}.Add("type", "container").Add("event", "start").Add("label", docker.LabelTask+"="+arn)})
 	select {
 	case <-started.Messages:
 	case err := <-started.Err:
