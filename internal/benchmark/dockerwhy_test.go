@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dockerevents "github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/docker"
@@ -51,8 +52,15 @@ func TestADockerRunThatDoesNotCleanSaysWhichTasksAndWhy(t *testing.T) {
 	if err == nil {
 		t.Fatal("tasks that never end were cleaned")
 	}
-	if err := <-flooded; err != nil {
-		t.Fatalf("flooding the engine's events: %v", err)
+	select {
+	case err := <-flooded:
+		if err != nil {
+			t.Fatalf("flooding the engine's events: %v", err)
+		}
+	default:
+		// The failure was written before the flood ended: the engine may still have held the
+		// create, and the test would pass for the old query too.
+		t.Fatal("the engine's events were still being flooded when the run failed")
 	}
 	why := err.Error()
 	t.Log(why)
@@ -93,7 +101,7 @@ func TestADockerRunThatDoesNotCleanSaysWhichTasksAndWhy(t *testing.T) {
 func floodEngineEvents(ctx context.Context, cli *client.Client, arn string, since time.Time, n int) error {
 	ectx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	started := cli.Events(ectx, client.EventsListOptions{Since: fmt.Sprintf("%d.%09d", since.Unix(), since.Nanosecond()),
+	started := cli.Events(ectx, client.EventsListOptions{Since: since.UTC().Format(time.RFC3339Nano),
 		Filters: client.Filters{}.Add("type", "container").Add("event", "start").Add("label", docker.LabelTask+"="+arn)})
 	select {
 	case <-started.Messages:
@@ -110,4 +118,37 @@ func floodEngineEvents(ctx context.Context, cli *client.Client, arn string, sinc
 		}
 	}
 	return nil
+}
+
+// A container's events are kept for a failure to tell: its first eventsFirst (its create and
+// start) and then the latest, never more than eventsKept — a container whose health check
+// makes an event every second for hours is told in 32 lines, its create among them.
+func TestEngineEventsKeepTheFirstAndTheLatest(t *testing.T) {
+	seen := engineEvents{}
+	at := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	seen.add(dockerevents.Message{Action: dockerevents.ActionCreate, TimeNano: at.UnixNano(), Actor: dockerevents.Actor{ID: "c1"}})
+	for i := range 1000 {
+		seen.add(dockerevents.Message{Action: dockerevents.Action(fmt.Sprintf("exec_start: probe %d", i)), TimeNano: at.Add(time.Duration(i+1) * time.Second).UnixNano(),
+			Actor: dockerevents.Actor{ID: "c1"}})
+	}
+	seen.add(dockerevents.Message{Action: dockerevents.ActionCreate, TimeNano: at.UnixNano(), Actor: dockerevents.Actor{ID: "c2"}})
+	got := seen["c1"]
+	if len(got) != eventsKept {
+		t.Fatalf("%d events kept of 1,001; want %d", len(got), eventsKept)
+	}
+	if got[0] != "create at 15:00:00.000000" {
+		t.Errorf("first kept %q; want the create", got[0])
+	}
+	if want := fmt.Sprintf("exec_start: probe %d at", eventsFirst-2); !strings.HasPrefix(got[eventsFirst-1], want) {
+		t.Errorf("kept[%d] = %q; want the first events in order (%q…)", eventsFirst-1, got[eventsFirst-1], want)
+	}
+	if !strings.HasPrefix(got[len(got)-1], "exec_start: probe 999 at") {
+		t.Errorf("last kept %q; want the latest", got[len(got)-1])
+	}
+	if !strings.HasPrefix(got[eventsFirst], fmt.Sprintf("exec_start: probe %d at", 1000-(eventsKept-eventsFirst))) {
+		t.Errorf("kept[%d] = %q; want the latest %d after the first %d", eventsFirst, got[eventsFirst], eventsKept-eventsFirst, eventsFirst)
+	}
+	if len(seen["c2"]) != 1 {
+		t.Errorf("another container's events mixed in: %v", seen["c2"])
+	}
 }

@@ -39,11 +39,8 @@ func snapshotEncoderOptions() []zstd.EOption {
 		zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true)}
 }
 
-// The snapshot encoders' window, and the block their options' order gives.
-const (
-	snapshotWindow = 256 << 10
-	snapshotBlock  = 64 << 10
-)
+// snapshotWindow is the snapshot encoders' window.
+const snapshotWindow = 256 << 10
 
 // The encoder and decoder are shared: EncodeAll and DecodeAll are safe for concurrent use.
 var (

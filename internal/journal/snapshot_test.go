@@ -14,6 +14,7 @@ import (
 // shared one (packSnapshot) and the streaming one (PackSnapshot). The data is incompressible,
 // so every block is stored raw and its size in the frame is its content's.
 func TestSnapshotBlocksAre64KiB(t *testing.T) {
+	const snapshotBlock = 64 << 10
 	data := make([]byte, 300<<10)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range data {
