@@ -98,7 +98,8 @@ type Reporting struct {
 	Accepted    uint64    `json:"accepted"`
 	Rejected    uint64    `json:"rejected"`
 	// PaceSeconds is the agent's learnt slot in the fleet: how long after a burst of payloads
-	// began the control plane's throttle last served its first report (0: no throttling seen).
+	// begins its first report goes, learnt from where the control plane's throttle served it
+	// (0: no throttling seen).
 	PaceSeconds float64 `json:"pace_seconds,omitempty"`
 }
 

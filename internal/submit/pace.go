@@ -19,7 +19,13 @@ import (
 //     tighter; one that was kept out takes the time it was served as its slot. The reference
 //     control plane's Retry-After names each client's turn, so a throttled agent learns its
 //     place in one 429; under a throttle that names only the next token the places come out
-//     of the retries (the order is the throttle's, not a plan).
+//     of the retries (the order is the throttle's, not a plan). The shrink is a probe, not a
+//     place: burst after burst it moves the agents served at once into the seconds the agents
+//     kept out learn as their turns, so the slots grow denser than the throttle in places
+//     (bench fleet, 1,000 agents at 50/s: 65 and 78 slots in one second). A storm sorts
+//     that out in its own queue; a return from an outage would replay it as a herd. So the
+//     agent also keeps **served**, when in its last burst the throttle did serve the first
+//     report, and a return replays that: the throttle's own schedule, at its rate.
 //   - its **retry window**: how far past Retry-After a retry is spread. Retry-After is a floor
 //     (DESIGN.md invariant 13), the jitter only after it. A retry that is throttled again
 //     doubles the window (the fleet came back together: a throttle naming only its next token
@@ -29,8 +35,8 @@ import (
 //
 // While nothing answers, reports are retried rarely (about the longest backoff) and the poller
 // probes the return; the first answer from the control plane (a poll) sends each report at its
-// slot from the return, so the fleet comes back in the order the throttle served it, at its
-// rate, not in a herd.
+// served time from the return, so the fleet comes back in the order the throttle served it,
+// at its rate, not in a herd.
 const (
 	slotShrink   = 0.95 // a burst whose first report was served at its first try
 	windowGrow   = 2.0  // a retry throttled again
@@ -57,10 +63,10 @@ const (
 	// control plane that is there (a refused connection fails in milliseconds; a report sent just
 	// before a hanging outage ends is held only that long).
 	hung = 100 * time.Millisecond
-	// maxPlaced is how many failed reports in a row are placed at their slot as "the control
-	// plane is back" before one is answered or a poll is: a reports path that fails at the
-	// transport after holding each report 100 ms (a proxy resetting POSTs while polls pass) is
-	// an outage of its own, and retried at the slot — 100 ms with none learnt — it would have
+	// maxPlaced is how many failed reports in a row are placed at their served time as "the
+	// control plane is back" before one is answered or a poll is: a reports path that fails at
+	// the transport after holding each report 100 ms (a proxy resetting POSTs while polls pass)
+	// is an outage of its own, and retried at its place — 100 ms with none learnt — it would have
 	// the fleet retry ten times a second each, its backoff never growing (invariant 13).
 	maxPlaced = 2
 	// answerFresh is how recent a poll's answer must be for a report that failed at once to
@@ -126,6 +132,13 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time 
 		// The last retry was served at once.
 		s.window = max(time.Duration(windowShrink*float64(s.window)), minWindow)
 	}
+	if s.burst && s.burstPlaced {
+		// Placed from a return (Answered): when it was served says where the return put it,
+		// counted from a burst the outage broke, not the agent's place in the fleet. It
+		// teaches neither (the outage's length in its slot and served time would push the
+		// agent later with every outage, up to Max).
+		s.burst = false
+	}
 	if s.burst && !s.burstStart.IsZero() {
 		// The burst's first report: its slot.
 		if waited > 0 {
@@ -134,11 +147,21 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time 
 			// At most Max: a burst kept out longer (minutes of 429s) says the control plane was
 			// refusing everyone, not where this agent stands in the fleet.
 			s.slot = min(s.turnAt.Sub(s.burstStart), s.p.Max)
+			s.served = s.slot
 		} else {
+			// Served when it was sent, which was at its slot (and its spread, at most 5%)
+			// unless the agent had its first change ready only later: the host's delay (a
+			// container slow to stop) is not a place in the fleet, and an agent with no
+			// slot, which sends at once, has none to replay. (A burst whose first report
+			// failed otherwise, in an outage, teaches neither: Done ends it.)
+			s.served = min(max(s.lastSend.Sub(s.burstStart), 0), s.slot+s.slot/20)
 			s.slot = time.Duration(slotShrink * float64(s.slot))
 		}
 		if s.slot < minWindow {
 			s.slot = 0
+		}
+		if s.served < minWindow {
+			s.served = 0
 		}
 		s.burst = false
 	}
@@ -226,9 +249,9 @@ func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
 // Answered says the control plane answered something (a poll); outage says the poller had
 // found it unreachable until now. An outage's backoff is over, and the fleet comes back in the
 // order the throttle last served it, from the return: each agent's next report goes at its
-// slot (+5%) counted from this answer, whether a retry was due sooner or later, and so does a
-// burst still waiting for its slot when the control plane went away (its slot counted from
-// before the outage would land the fleet's early and late places on the same seconds) — once
+// served time (+5%) counted from this answer, whether a retry was due sooner or later, and so
+// does a burst still waiting for its slot when the control plane went away (its slot counted
+// from before the outage would land the fleet's early and late places on the same seconds) — once
 // a burst, so returns that come every few seconds never push its report on for ever. The
 // fleet then arrives at about the throttle's rate rather than all in its first seconds (each
 // agent's poller learns of the return within a few seconds); an agent with no slot (never
@@ -266,7 +289,7 @@ func (s *Submitter) Answered(now time.Time, outage bool) {
 	default:
 		return
 	}
-	s.next = now.Add(s.slot + s.spread(s.slot/20) + s.together(now))
+	s.next = now.Add(s.served + s.spread(s.served/20) + s.together(now))
 }
 
 // Hung says the poller's last poll was held by the control plane and cut: a hanging outage
@@ -304,7 +327,7 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		// it (a report failing within milliseconds of the return of a hanging outage, its
 		// connection cut, is not an outage: the long wait left it a tail of 15–45 s), or held
 		// the report and then cut it (a hanging outage ends so, at the return): it is back, so
-		// the report goes at its slot from now, as Answered would have placed it.
+		// the report goes at its served time from now, as Answered would have placed it.
 		//
 		// Held and cut for less than a long poll's wait, the hang was shorter than pollWait: of
 		// the agents whose places were still to come at the return, a share of about
@@ -312,8 +335,8 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		// it, and no report out in it. They never learn of the hang and report at their places
 		// counted from the burst, which began in it — from the return on, at the throttle's
 		// rate among them — while this agent, whose place passed in the hang, places its report
-		// from the return. At its slot it would double the rate (bench fleet's hanging outage:
-		// herd 3.0–3.4): stretched by 1/(1 − share), its share of the fleet leaves the unaware
+		// from the return. At its served time it would double the rate (bench fleet's hanging
+		// outage: herd 3.0–3.4): stretched by 1/(1 − share), its share of the fleet leaves the unaware
 		// the rest of the throttle. The hang is at least as long as the report was held, so the
 		// share is at most 1 − held/pollWait; the stretch is capped at 2 (half the throttle
 		// each way: the share is about a half in a hang of half a long poll, and a wider one
@@ -321,7 +344,7 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		// is the report's own hold. Not when this burst began on this host and polled afresh
 		// (Repoll): the fleet's agents whose bursts began in the hang did too, and learn of
 		// the return with this one, so none is left unaware to make room for.
-		slot := s.slot
+		slot := s.served
 		held := now.Sub(s.lastSend)
 		if held >= hung {
 			s.hungAt = now
@@ -338,8 +361,8 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 	return backoff
 }
 
-// Pace is the agent's learnt slot: how long after a burst began the throttle last served it
-// (0: no throttling seen).
+// Pace is the agent's learnt slot: how long after a burst begins its first report goes, learnt
+// from where the throttle served it (0: no throttling seen).
 func (s *Submitter) Pace() time.Duration { return s.slot }
 
 // RetryWindow is how far past Retry-After the next retry after a 429 is spread.

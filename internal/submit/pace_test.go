@@ -137,6 +137,98 @@ func TestOutageRetriesComeRarelyAndTheReturnPlacesThemBySlot(t *testing.T) {
 	}
 }
 
+// A burst served at its first try shrinks the slot, so the next burst tries earlier — but a
+// return from an outage replays where the throttle last served the agent, not the shrunk slot:
+// the fleet's first-try agents, shrinking burst after burst into the seconds that agents kept
+// out learn as their turns, made the learnt slots denser than the throttle (65–78 agents a
+// second where it serves 50, bench fleet at 1,000 agents) and the return replayed that
+// density (hanging herd 2.28).
+func TestTheReturnReplaysWhereTheThrottleLastServed(t *testing.T) {
+	s := New(Policy{Seed: 17})
+	throttledBurst(t, s, t0, 0, 4*time.Second)
+	var servedAfter time.Duration // the last burst's first report, after its payloads
+	for i := 1; i <= 3; i++ {
+		start := t0.Add(time.Duration(i) * time.Minute)
+		s.Assigned(start)
+		now := start
+		for !s.Ready(now) {
+			now = s.NextAttempt()
+		}
+		s.Done(now, s.BeginAt(now, batch("c-1")), protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
+		servedAfter = now.Sub(start)
+	}
+	if slot := s.Pace(); slot >= servedAfter*95/100 {
+		t.Fatalf("slot %v after three bursts served at their first try, the last %v after its payloads; the test needs it shrunk", slot, servedAfter)
+	}
+	// Two outages, each while a burst of the host's own began (its containers exited): the
+	// report settled after the first return was sent where that return placed it, which says
+	// nothing new of the fleet, so the second return replays the same place.
+	for i, id := range []string{"c-9", "c-10"} {
+		now := t0.Add(time.Duration(10+10*i) * time.Minute)
+		for !s.Ready(now) {
+			now = s.NextAttempt()
+		}
+		s.Done(now, s.BeginAt(now, batch(id)), protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection refused")})
+		back := now.Add(time.Second)
+		s.Answered(back, true)
+		if at := s.NextAttempt().Sub(back); at < servedAfter || at > servedAfter*105/100 {
+			t.Fatalf("outage %d: after the return the report goes %v after the answered poll; want where the throttle last served it, %v (+5%%), not the shrunk slot %v", i+1, at, servedAfter, s.Pace())
+		}
+		now = s.NextAttempt()
+		s.Done(now, s.BeginAt(now, batch(id)), protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{id}})
+	}
+}
+
+// A burst waiting for its slot when the control plane went away is placed from the return
+// (Answered) and served there at its first try: that teaches no place — counted from the burst,
+// which the outage broke, it would carry the outage's length, and every outage would push the
+// agent later — so the next return replays the same served time.
+func TestABurstPlacedFromAReturnTeachesNoPlace(t *testing.T) {
+	s := New(Policy{Seed: 18})
+	throttledBurst(t, s, t0, 0, 6*time.Second)
+	place := s.Pace()
+	for i, id := range []string{"c-2", "c-3"} {
+		start := t0.Add(time.Duration(1+i) * time.Minute)
+		s.Assigned(start)
+		if s.Ready(start) {
+			t.Fatal("the burst's first report goes at once; the test needs it waiting for its slot")
+		}
+		back := start.Add(2 * time.Second) // the control plane went away and came back meanwhile
+		s.Answered(back, true)
+		if at := s.NextAttempt().Sub(back); at < place || at > place*105/100 {
+			t.Fatalf("return %d: the burst's first report goes %v after it; want where the throttle last served it, %v (+5%%)", i+1, at, place)
+		}
+		now := s.NextAttempt()
+		s.Done(now, s.BeginAt(now, batch(id)), protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{id}})
+		if s.Pace() != place {
+			t.Fatalf("return %d: slot %v after a burst placed from the return; want it unchanged, %v", i+1, s.Pace(), place)
+		}
+	}
+}
+
+// An agent the throttle never kept out has no place to replay: after an outage its report goes
+// as soon as the control plane answers, even though its last burst's first change was ready
+// only seconds after the payloads (a container slow to stop is the host's delay, not a place).
+func TestAnAgentWithNoPlaceReportsAtTheReturn(t *testing.T) {
+	s := New(Policy{Seed: 19})
+	s.Assigned(t0)
+	ready := t0.Add(2 * time.Second)
+	if !s.Ready(ready) {
+		t.Fatal("an agent with no slot waits to report")
+	}
+	s.Done(ready, s.BeginAt(ready, batch("c-1")), protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
+	now := t0.Add(time.Minute)
+	if !s.Ready(now) {
+		t.Fatal("an agent with no slot waits to report")
+	}
+	s.Done(now, s.BeginAt(now, batch("c-2")), protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection refused")})
+	back := now.Add(5 * time.Second)
+	s.Answered(back, true)
+	if !s.Ready(back) {
+		t.Fatalf("after the return the report waits %v; want it at once", s.NextAttempt().Sub(back))
+	}
+}
+
 // 20 agents that learnt distinct places in the fleet (a throttle naming turns 1/rps apart) and
 // are back from an outage at the same moment spread their first reports over the fleet's
 // window, in their places' order — not all in one slot — and each at least at its place.

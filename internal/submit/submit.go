@@ -15,13 +15,14 @@
 // shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
 // failure streak changes kind, is replaced by about the longest backoff while the control plane
 // answers nothing (the poller probes its return), and ends as soon as it answers anything
-// (Answered: a successful poll included), each report then going at the agent's slot from the
-// return — stretched twice when the report was held in a hang shorter than a long poll, whose
-// return the agents with a long poll outliving it and no report out never see (pace.go
-// outageWait), but not when its burst began on this host: such a burst, waiting for its slot,
-// has the poller poll afresh (Repoll), so every agent whose burst began in a hang learns of
-// its return — so the fleet comes back at about the throttle's rate; slow retries on refused credentials, changes kept; a report refused as a whole
-// (400, 413) split until the change at fault stands alone, which is then held and retried
+// (Answered: a successful poll included), each report then going where the throttle last
+// served the agent, counted from the return — stretched twice when the report was held in a
+// hang shorter than a long poll, whose return the agents with a long poll outliving it and no
+// report out never see (pace.go outageWait), but not when its burst began on this host: such
+// a burst, waiting for its slot, has the poller poll afresh (Repoll), so every agent whose
+// burst began in a hang learns of its return — so the fleet comes back at about the
+// throttle's rate; slow retries on refused credentials, changes kept; a report refused as a
+// whole (400, 413) split until the change at fault stands alone, which is then held and retried
 // alone, slowly, while the others flow (isolate.go); no report body over
 // protocol.MaxRequestBody and no reason over protocol.MaxReasonBytes; and one log line per
 // change of outcome, not one per attempt.
@@ -70,7 +71,8 @@ type Submitter struct {
 	limit    int              // most changes the next report carries (halved by a refusal)
 	held     map[string]*held // changes refused alone, by id
 
-	slot        time.Duration // when in a burst the throttle last served this agent (pace.go)
+	slot        time.Duration // where in a burst the next one's first report goes: the throttle's last turn for it, shrunk while served at once (pace.go)
+	served      time.Duration // when in its last burst the throttle served this agent's first report: what a return replays (pace.go)
 	window      time.Duration // how far past Retry-After a retry is spread (pace.go)
 	depth       time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it (pace.go)
 	space       time.Duration // learnt spacing of a backlog's reports (pace.go)
