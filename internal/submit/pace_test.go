@@ -179,6 +179,21 @@ func TestTheReturnReplaysWhereTheThrottleLastServed(t *testing.T) {
 	}
 }
 
+// A hostile or broken control plane naming a 10-minute turn (protocol.MaxRetryAfter) teaches no
+// place past the longest backoff: the next return places the report within Max (+5%), not ten
+// minutes after every outage (the agent's STOPPED, and its cleanup behind the ack, parked).
+func TestAnAbsurdTurnPlacesTheReturnWithinTheLongestBackoff(t *testing.T) {
+	s := New(Policy{Seed: 20})
+	throttledBurst(t, s, t0, 0, protocol.MaxRetryAfter)
+	now := t0.Add(time.Hour)
+	s.Done(now, s.BeginAt(now, batch("c-9")), protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("connection refused")})
+	back := now.Add(time.Second)
+	s.Answered(back, true)
+	if at := s.NextAttempt().Sub(back); at > s.p.Max*105/100 {
+		t.Fatalf("after a %v turn, the return places the report %v later; want at most the longest backoff, %v (+5%%)", protocol.MaxRetryAfter, at, s.p.Max)
+	}
+}
+
 // A burst waiting for its slot when the control plane went away is placed from the return
 // (Answered) and served there at its first try: that teaches no place — counted from the burst,
 // which the outage broke, it would carry the outage's length, and every outage would push the
