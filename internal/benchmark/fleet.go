@@ -285,6 +285,7 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 			res.ServingPer = float64(serving()) / float64(len(f.agents))
 		}
 		paces := f.paces(ctx)
+		f.logf("%s: learnt slots per second from the burst's start (the throttle serves %.0f a second, %d at once): %s", sc, f.o.RPS, f.o.Burst, perSecondOf(paces))
 		var row FleetRow
 		switch sc {
 		case "storm":
@@ -314,6 +315,21 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 		res.JournalIssues += len(rep.Findings)
 	}
 	return rows, nil
+}
+
+// perSecondOf counts the sorted slots (seconds) in each second: a schedule the throttle can
+// serve has about its rate in each, and the storm's 429s come where the slots are denser than
+// that, its idle tokens where they are sparser (the bucket keeps at most its burst of them).
+func perSecondOf(slots []float64) string {
+	var b strings.Builder
+	for sec, i := 0, 0; i < len(slots); sec++ {
+		n := 0
+		for ; i < len(slots) && slots[i] < float64(sec+1); i++ {
+			n++
+		}
+		fmt.Fprintf(&b, " %d", n)
+	}
+	return b.String()
 }
 
 // paces is every agent's learnt pace in seconds, sorted.

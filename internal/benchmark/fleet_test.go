@@ -102,6 +102,23 @@ func TestIdealAgentsSettleSpreadOverTheFloor(t *testing.T) {
 	}
 }
 
+// The learnt slots counted per second show the schedule's holes as zeros, not skipped: a
+// reader compares each second with the throttle's rate.
+func TestSlotsPerSecondShowTheHoles(t *testing.T) {
+	for _, c := range []struct {
+		slots []float64
+		want  string
+	}{
+		{[]float64{0, 0.1, 0.99, 1, 3.5}, " 3 1 0 1"},
+		{[]float64{0, 0, 0}, " 3"}, // nothing learnt (the naive policy)
+		{nil, ""},
+	} {
+		if got := perSecondOf(c.slots); got != c.want {
+			t.Errorf("perSecondOf(%v) = %q; want %q", c.slots, got, c.want)
+		}
+	}
+}
+
 // A storm's stop comes only once the fleet has been quiet for its calm: the gate waits while
 // state changes keep being answered, and gives up, saying so, when they never stop.
 func TestTheStormWaitsForTheFleetToBeQuiet(t *testing.T) {
