@@ -49,7 +49,7 @@ type FleetOptions struct {
 	// judged one, every policy run under it; the others (agentd alone) print beside it.
 	// Default: turn (the reference control plane's default), then next-token.
 	RetryAfter []string
-	Scenarios  []string  // "storm", "slow", "outage-refused", "outage-hanging"
+	Scenarios  []string  // "storm", "slow", "outage-refused", "outage-hanging", "restart" (a storm after every agent restarted)
 	Log        io.Writer // progress (nil: none)
 }
 
@@ -104,7 +104,7 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 		o.Policies = []string{"agentd", "naive"}
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = []string{"storm", "slow", "outage-refused", "outage-hanging"}
+		o.Scenarios = []string{"storm", "slow", "outage-refused", "outage-hanging", "restart"}
 	}
 	if o.Slow <= 0 {
 		o.Slow = 2 * time.Second
@@ -152,7 +152,8 @@ type fleetAgent struct {
 	rt     *simruntime.Runtime
 	client *backend.Client
 	e      *engine.Engine
-	stop   func()
+	pol    submit.Policy
+	stop   func() error // the engine's clean stop
 }
 
 type fleet struct {
@@ -206,16 +207,26 @@ func (f *fleet) startAgent(ctx context.Context, i int, pol submit.Policy) (*flee
 	if err != nil {
 		return nil, err
 	}
-	a := &fleetAgent{id: fmt.Sprintf("agent-%04d", i), dir: dir}
-	if a.j, err = journal.Open(filepath.Join(dir, journal.FileName), journal.Options{}); err != nil {
+	a := &fleetAgent{id: fmt.Sprintf("agent-%04d", i), dir: dir, pol: pol}
+	if err := f.open(ctx, a); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	fail := func(err error) (*fleetAgent, error) { a.close(); return nil, err }
+	return a, nil
+}
+
+// open starts agent a over the files in its directory, as its process would: the journal,
+// the simulated runtime, a new HTTP client, an engine recovered from the journal and run.
+func (f *fleet) open(ctx context.Context, a *fleetAgent) error {
+	var err error
+	if a.j, err = journal.Open(filepath.Join(a.dir, journal.FileName), journal.Options{}); err != nil {
+		return err
+	}
+	fail := func(err error) error { a.shut(); return err }
 	if _, err := engine.ResolveAgentID(ctx, a.j, a.id); err != nil {
 		return fail(err)
 	}
-	if a.rt, err = simruntime.Open(dir, a.id, nil); err != nil {
+	if a.rt, err = simruntime.Open(a.dir, a.id, nil); err != nil {
 		return fail(err)
 	}
 	// The control plane's side of "cleaned before its ack": a removal of a container whose
@@ -233,7 +244,7 @@ func (f *fleet) startAgent(ctx context.Context, i int, pol submit.Policy) (*flee
 	if a.client, err = backend.New(backend.Config{URL: "http://" + f.plane.addr, AgentID: a.id}); err != nil {
 		return fail(err)
 	}
-	e := engine.New(engine.Config{AgentID: a.id, CleanupWait: time.Second, Submit: pol}, a.j, a.rt, a.client, nil, nil, zerolog.Nop())
+	e := engine.New(engine.Config{AgentID: a.id, CleanupWait: time.Second, Submit: a.pol}, a.j, a.rt, a.client, nil, nil, zerolog.Nop())
 	a.e = e
 	if err := e.Recover(ctx); err != nil {
 		return fail(err)
@@ -241,20 +252,54 @@ func (f *fleet) startAgent(ctx context.Context, i int, pol submit.Policy) (*flee
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(runCtx) }()
-	a.stop = func() { cancel(); <-done }
-	return a, nil
+	a.stop = func() error { cancel(); return <-done }
+	return nil
 }
 
-func (a *fleetAgent) close() {
+// restart stops every agent cleanly and starts it again over its files, all at once (an
+// upgrade of the whole fleet): the tasks keep running, and each agent keeps what its journal
+// keeps.
+func (f *fleet) restart(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(f.agents))
+	for i, a := range f.agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.shut(); err != nil {
+				errs[i] = fmt.Errorf("bench fleet: %s: clean stop: %w", a.id, err)
+				return
+			}
+			if err := f.open(ctx, a); err != nil {
+				errs[i] = fmt.Errorf("bench fleet: %s: start again: %w", a.id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// shut stops the agent's process (the engine, cleanly; its client; its journal), leaving its
+// files.
+func (a *fleetAgent) shut() error {
+	var err error
 	if a.stop != nil {
-		a.stop()
+		err = a.stop()
+		a.stop = nil
 	}
 	if a.client != nil {
 		a.client.Close()
+		a.client = nil
 	}
 	if a.j != nil {
-		a.j.Close()
+		err = errors.Join(err, a.j.Close())
+		a.j = nil
 	}
+	return err
+}
+
+func (a *fleetAgent) close() {
+	a.shut()
 	os.RemoveAll(a.dir)
 }
 
@@ -284,18 +329,25 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 			res.GoroutinesPer = float64(runtime.NumGoroutine()-f.baseGor) / float64(len(f.agents))
 			res.ServingPer = float64(serving()) / float64(len(f.agents))
 		}
+		if sc == "restart" {
+			// Every agent stops cleanly and starts again over its journal at once (an upgrade
+			// of the whole fleet), its tasks running on; then the storm, from its calm.
+			if err := f.restart(ctx); err != nil {
+				return rows, err
+			}
+		}
 		paces := f.paces(ctx)
 		f.logf("%s: learnt slots per second from the burst's start (the throttle serves %.0f a second, %d at once): %s", sc, f.o.RPS, f.o.Burst, perSecondOf(paces))
 		var row FleetRow
 		switch sc {
-		case "storm":
+		case "storm", "restart":
 			row, err = f.storm(ctx, arns, 0)
 		case "slow":
 			row, err = f.storm(ctx, arns, f.o.Slow)
 		case "outage-refused", "outage-hanging":
 			row, err = f.outage(ctx, arns, strings.TrimPrefix(sc, "outage-"))
 		default:
-			return rows, fmt.Errorf("bench fleet: scenario %q: want storm, slow, outage-refused or outage-hanging", sc)
+			return rows, fmt.Errorf("bench fleet: scenario %q: want storm, slow, outage-refused, outage-hanging or restart", sc)
 		}
 		if err != nil {
 			return rows, err

@@ -79,6 +79,39 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 	}
 }
 
+// A fleet restarted all at once (an upgrade) keeps each agent's place in it: after every agent
+// stopped cleanly and started again over its journal, the slots are the ones the throttle
+// taught (not 0), so the storm that follows does not send every agent's first report at once
+// into the throttle — without the kept place the 15 agents past the bucket of 5 are all
+// answered 429 in the storm's first instant. Every STOPPED still settles once, nothing is
+// cleaned before its ack, every journal verifies.
+func TestAFleetRestartedTogetherKeepsItsPlaces(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const agents, burst = 20, 5
+	res, err := Fleet(ctx, FleetOptions{Agents: agents, Tasks: 3, RPS: 10, Burst: burst, Outage: time.Second,
+		JournalDir: t.TempDir(), Policies: []string{"agentd"}, Scenarios: []string{"restart"},
+		RetryAfter: []string{controlplane.RetryAfterTurn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 1 {
+		t.Fatalf("%d rows; want 1", len(res.Rows))
+	}
+	r := res.Rows[0]
+	if r.PaceMax == 0 {
+		t.Fatalf("after the restart no agent has a slot (p10/p50/p90/max %.1f/%.1f/%.1f/%.1f s): the places the throttle taught were lost", r.PaceP10, r.PaceP50, r.PaceP90, r.PaceMax)
+	}
+	if r.Throttled >= agents-burst {
+		t.Errorf("the storm after the restart met %d 429s of %d requests: the fleet reported at once, as with no place kept", r.Throttled, r.Requests)
+	}
+	if !r.Finished || r.SettledTwice != 0 || r.EarlyCleanups != 0 || r.Cleanups == 0 || res.JournalIssues != 0 {
+		t.Errorf("after the restart: finished %v, %d changes not settled exactly once, %d of %d cleanups early, %d journal findings",
+			r.Finished, r.SettledTwice, r.EarlyCleanups, r.Cleanups, res.JournalIssues)
+	}
+}
+
 // The ideal schedule's per-agent settle times, against which the bench prints the measured
 // ones: the k-th agent served settles at (k − burst) ÷ rps at best, so p99 ÷ p50 is about 2
 // for any schedule at the floor (a target of 1.5 cannot be met there).

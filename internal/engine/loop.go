@@ -67,6 +67,7 @@ func (e *Engine) shutdown(ctx context.Context) error {
 	for {
 		select {
 		case <-done:
+			e.keepPlace(ctx)
 			e.beginBurst(ctx)
 			e.record(event.Record{Event: &event.AgentStopped{Reason: "signal"}})
 			_, err := e.endBurst()

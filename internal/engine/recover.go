@@ -69,6 +69,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 	pol := e.cfg.Submit
 	pol.PollWait, pol.ReturnSpread = e.cfg.PollWait, unreachablePoll // what the poller does: a hang's return is judged by it
 	e.sub = submit.New(pol)
+	e.restorePlace()
 	e.inbox.ready.Store(true)
 	return nil
 }

@@ -1,6 +1,9 @@
 package submit
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/protocol"
@@ -364,6 +367,80 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 // Pace is the agent's learnt slot: how long after a burst begins its first report goes, learnt
 // from where the throttle served it (0: no throttling seen).
 func (s *Submitter) Pace() time.Duration { return s.slot }
+
+// Place is what the agent has learnt of its place in the fleet: its slot and where the
+// throttle last served it. The engine keeps it across a restart, so a fleet restarted together
+// (an upgrade, a reboot wave) reports its next storm in the order the throttle served it, not
+// all at once into a wave of 429s while every agent learns its place again.
+type Place struct {
+	Slot, Served time.Duration
+	// Throttled: the agent's reports met a 429 in one of its last bursts (underThrottle), so
+	// the restarted agent's first bursts gather their changes into one report as before.
+	Throttled bool
+}
+
+// String is the place as the journal's meta keeps it: "slot=1.5s served=1.2s throttled=true".
+func (p Place) String() string {
+	return fmt.Sprintf("slot=%v served=%v throttled=%t", p.Slot, p.Served, p.Throttled)
+}
+
+// ParsePlace reads a place String wrote; a field missing, unknown, repeated or malformed, or a
+// negative duration, is an error naming it.
+func ParsePlace(v string) (Place, error) {
+	var p Place
+	want := "want slot=, served= and throttled=, once each"
+	seen := map[string]bool{}
+	for _, f := range strings.Fields(v) {
+		k, val, _ := strings.Cut(f, "=")
+		if seen[k] {
+			return Place{}, fmt.Errorf("place %q: field %q repeated; %s", v, k, want)
+		}
+		seen[k] = true
+		var err error
+		switch k {
+		case "slot", "served":
+			d := &p.Slot
+			if k == "served" {
+				d = &p.Served
+			}
+			if *d, err = time.ParseDuration(val); err != nil || *d < 0 {
+				return Place{}, fmt.Errorf("place %q: %s=%q: want a duration of at least 0", v, k, val)
+			}
+		case "throttled":
+			if p.Throttled, err = strconv.ParseBool(val); err != nil {
+				return Place{}, fmt.Errorf("place %q: throttled=%q: want true or false", v, val)
+			}
+		default:
+			return Place{}, fmt.Errorf("place %q: field %q unknown; %s", v, k, want)
+		}
+	}
+	if len(seen) != 3 {
+		return Place{}, fmt.Errorf("place %q: %s", v, want)
+	}
+	return p, nil
+}
+
+// Place is what the agent has learnt of its place in the fleet (zero: nothing).
+func (s *Submitter) Place() Place {
+	return Place{Slot: s.slot, Served: s.served, Throttled: s.underThrottle()}
+}
+
+// Restore takes a place learnt before a restart. One past the longest backoff is refused (a
+// slot is never learnt past it: a damaged or hand-edited value would hold every burst's first
+// report that long), and a naive submitter learns nothing, so it keeps nothing.
+func (s *Submitter) Restore(p Place) error {
+	if p.Slot > s.p.Max || p.Served > s.p.Max {
+		return fmt.Errorf("place %s: past the longest backoff %v", p, s.p.Max)
+	}
+	if s.p.Naive {
+		return nil
+	}
+	s.slot, s.served = p.Slot, p.Served
+	if p.Throttled {
+		s.met429 = max(s.bursts, 1)
+	}
+	return nil
+}
 
 // RetryWindow is how far past Retry-After the next retry after a 429 is spread.
 func (s *Submitter) RetryWindow() time.Duration { return s.window }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
@@ -678,4 +680,31 @@ func pollsCutOverAndOver(t *testing.T, seed uint64, what string, waiting func(*S
 		s.Answered(now, true)
 	}
 	t.Fatalf("%s (slot %v), its polls cut every 5 s, is still waiting %v after it began (next attempt %v after)", what, slot, deadline.Sub(since), s.NextAttempt().Sub(since))
+}
+
+// A place reads back exactly as the journal's meta keeps it (any durations a slot can hold),
+// and a place past the longest backoff is refused, not restored.
+func TestAPlaceReadsBackAsKept(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := Place{
+			Slot:      time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "slot")),
+			Served:    time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "served")),
+			Throttled: rapid.Bool().Draw(t, "throttled"),
+		}
+		got, err := ParsePlace(p.String())
+		if err != nil || got != p {
+			t.Fatalf("ParsePlace(%q) = %v, %v; want %v", p.String(), got, err, p)
+		}
+		s := New(Policy{Max: 30 * time.Second})
+		err = s.Restore(p)
+		if past := p.Slot > 30*time.Second || p.Served > 30*time.Second; past != (err != nil) {
+			t.Fatalf("Restore(%v) with a longest backoff of 30s: %v", p, err)
+		}
+		if err == nil && s.Place() != p {
+			t.Fatalf("restored %v; the submitter holds %v", p, s.Place())
+		}
+		if err != nil && s.Place() != (Place{}) {
+			t.Fatalf("refused %v, yet the submitter holds %v", p, s.Place())
+		}
+	})
 }
