@@ -49,8 +49,11 @@ type FleetOptions struct {
 	// judged one, every policy run under it; the others (agentd alone) print beside it.
 	// Default: turn (the reference control plane's default), then next-token.
 	RetryAfter []string
-	Scenarios  []string  // "storm", "slow", "outage-refused", "outage-hanging", "restart" (a storm after every agent restarted)
-	Log        io.Writer // progress (nil: none)
+	// Scenarios: "storm", "slow", "outage-refused", "outage-hanging", "restart" (a storm after
+	// every agent restarted) and "restart-unkept" (the same with the places taken out of the
+	// journals: the baseline).
+	Scenarios []string
+	Log       io.Writer // progress (nil: none)
 }
 
 // FleetRow is one scenario under one policy.
@@ -93,6 +96,7 @@ type FleetResult struct {
 	GoroutinesPer float64      `json:"goroutines_per_agent"`    // the whole process (agent and control plane sides) ÷ N
 	ServingPer    float64      `json:"cp_goroutines_per_agent"` // the control plane's HTTP server alone (a connection each) ÷ N
 	JournalIssues int          `json:"journal_verify_findings"` // journal verify over every agent's journal
+	Restarted     int          `json:"agents_restarted"`        // agents stopped cleanly and started again (restart scenarios)
 }
 
 // Fleet runs the scenarios for each policy, a fresh fleet and control plane per policy.
@@ -104,7 +108,7 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 		o.Policies = []string{"agentd", "naive"}
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = []string{"storm", "slow", "outage-refused", "outage-hanging", "restart"}
+		o.Scenarios = []string{"storm", "slow", "outage-refused", "outage-hanging", "restart", "restart-unkept"}
 	}
 	if o.Slow <= 0 {
 		o.Slow = 2 * time.Second
@@ -256,10 +260,10 @@ func (f *fleet) open(ctx context.Context, a *fleetAgent) error {
 	return nil
 }
 
-// restart stops every agent cleanly and starts it again over its files, all at once (an
-// upgrade of the whole fleet): the tasks keep running, and each agent keeps what its journal
-// keeps.
-func (f *fleet) restart(ctx context.Context) error {
+// restart stops every agent cleanly and starts it again over its files, together (an upgrade
+// of the whole fleet): the tasks keep running, and each agent keeps what its journal keeps —
+// with unkept, all but its place in the fleet.
+func (f *fleet) restart(ctx context.Context, unkept bool) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(f.agents))
 	for i, a := range f.agents {
@@ -270,6 +274,12 @@ func (f *fleet) restart(ctx context.Context) error {
 				errs[i] = fmt.Errorf("bench fleet: %s: clean stop: %w", a.id, err)
 				return
 			}
+			if unkept {
+				if err := forgetPlace(ctx, a.dir); err != nil {
+					errs[i] = fmt.Errorf("bench fleet: %s: %w", a.id, err)
+					return
+				}
+			}
 			if err := f.open(ctx, a); err != nil {
 				errs[i] = fmt.Errorf("bench fleet: %s: start again: %w", a.id, err)
 			}
@@ -277,6 +287,15 @@ func (f *fleet) restart(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// forgetPlace takes the place the agent kept out of its journal in dir.
+func forgetPlace(ctx context.Context, dir string) error {
+	j, err := journal.Open(filepath.Join(dir, journal.FileName), journal.Options{})
+	if err != nil {
+		return err
+	}
+	return errors.Join(j.SetMeta(ctx, engine.PlaceKey, ""), j.Close())
 }
 
 // shut stops the agent's process (the engine, cleanly; its client; its journal), leaving its
@@ -317,6 +336,11 @@ func (f *fleet) close() {
 func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 	var rows []FleetRow
 	for _, sc := range f.o.Scenarios {
+		if strings.HasPrefix(sc, "restart") && (f.policy == "naive" || f.mode != f.o.RetryAfter[0]) {
+			// The naive policy learns no place, so it has none to keep (its storm is the
+			// storm's); beside the judged Retry-After mode the restart would say nothing new.
+			continue
+		}
 		arns, err := f.assign(ctx)
 		if err != nil {
 			return rows, err
@@ -329,25 +353,28 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 			res.GoroutinesPer = float64(runtime.NumGoroutine()-f.baseGor) / float64(len(f.agents))
 			res.ServingPer = float64(serving()) / float64(len(f.agents))
 		}
-		if sc == "restart" {
-			// Every agent stops cleanly and starts again over its journal at once (an upgrade
-			// of the whole fleet), its tasks running on; then the storm, from its calm.
-			if err := f.restart(ctx); err != nil {
+		if strings.HasPrefix(sc, "restart") {
+			// Every agent stops cleanly and starts again over its journal (an upgrade of the
+			// whole fleet, each agent in its own goroutine), its tasks running on; then the
+			// storm, from its calm. restart-unkept: the place each agent kept is taken out of
+			// its journal first, as before agents kept it (the baseline beside restart).
+			if err := f.restart(ctx, sc == "restart-unkept"); err != nil {
 				return rows, err
 			}
+			res.Restarted += len(f.agents)
 		}
 		paces := f.paces(ctx)
 		f.logf("%s: learnt slots per second from the burst's start (the throttle serves %.0f a second, %d at once): %s", sc, f.o.RPS, f.o.Burst, perSecondOf(paces))
 		var row FleetRow
 		switch sc {
-		case "storm", "restart":
+		case "storm", "restart", "restart-unkept":
 			row, err = f.storm(ctx, arns, 0)
 		case "slow":
 			row, err = f.storm(ctx, arns, f.o.Slow)
 		case "outage-refused", "outage-hanging":
 			row, err = f.outage(ctx, arns, strings.TrimPrefix(sc, "outage-"))
 		default:
-			return rows, fmt.Errorf("bench fleet: scenario %q: want storm, slow, outage-refused, outage-hanging or restart", sc)
+			return rows, fmt.Errorf("bench fleet: scenario %q: want storm, slow, outage-refused, outage-hanging, restart or restart-unkept", sc)
 		}
 		if err != nil {
 			return rows, err

@@ -100,6 +100,9 @@ func TestAFleetRestartedTogetherKeepsItsPlaces(t *testing.T) {
 		t.Fatalf("%d rows; want 1", len(res.Rows))
 	}
 	r := res.Rows[0]
+	if res.Restarted != agents {
+		t.Fatalf("%d agents restarted; want all %d (the check below would see the places still in memory)", res.Restarted, agents)
+	}
 	if r.PaceMax == 0 {
 		t.Fatalf("after the restart no agent has a slot (p10/p50/p90/max %.1f/%.1f/%.1f/%.1f s): the places the throttle taught were lost", r.PaceP10, r.PaceP50, r.PaceP90, r.PaceMax)
 	}

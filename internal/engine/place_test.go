@@ -98,24 +98,30 @@ func TestALearntPlaceOutlivesACleanRestart(t *testing.T) {
 	}
 }
 
-// A kept place that cannot be used — damaged, hand-edited, past the longest backoff — is
-// dropped with a warning naming the meta key, and the agent starts as a new one (no slot):
-// the value never holds a report, and never stops the agent.
+// A kept place that cannot be used — damaged, hand-edited, past what an agent learns, or
+// stale — is dropped with a warning naming the meta key, and the agent starts as a new one (no
+// slot): the value never holds a report, and never stops the agent. The next clean stop clears
+// it, so the warning is not repeated at every start.
 func TestAnUnusableKeptPlaceIsDroppedWithAWarning(t *testing.T) {
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	stale := time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339Nano)
 	for _, v := range []string{
-		"slot=oops served=1s throttled=true",
-		"slot=1s throttled=true",
-		"slot=-1s served=0s throttled=false",
-		"slot=31s served=1s throttled=true",
-		"served=1s slot=1s throttled=true extra=2",
-		"slot=1s served=1s throttled=maybe",
-		"slot=1s slot=2s served=1s throttled=true",
+		"slot=oops served=1s since429=0 kept=" + now,
+		"slot=1s since429=0 kept=" + now,
+		"slot=-1s served=0s since429=-1 kept=" + now,
+		"slot=31s served=1s since429=0 kept=" + now,
+		"slot=1s served=32s since429=0 kept=" + now,
+		"slot=1s served=1s since429=11 kept=" + now,
+		"slot=1s served=1s since429=0 kept=yesterday",
+		"slot=1s served=1s since429=0 kept=" + stale,
+		"served=1s slot=1s since429=0 kept=" + now + " extra=2",
+		"slot=1s slot=2s served=1s since429=0 kept=" + now,
 	} {
 		t.Run(v, func(t *testing.T) {
 			dir := t.TempDir()
 			var full atomic.Bool
 			j := openJournal(t, dir, &full)
-			if err := j.SetMeta(context.Background(), "submit_place", v); err != nil {
+			if err := j.SetMeta(context.Background(), engine.PlaceKey, v); err != nil {
 				t.Fatal(err)
 			}
 			j.Close()
@@ -126,6 +132,12 @@ func TestAnUnusableKeptPlaceIsDroppedWithAWarning(t *testing.T) {
 			}
 			if !strings.Contains(logs.String(), "submit_place not restored") {
 				t.Fatalf("no warning naming the meta key for kept place %q:\n%s", v, logs.String())
+			}
+			a.stop()
+			var again syncBuffer
+			startPlaceAgent(t, dir, throttledOnce(nil), &again).stop()
+			if strings.Contains(again.String(), "submit_place") {
+				t.Fatalf("after a clean stop the unusable place %q is still kept:\n%s", v, again.String())
 			}
 		})
 	}
