@@ -99,6 +99,9 @@ type FleetResult struct {
 	Restarted     int          `json:"agents_restarted"`        // agents stopped cleanly and started again (restart scenarios)
 }
 
+// fleetScenarios are the scenarios Fleet plays, in its default order.
+var fleetScenarios = []string{"storm", "slow", "outage-refused", "outage-hanging", "restart", "restart-unkept"}
+
 // Fleet runs the scenarios for each policy, a fresh fleet and control plane per policy.
 func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 	if o.Agents <= 0 || o.Tasks <= 0 || o.RPS <= 0 || o.Burst <= 0 || o.Outage <= 0 {
@@ -108,7 +111,7 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 		o.Policies = []string{"agentd", "naive"}
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = []string{"storm", "slow", "outage-refused", "outage-hanging", "restart", "restart-unkept"}
+		o.Scenarios = slices.Clone(fleetScenarios)
 	}
 	if o.Slow <= 0 {
 		o.Slow = 2 * time.Second
@@ -123,6 +126,13 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 	for _, p := range o.Policies {
 		if p != "agentd" && p != "naive" {
 			return res, fmt.Errorf("bench fleet: --policy %q: want agentd or naive", p)
+		}
+	}
+	for _, sc := range o.Scenarios {
+		if !slices.Contains(fleetScenarios, sc) {
+			// Before any agent starts: a scenario named wrong is not found after minutes of
+			// fleet (a "restart-…" would have restarted it first).
+			return res, fmt.Errorf("bench fleet: --scenarios %q: want one of %s", sc, strings.Join(fleetScenarios, ", "))
 		}
 	}
 	for i, mode := range o.RetryAfter {
@@ -373,8 +383,6 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 			row, err = f.storm(ctx, arns, f.o.Slow)
 		case "outage-refused", "outage-hanging":
 			row, err = f.outage(ctx, arns, strings.TrimPrefix(sc, "outage-"))
-		default:
-			return rows, fmt.Errorf("bench fleet: scenario %q: want storm, slow, outage-refused, outage-hanging, restart or restart-unkept", sc)
 		}
 		if err != nil {
 			return rows, err

@@ -3,7 +3,10 @@ package benchmark
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,6 +115,22 @@ func TestAFleetRestartedTogetherKeepsItsPlaces(t *testing.T) {
 	if !r.Finished || r.SettledTwice != 0 || r.EarlyCleanups != 0 || r.Cleanups == 0 || res.JournalIssues != 0 {
 		t.Errorf("after the restart: finished %v, %d changes not settled exactly once, %d of %d cleanups early, %d journal findings",
 			r.Finished, r.SettledTwice, r.EarlyCleanups, r.Cleanups, res.JournalIssues)
+	}
+}
+
+// A scenario named wrong is refused before any agent starts, naming the flag and the name: a
+// "restart-…" typo would otherwise have restarted the whole fleet before the bench noticed.
+func TestAScenarioNamedWrongIsRefusedBeforeTheFleetStarts(t *testing.T) {
+	for _, sc := range []string{"restart-foo", "storms", ""} {
+		dir := t.TempDir()
+		_, err := Fleet(context.Background(), FleetOptions{Agents: 1, Tasks: 1, RPS: 1, Burst: 1, Outage: time.Second,
+			JournalDir: dir, Scenarios: []string{"storm", sc}})
+		if err == nil || !strings.Contains(err.Error(), "--scenarios") || !strings.Contains(err.Error(), fmt.Sprintf("%q", sc)) {
+			t.Fatalf("scenarios storm,%q: %v; want an error naming --scenarios and %q", sc, err, sc)
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Fatalf("scenario %q: %d agents' directories made before the refusal", sc, len(left))
+		}
 	}
 }
 

@@ -66,7 +66,6 @@ type Engine struct {
 	upkeep      upkeep
 	mem         memory            // releasing what a burst left behind (memory.go)
 	sub         *submit.Submitter // the reports' pacing and batching (internal/submit)
-	placeInMeta bool              // the journal's meta holds a place (place.go)
 
 	inbox   inbox
 	linger  linger // how long a burst waits for calls about to end (linger.go)

@@ -16,7 +16,6 @@ const PlaceKey = "submit_place"
 // restorePlace gives the new submitter the place the journal keeps.
 func (e *Engine) restorePlace() {
 	v, err := e.j.Meta(PlaceKey)
-	e.placeInMeta = v != ""
 	if err != nil || v == "" {
 		if err != nil {
 			e.log.Warn().Err(err).Msgf("journal meta %s not read; the place in the fleet is learnt again", PlaceKey)
@@ -42,16 +41,14 @@ func (e *Engine) keepPlace(ctx context.Context) {
 		return
 	}
 	p := e.sub.Place(e.clock.Now())
-	if !p.Learnt() && !e.placeInMeta {
-		return
-	}
 	v := p.String()
 	if !p.Learnt() {
+		if kept, _ := e.j.Meta(PlaceKey); kept == "" {
+			return
+		}
 		v = "" // cleared: nothing to keep, nor to write again
 	}
 	if err := e.j.SetMeta(ctx, PlaceKey, v); err != nil {
 		e.log.Warn().Err(err).Msgf("journal meta %s not written; the place in the fleet is learnt again after the restart", PlaceKey)
-		return
 	}
-	e.placeInMeta = v != ""
 }

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"sync"
@@ -22,14 +21,16 @@ import (
 type placeAgent struct {
 	e    *engine.Engine
 	j    *journal.Journal
-	stop func()
+	full atomic.Bool // every commit fails, as on a full disk
+	// stop stops the agent (once) and says what Run returned.
+	stop func() error
 }
 
-func startPlaceAgent(t *testing.T, dir string, cp engine.ControlPlane, logs *syncBuffer) *placeAgent {
+func startPlaceAgent(t *testing.T, dir string, cp engine.ControlPlane, logs lines) *placeAgent {
 	t.Helper()
-	var full atomic.Bool
-	j := openJournal(t, dir, &full)
-	id, err := engine.ResolveAgentID(context.Background(), j, "agent-place")
+	a := &placeAgent{}
+	a.j = openJournal(t, dir, &a.full)
+	id, err := engine.ResolveAgentID(context.Background(), a.j, "agent-place")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,26 +38,44 @@ func startPlaceAgent(t *testing.T, dir string, cp engine.ControlPlane, logs *syn
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := engine.New(engine.Config{AgentID: id, CleanupWait: time.Hour, Seed: 1}, j, rt, cp, nil, nil, zerolog.New(logs))
-	if err := e.Recover(context.Background()); err != nil {
+	a.e = engine.New(engine.Config{AgentID: id, CleanupWait: time.Hour, Seed: 1}, a.j, rt, cp, nil, nil, zerolog.New(logs))
+	if err := a.e.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	a := &placeAgent{e: e, j: j}
+	go func() { done <- a.e.Run(ctx) }()
 	var once sync.Once
-	a.stop = func() {
+	var ran error
+	a.stop = func() error {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("clean stop: %v", err)
-			}
-			j.Close()
+			ran = <-done
+			a.j.Close()
 		})
+		return ran
 	}
-	t.Cleanup(a.stop)
+	t.Cleanup(func() { a.stop() })
 	return a
+}
+
+// learn waits, on the journal's commits rather than on time, until the agent has learnt a place
+// (the slot is learnt when the throttled report's retry settles, in the burst that journals its
+// acceptance), and returns its slot.
+func (a *placeAgent) learn(t *testing.T) time.Duration {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		changed := a.j.Changed() // before the query: a commit in between is not missed
+		if learnt := a.pace(t); learnt > 0 {
+			return learnt
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal("no place learnt within 10s of a report throttled with its turn")
+		}
+	}
 }
 
 // pace is the agent's learnt slot, asked of its loop.
@@ -77,24 +96,19 @@ func (a *placeAgent) pace(t *testing.T) time.Duration {
 // is 0.
 func TestALearntPlaceOutlivesACleanRestart(t *testing.T) {
 	dir := t.TempDir()
-	var logs syncBuffer
-	first := startPlaceAgent(t, dir, throttledOnce(payloadsOf(t, 1)), &logs)
-	var learnt time.Duration
-	for deadline := time.Now().Add(10 * time.Second); learnt == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("no place learnt within 10s of a report throttled with its turn")
-		}
-		time.Sleep(5 * time.Millisecond) // the slot is learnt when the retry settles, in the loop
-		learnt = first.pace(t)
+	logs := make(lines, 1024)
+	first := startPlaceAgent(t, dir, throttledOnce(payloadsOf(t, 1)), logs)
+	learnt := first.learn(t)
+	if err := first.stop(); err != nil {
+		t.Fatalf("clean stop: %v", err)
 	}
-	first.stop()
 
-	again := startPlaceAgent(t, dir, throttledOnce(nil), &logs)
+	again := startPlaceAgent(t, dir, throttledOnce(nil), logs)
 	if got := again.pace(t); got != learnt {
 		t.Fatalf("after a clean restart the slot is %v; want the %v learnt before it", got, learnt)
 	}
-	if strings.Contains(logs.String(), "submit_place") {
-		t.Fatalf("a warning while keeping or restoring the place:\n%s", logs.String())
+	if logged(logs, "submit_place") {
+		t.Fatal("a warning naming submit_place while keeping or restoring the place")
 	}
 }
 
@@ -125,21 +139,50 @@ func TestAnUnusableKeptPlaceIsDroppedWithAWarning(t *testing.T) {
 				t.Fatal(err)
 			}
 			j.Close()
-			var logs syncBuffer
-			a := startPlaceAgent(t, dir, throttledOnce(nil), &logs)
+			logs := make(lines, 1024)
+			a := startPlaceAgent(t, dir, throttledOnce(nil), logs)
 			if got := a.pace(t); got != 0 {
 				t.Fatalf("kept place %q restored as a slot of %v; want it dropped (0)", v, got)
 			}
-			if !strings.Contains(logs.String(), "submit_place not restored") {
-				t.Fatalf("no warning naming the meta key for kept place %q:\n%s", v, logs.String())
+			if !logged(logs, "submit_place not restored") {
+				t.Fatalf("no warning naming the meta key for kept place %q", v)
 			}
 			a.stop()
-			var again syncBuffer
-			startPlaceAgent(t, dir, throttledOnce(nil), &again).stop()
-			if strings.Contains(again.String(), "submit_place") {
-				t.Fatalf("after a clean stop the unusable place %q is still kept:\n%s", v, again.String())
+			again := make(lines, 1024)
+			startPlaceAgent(t, dir, throttledOnce(nil), again).stop()
+			if logged(again, "submit_place") {
+				t.Fatalf("after a clean stop the unusable place %q is still kept", v)
 			}
 		})
+	}
+}
+
+// A clean stop on a full disk: the place's write fails with a warning naming the key, the stop
+// goes on to agent_stopped (which fails as it always has on a full disk, and says so) — no
+// hang, no panic. Once the disk has room the journal opens and the agent recovers, with no
+// place kept and nothing lost of what was journaled before.
+func TestACleanStopOnAFullDiskKeepsNoPlaceAndLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	logs := make(lines, 1024)
+	first := startPlaceAgent(t, dir, throttledOnce(payloadsOf(t, 1)), logs)
+	first.learn(t)
+	first.full.Store(true)
+	if err := first.stop(); err == nil || !strings.Contains(err.Error(), "no space left") {
+		t.Fatalf("a clean stop on a full disk returned %v; want agent_stopped's failed commit", err)
+	}
+	if !logged(logs, "submit_place not written") {
+		t.Fatal("no warning naming submit_place for the place not written")
+	}
+	again := startPlaceAgent(t, dir, throttledOnce(nil), make(lines, 1024))
+	if got := again.pace(t); got != 0 {
+		t.Fatalf("after a stop whose write failed the slot is %v; want none kept", got)
+	}
+	var task *fsm.Task
+	if err := again.e.Query(context.Background(), func(st *fsm.State) { task = st.Tasks["task/poll-000"] }); err != nil {
+		t.Fatal(err)
+	}
+	if task == nil {
+		t.Fatal("the task journaled before the full disk is gone after the restart")
 	}
 }
 
@@ -149,20 +192,16 @@ func throttledOnce(payloads []protocol.Payload) *hostBurstCP {
 	return &hostBurstCP{firstPoll: firstPoll{payloads: payloads, polled: make(chan int, 8)}, stopped: make(chan int, 1)}
 }
 
-// syncBuffer is a log sink the engine's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// logged says whether a line the agent logged, up to now, holds s (lines: ackflood_test.go).
+func logged(l lines, s string) bool {
+	for {
+		select {
+		case line := <-l:
+			if strings.Contains(line, s) {
+				return true
+			}
+		default:
+			return false
+		}
+	}
 }

@@ -1,9 +1,6 @@
 package submit
 
 import (
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/agentd/agentd/internal/protocol"
@@ -367,111 +364,6 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 // Pace is the agent's learnt slot: how long after a burst begins its first report goes, learnt
 // from where the throttle served it (0: no throttling seen).
 func (s *Submitter) Pace() time.Duration { return s.slot }
-
-// Place is what the agent has learnt of its place in the fleet: its slot, where the throttle
-// last served it, and how lately its reports met a 429. The engine keeps it across a restart,
-// so a fleet restarted together (an upgrade, a reboot wave) reports its next storm in the
-// order the throttle served it, not all at once into a wave of 429s while every agent learns
-// its place again.
-type Place struct {
-	Slot, Served time.Duration
-	// Since429 is how many bursts ago a report last met a 429 while that still counts
-	// (underThrottle: 0 to gatherBursts), -1 when it does not: the restarted agent gathers its
-	// bursts' changes into one report for the rest of that window, no longer.
-	Since429 int
-	// Kept is when the place was kept (the engine's clock at the clean stop).
-	Kept time.Time
-}
-
-// placeFresh is how long a kept place stays good. An upgrade or a reboot wave restarts an agent
-// within minutes; one down longer comes back to a fleet that may have changed (its size, its
-// control plane), where the old place would only hold its reports back, up to the longest
-// backoff, until the shrink wore it down.
-const placeFresh = time.Hour
-
-// String is the place as the journal's meta keeps it:
-// "slot=4.2s served=4.1s since429=0 kept=2026-12-02T21:00:00Z".
-func (p Place) String() string {
-	return fmt.Sprintf("slot=%v served=%v since429=%d kept=%s", p.Slot, p.Served, p.Since429, p.Kept.UTC().Format(time.RFC3339Nano))
-}
-
-// ParsePlace reads a place String wrote; a field missing, unknown, repeated or malformed, or a
-// negative duration, is an error naming it.
-func ParsePlace(v string) (Place, error) {
-	var p Place
-	quoted := v
-	if len(quoted) > 200 {
-		quoted = quoted[:200] + "…"
-	}
-	want := "want slot=, served=, since429= and kept=, once each"
-	seen := map[string]bool{}
-	for _, f := range strings.Fields(v) {
-		k, val, _ := strings.Cut(f, "=")
-		if seen[k] {
-			return Place{}, fmt.Errorf("place %q: field %q repeated; %s", quoted, k, want)
-		}
-		seen[k] = true
-		var err error
-		switch k {
-		case "slot", "served":
-			d := &p.Slot
-			if k == "served" {
-				d = &p.Served
-			}
-			if *d, err = time.ParseDuration(val); err != nil || *d < 0 {
-				return Place{}, fmt.Errorf("place %q: %s=%q: want a duration of at least 0", quoted, k, val)
-			}
-		case "since429":
-			if p.Since429, err = strconv.Atoi(val); err != nil || p.Since429 < -1 || p.Since429 > gatherBursts {
-				return Place{}, fmt.Errorf("place %q: since429=%q: want -1 to %d", quoted, val, gatherBursts)
-			}
-		case "kept":
-			if p.Kept, err = time.Parse(time.RFC3339Nano, val); err != nil {
-				return Place{}, fmt.Errorf("place %q: kept=%q: want an RFC 3339 time", quoted, val)
-			}
-		default:
-			return Place{}, fmt.Errorf("place %q: field %q unknown; %s", quoted, k, want)
-		}
-	}
-	if len(seen) != 4 {
-		return Place{}, fmt.Errorf("place %q: %s", quoted, want)
-	}
-	return p, nil
-}
-
-// Place is what the agent has learnt of its place in the fleet, kept now.
-func (s *Submitter) Place(now time.Time) Place {
-	p := Place{Slot: s.slot, Served: s.served, Since429: -1, Kept: now}
-	if s.underThrottle() {
-		p.Since429 = s.bursts - s.met429
-	}
-	return p
-}
-
-// Learnt says whether the place says anything (a new agent's says nothing).
-func (p Place) Learnt() bool { return p.Slot > 0 || p.Served > 0 || p.Since429 >= 0 }
-
-// Restore takes a place kept before a restart. One kept over placeFresh ago (or as long ahead:
-// the clock was set back) is stale, and one past what the agent can learn — a slot past the
-// longest backoff, a served time past it and its 5% spread — is refused: a damaged or
-// hand-edited value would hold every burst's first report that long. A naive submitter
-// learns nothing, so it keeps nothing.
-func (s *Submitter) Restore(p Place, now time.Time) error {
-	if age := now.Sub(p.Kept); age > placeFresh || age < -placeFresh {
-		return fmt.Errorf("place %s: kept %v before now, past %v: stale", p, age.Round(time.Second), placeFresh)
-	}
-	if p.Slot > s.p.Max || p.Served > s.p.Max+s.p.Max/20 {
-		return fmt.Errorf("place %s: past the longest backoff %v", p, s.p.Max)
-	}
-	if s.p.Naive {
-		return nil
-	}
-	s.slot, s.served = p.Slot, p.Served
-	if p.Since429 >= 0 {
-		s.met429, s.bursts = 1, 1+p.Since429
-	}
-	return nil
-}
 
 // RetryWindow is how far past Retry-After the next retry after a 429 is spread.
 func (s *Submitter) RetryWindow() time.Duration { return s.window }
