@@ -205,6 +205,7 @@ func (c *Client) Poll(ctx context.Context, wait time.Duration) ([]protocol.Paylo
 			}
 		},
 	})
+	ctx, arrived := traceArrival(ctx, time.Now())
 	resp, err := c.do(ctx, http.MethodGet, fmt.Sprintf("/payloads?wait=%d", secs), nil, time.Duration(secs)*time.Second+c.timeout)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), ErrPollCut) {
@@ -227,6 +228,10 @@ func (c *Client) Poll(ctx context.Context, wait time.Duration) ([]protocol.Paylo
 	var pr protocol.PollResponse
 	if err := json.Unmarshal(b, &pr); err != nil {
 		return nil, &PollError{Status: resp.StatusCode, Err: fmt.Errorf("answer is not JSON: %w", err)}
+	}
+	at := arrived.at(time.Now())
+	for i := range pr.Payloads {
+		pr.Payloads[i].ReceivedAt = at
 	}
 	return pr.Payloads, nil
 }
@@ -260,6 +265,7 @@ func (c *Client) Report(ctx context.Context, changes []protocol.StateChange) pro
 		return protocol.ReportResult{Outcome: protocol.TooLarge, HTTPStatus: http.StatusRequestEntityTooLarge,
 			Err: fmt.Errorf("report of %d changes is %d bytes, over %d: not sent", len(changes), len(body), protocol.MaxRequestBody)}
 	}
+	ctx, arrived := traceArrival(ctx, time.Now())
 	resp, err := c.do(ctx, http.MethodPost, "/state-changes", json.RawMessage(body), c.timeout)
 	if err != nil {
 		return protocol.ReportResult{Outcome: protocol.Network, Err: err}
@@ -269,7 +275,9 @@ func (c *Client) Report(ctx context.Context, changes []protocol.StateChange) pro
 	if err != nil {
 		return protocol.ReportResult{Outcome: protocol.Network, HTTPStatus: resp.StatusCode, Err: fmt.Errorf("reading the answer: %w", err)}
 	}
-	r := protocol.ClassifyReport(resp.StatusCode, resp.Header.Get("Retry-After"), b, time.Now())
+	now := time.Now()
+	r := protocol.ClassifyReport(resp.StatusCode, resp.Header.Get("Retry-After"), b, now)
+	r.ReceivedAt = arrived.at(now)
 	return r
 }
 

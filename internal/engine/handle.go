@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/submit"
 )
 
 // handle hands one input to the core and records its verdict.
@@ -20,7 +21,9 @@ func (e *Engine) handle(in Input) {
 			}
 			e.sub.Answered(now, in.Outage) // the control plane answers: an outage's backoff is over
 			if len(in.Payloads) > 0 {
-				e.sub.Assigned(now) // what follows is the fleet's burst, begun now for every agent
+				// What follows is the fleet's burst, begun for every agent when the control
+				// plane sent it: counted from its arrival, not from when this loop got to it.
+				e.sub.Assigned(submit.ArrivedAt(now, in.Payloads[0].ReceivedAt))
 			}
 		}
 		for _, p := range in.Payloads {

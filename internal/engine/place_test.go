@@ -112,6 +112,19 @@ func TestALearntPlaceOutlivesACleanRestart(t *testing.T) {
 	}
 }
 
+// A burst counts from when the payloads that began it reached the host, not from when a busy
+// agent read them: here they arrived 3 s before the poll handed them over, and the first
+// report is throttled with a turn 1 s away, so the place is 4 s from their arrival (from the
+// read it would be 1 s, and a loaded host's next storm would replay it seconds off).
+func TestABurstCountsFromWhenItsPayloadsReachedTheHost(t *testing.T) {
+	payloads := payloadsOf(t, 1)
+	payloads[0].ReceivedAt = time.Now().Add(-3 * time.Second)
+	a := startPlaceAgent(t, t.TempDir(), throttledOnce(payloads), make(lines, 1024))
+	if got := a.learn(t); got < 4*time.Second {
+		t.Fatalf("slot %v; want at least 4 s: the payloads' arrival 3 s before the read, then the 1-s turn", got)
+	}
+}
+
 // A kept place that cannot be used — damaged, hand-edited, past what an agent learns, or
 // stale — is dropped with a warning naming the meta key, and the agent starts as a new one (no
 // slot): the value never holds a report, and never stops the agent. The next clean stop clears

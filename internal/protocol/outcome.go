@@ -30,6 +30,7 @@ type ReportResult struct {
 	Rejected   []Rejection
 	RetryAfter time.Duration // for Throttled: the server's floor (0 when it gave none)
 	Err        error         // the cause, for every outcome but Settled
+	ReceivedAt time.Time     // when the answer reached this host (zero: unknown or none came)
 }
 
 // MaxRetryAfter caps a Retry-After so an absurd value cannot park the reports for days.

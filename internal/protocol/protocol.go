@@ -45,6 +45,9 @@ type PollResponse struct {
 type Payload struct {
 	MessageID string            `json:"message_id"`
 	Tasks     []json.RawMessage `json:"tasks"`
+	// ReceivedAt is when the answer that brought it reached this host (zero: unknown), which
+	// on a busy host is well before the agent read it. Never on the wire.
+	ReceivedAt time.Time `json:"-"`
 }
 
 // Task is a task as the control plane sends it.

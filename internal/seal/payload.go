@@ -11,7 +11,7 @@ import (
 // SealPayload returns p with every env value of every task sealed. Everything else of a task
 // is kept (re-encoded compactly, as the engine journals it anyway). The input is not modified.
 func (k *Key) SealPayload(p protocol.Payload) (protocol.Payload, error) {
-	out := protocol.Payload{MessageID: p.MessageID, Tasks: make([]json.RawMessage, len(p.Tasks))}
+	out := protocol.Payload{MessageID: p.MessageID, Tasks: make([]json.RawMessage, len(p.Tasks)), ReceivedAt: p.ReceivedAt}
 	for i, raw := range p.Tasks {
 		s, err := k.SealRawTask(raw)
 		if err != nil {

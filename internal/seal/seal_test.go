@@ -131,13 +131,16 @@ func TestPayloadSealing(t *testing.T) {
 		`not json ` + secret,
 		`{"arn":"task/6","desired_status":"RUNNING","containers":[{"name":"a","image":"busybox","env":{"BIG":"` + big + `"}}]}`,
 	}
-	p := protocol.Payload{MessageID: "m1"}
+	p := protocol.Payload{MessageID: "m1", ReceivedAt: time.Unix(1_800_000_000, 42)}
 	for _, s := range tasks {
 		p.Tasks = append(p.Tasks, json.RawMessage(s))
 	}
 	sp, err := k.SealPayload(p)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !sp.ReceivedAt.Equal(p.ReceivedAt) {
+		t.Errorf("sealed payload received at %v; want the poll's arrival, %v (the fleet's burst counts from it)", sp.ReceivedAt, p.ReceivedAt)
 	}
 	for i, raw := range sp.Tasks {
 		if strings.Contains(string(raw), secret) {

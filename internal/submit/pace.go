@@ -85,10 +85,12 @@ const (
 	returnSpread = 2 * time.Second
 )
 
-// throttled is the wait after a 429 with Retry-After ra: at least ra, then a random point of
-// the retry window, which a repeated 429 grows (up to Max).
-func (s *Submitter) throttled(now time.Time, ra time.Duration, again bool) time.Duration {
-	s.turnAt = now.Add(ra)
+// throttled is the wait after a 429 with Retry-After ra, answered at arrived: at least ra,
+// then a random point of the retry window, which a repeated 429 grows (up to Max). The turn
+// it names counts from the answer's arrival (where the throttle put this agent, however late
+// a busy host read it); the wait from now, so Retry-After stays a floor.
+func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bool) time.Duration {
+	s.turnAt = arrived.Add(ra)
 	if !s.burstStart.IsZero() {
 		// Where the queue of this burst ended when this agent joined it (the last report of a
 		// burst joins behind the others' follow-ups): what the fleet's burst takes.
@@ -242,9 +244,24 @@ func (s *Submitter) underThrottle() bool {
 // a start): the engine tells it before each report it may send.
 func (s *Submitter) Coming(coming bool) { s.coming = coming }
 
-// Assigned says a poll brought payloads: the changes that follow begin a burst counted from
-// now (spreadQuiet).
-func (s *Submitter) Assigned(now time.Time) { s.assignedAt = now }
+// Assigned says a poll brought payloads, which reached the host at (ReceivedAt): the changes
+// that follow begin a burst counted from then (spreadQuiet).
+func (s *Submitter) Assigned(at time.Time) { s.assignedAt = at }
+
+// maxArrivalLag bounds how long before it was handled an answer may count as having arrived:
+// a busy host reads its answers seconds late (the reason to count from their arrival at all),
+// never minutes; a time further back is not an arrival (a clock stepped, a test's virtual
+// clock) and the answer counts from now.
+const maxArrivalLag = 10 * time.Second
+
+// ArrivedAt is when an answer handled now reached the host, given the transport's measure of
+// it (zero: none): that, unless it is implausible (after now, or over maxArrivalLag before).
+func ArrivedAt(now, received time.Time) time.Time {
+	if received.IsZero() || received.After(now) || now.Sub(received) > maxArrivalLag {
+		return now
+	}
+	return received
+}
 
 // Answered says the control plane answered something (a poll); outage says the poller had
 // found it unreachable until now. An outage's backoff is over, and the fleet comes back in the

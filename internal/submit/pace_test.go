@@ -57,6 +57,57 @@ func TestSlotPlacesTheNextBurstWhereTheThrottleServedTheLast(t *testing.T) {
 	}
 }
 
+// A busy host reads its answers late: the payloads that began the burst and the 429 naming
+// the agent's turn both reached it well before it got to them. The place counts from their
+// arrivals — where the control plane put this agent — and not from the reads, which on a
+// loaded host move by seconds from one burst to the next.
+func TestAPlaceCountsFromWhenTheAnswersArrivedNotWhenTheyWereRead(t *testing.T) {
+	s := New(Policy{Seed: 11})
+	arrived := t0
+	s.Assigned(ArrivedAt(t0.Add(1500*time.Millisecond), arrived)) // read 1.5 s late
+	now := t0.Add(1600 * time.Millisecond)
+	for !s.Ready(now) {
+		now = s.NextAttempt()
+	}
+	sent := s.BeginAt(now, batch("c-1"))
+	// The 429 reached the host 10 ms after the report left, and was read 800 ms later: its
+	// turn is 3 s from its arrival.
+	answered := now.Add(10 * time.Millisecond)
+	read := answered.Add(800 * time.Millisecond)
+	s.Done(read, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 3 * time.Second, ReceivedAt: answered})
+	if retry := s.NextAttempt(); retry.Before(read.Add(3 * time.Second)) {
+		t.Fatalf("retry %v after the read; Retry-After is a floor from when the agent read it (3 s)", retry.Sub(read))
+	}
+	now = s.NextAttempt()
+	sent = s.BeginAt(now, batch("c-1"))
+	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}, ReceivedAt: now})
+	if got, want := s.Pace(), answered.Add(3*time.Second).Sub(arrived); got != want {
+		t.Fatalf("slot %v; want %v: from the payloads' arrival to the turn counted from the 429's arrival (from the reads: %v)",
+			got, want, read.Add(3*time.Second).Sub(t0.Add(1500*time.Millisecond)))
+	}
+}
+
+// An arrival the transport measured counts only when it is plausible: not after the read, not
+// more than maxArrivalLag before it (a stepped clock, a test's virtual one).
+func TestAnArrivalCountsOnlyWhenPlausible(t *testing.T) {
+	now := t0.Add(time.Hour)
+	for _, tc := range []struct {
+		name          string
+		received, got time.Time
+	}{
+		{"unknown", time.Time{}, now},
+		{"read at once", now, now},
+		{"read 2 s late", now.Add(-2 * time.Second), now.Add(-2 * time.Second)},
+		{"read at the longest lag", now.Add(-maxArrivalLag), now.Add(-maxArrivalLag)},
+		{"further back than any busy host", now.Add(-maxArrivalLag - time.Millisecond), now},
+		{"after the read", now.Add(time.Millisecond), now},
+	} {
+		if got := ArrivedAt(now, tc.received); !got.Equal(tc.got) {
+			t.Errorf("%s: ArrivedAt = %v from now; want %v", tc.name, got.Sub(now), tc.got.Sub(now))
+		}
+	}
+}
+
 // Changes that trickle in right behind a report that settled everything (tasks starting one
 // after another) continue the burst: where the throttle serves them depends on the fleet's
 // other follow-ups, so they do not teach the slot.

@@ -282,7 +282,7 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 	case r.Outcome == protocol.Throttled:
 		s.Stats.Throttled++
 		s.met429 = max(s.bursts, 1)
-		wait = s.throttled(now, r.RetryAfter, s.streak == protocol.Throttled)
+		wait = s.throttled(now, ArrivedAt(now, r.ReceivedAt), r.RetryAfter, s.streak == protocol.Throttled)
 		s.health = ""
 	case r.Outcome == protocol.Unauthorized:
 		wait = max(s.bo.NextBackOff(), s.p.SlowRetry)
