@@ -74,8 +74,11 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 			t.Errorf("%s: no state-change request seen after the return (%d, herd %.2f)", r.Scenario, r.Requests, r.Herd)
 		}
 	}
-	if res.ServingPer <= 0 || res.HeapPerAgent <= 0 {
-		t.Errorf("the control plane's goroutines per agent (%.1f) or the heap per agent (%.0f KB) not measured", res.ServingPer, res.HeapPerAgent)
+	// The heap per agent is the bench's figure, not this test's: two fleets and the package's
+	// other tests share this process's heap, which can be smaller when it is measured than
+	// before the agents started (a race build's CI run: 0 KB).
+	if res.ServingPer <= 0 {
+		t.Errorf("the control plane's goroutines per agent (%.1f) not measured", res.ServingPer)
 	}
 	if res.JournalIssues != 0 {
 		t.Errorf("journal verify: %d findings over the fleet's journals", res.JournalIssues)
