@@ -22,7 +22,9 @@ import (
 // arrival follows one request's connection (httptrace's GotConn) and asks the kernel when it
 // last received data (TCP_INFO's last_data_recv, at the kernel's tick: 1–10 ms); at is never
 // before the request began nor after the read, so a connection the kernel says nothing of
-// (not TCP, another OS) gives the read's own time, as before.
+// (not TCP, another OS, closed under it) gives the read's own time, as before. Data received
+// after the answer (the connection back in the pool and taken by the other of the poller and
+// the reporter, another HTTP/2 stream) can only make it later, never earlier than the truth.
 type arrival struct {
 	begun time.Time
 	mu    sync.Mutex
@@ -61,12 +63,9 @@ func (a *arrival) at(now time.Time) time.Time {
 	if !ok {
 		return now
 	}
-	at := now.Add(-since)
-	switch {
-	case at.Before(a.begun):
-		return a.begun
-	case at.After(now):
-		return now
+	// since is never negative (the kernel counts it unsigned), so at is never after now.
+	if at := now.Add(-since); at.After(a.begun) {
+		return at
 	}
-	return at
+	return a.begun
 }

@@ -119,3 +119,22 @@ func TestA429ReadLateSaysWhenItArrived(t *testing.T) {
 	}
 	checkArrival(t, "the 429", begun, left, read, r.ReceivedAt)
 }
+
+// The arrival is the host's own measure: a control plane that writes one into its answer (in
+// any spelling) is not believed, so it cannot move where the agent counts its burst from.
+func TestAControlPlaneCannotNameItsAnswersArrival(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"payloads": [{"message_id": "m-1", "tasks": [], "ReceivedAt": "2000-01-01T00:00:00Z",
+			"received_at": "2000-01-01T00:00:00Z", "receivedAt": "2000-01-01T00:00:00Z"}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	begun := time.Now()
+	ps, err := newClient(t, srv.URL, "").Poll(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].ReceivedAt.Before(begun) || ps[0].ReceivedAt.After(time.Now()) {
+		t.Fatalf("payloads %+v: want one, received within the poll (from %v), whatever the answer says", ps, begun)
+	}
+}
