@@ -73,3 +73,51 @@ func TestAStopOfManyTasksIsReportedInOneRequest(t *testing.T) {
 		t.Fatalf("the stop of 5 tasks went in %d requests of %v changes; want one", n, sizes)
 	}
 }
+
+// A start of two tasks whose runtime ends the calls in another order than they were made (the
+// last one made ends first): task B is up while A's first call is still out, and as that call
+// ends, A's next is decided in the same burst, out only once its commit returns. The report
+// chosen in that burst counts it as coming, so the new agent's first report waits and carries
+// both tasks (with only the calls already out it saw none, and sent B's change alone: bench
+// fleet's start round, 20 agents reporting 10 changes and then 1).
+func TestAStartIsReportedInOneRequestWhenTheNextCallIsDecidedAsOneEnds(t *testing.T) {
+	r := newRig(t, time.Second)
+	var reports [][]protocol.StateChange
+	r.cp.answer = func(changes []protocol.StateChange) protocol.ReportResult {
+		reports = append(reports, changes)
+		return acceptAll(changes)
+	}
+	var tasks []json.RawMessage
+	for _, arn := range []string{"task/a", "task/b"} {
+		raw, _ := json.Marshal(protocol.Task{ARN: arn, DesiredStatus: "RUNNING", Containers: []protocol.Container{ctr("app")}})
+		tasks = append(tasks, raw)
+	}
+	done := make(chan error, 1)
+	r.e.Step(context.Background(), engine.PollInput{Payloads: []protocol.Payload{{MessageID: "m-start", Tasks: tasks}}, Done: done})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The runtime ends the last call made first.
+	for i := 0; len(r.exec.queue) > 0; i++ {
+		if i == 1000 {
+			t.Fatal("the start did not settle in 1,000 calls")
+		}
+		last := len(r.exec.queue) - 1
+		f := r.exec.queue[last]
+		r.exec.queue = r.exec.queue[:last]
+		r.e.Step(context.Background(), f())
+	}
+	r.advance(time.Minute)
+	for _, arn := range []string{"task/a", "task/b"} {
+		if got := r.known(arn); got != event.StatusRunning {
+			t.Fatalf("%s is %s; want RUNNING", arn, got)
+		}
+	}
+	if len(reports) != 1 {
+		var sizes []int
+		for _, rep := range reports {
+			sizes = append(sizes, len(rep))
+		}
+		t.Fatalf("the start of 2 tasks went in %d requests of %v changes; want one", len(reports), sizes)
+	}
+}

@@ -203,7 +203,7 @@ func (e *Engine) endBurst() (Ready, error) {
 		ready.Compact = e.planCompaction()
 	}
 	if b.reports {
-		ready.Report = e.report(e.clock.Now())
+		ready.Report = e.report(e.clock.Now(), b.out)
 	}
 	e.begin(ready)
 	e.publishBacklog() // before the poller is answered: it reads it before its next poll

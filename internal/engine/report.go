@@ -12,7 +12,8 @@ import (
 // report is the next state-change request, when the submitter allows and something is
 // unsent (nil: none now). It runs once a burst's commit has returned, so it chooses from the
 // durable outbox, and the submitter records the report begun only when it is really sent.
-func (e *Engine) report(now time.Time) []protocol.StateChange {
+// calls is what is out with the calls the burst decided, about to go (its layer, fsm.Over).
+func (e *Engine) report(now time.Time, calls fsm.InFlight) []protocol.StateChange {
 	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 {
 		return nil
 	}
@@ -25,8 +26,10 @@ func (e *Engine) report(now time.Time) []protocol.StateChange {
 	if !ready {
 		return nil
 	}
-	// Calls whose outcomes are changes still out: a burst's first report may wait for them.
-	calls := e.calls.out
+	// Calls whose outcomes are changes still to come: a burst's first report may wait for
+	// them. The burst's own count: a task's start, decided as its create ended, is not yet
+	// out, and with only what is out the gathering ended between one call and the next (bench
+	// fleet's start round: 20 agents' first reports carried half their changes).
 	e.sub.Coming(calls.Out(fsm.ActStop) || calls.Out(fsm.ActStart) || calls.Out(fsm.ActCreate) || calls.Out(fsm.ActPull))
 	// The submitter chooses from the oldest pending changes: fewer after a refused report, and
 	// never a change it holds (refused alone) nor one queued behind it in its task.

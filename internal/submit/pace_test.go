@@ -52,7 +52,7 @@ func TestSlotPlacesTheNextBurstWhereTheThrottleServedTheLast(t *testing.T) {
 	now := s.NextAttempt()
 	sent := s.BeginAt(now, batch("c-2"))
 	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-2"}})
-	if got, want := s.Pace(), time.Duration(0.95*float64(3100*time.Millisecond)); got != want {
+	if got, want := s.Pace(), time.Duration(slotProbe*float64(3100*time.Millisecond)); got != want {
 		t.Fatalf("slot %v after a burst served at its first try; want it shrunk to %v", got, want)
 	}
 }
@@ -540,13 +540,38 @@ func TestAFleetAgentsFirstReportWaitsForTheBurstsChanges(t *testing.T) {
 			t.Fatalf("the first report still waits %v after the burst began; want at most %v", now.Sub(next), maxGather)
 		}
 	}
+}
 
-	// An agent that never met a throttle reports at once (a lone agent's latency).
-	lone := New(Policy{Seed: 6})
-	lone.Assigned(stop)
-	lone.Coming(true)
-	if !lone.Ready(stop.Add(10*time.Millisecond)) || lone.BeginAt(stop.Add(10*time.Millisecond), stopChanges(2)) == nil {
-		t.Fatal("an agent never throttled waits for its stops; want it to report at once")
+// A fleet's first start of its tasks is where it meets the throttle, every agent at once, so an
+// agent new to its control plane gathers its bursts' changes as if it had met a 429: the
+// agents at the front, served from the throttle's burst with their first task's change, each
+// took a turn for the rest in the queue the fleet learns its places from (bench fleet's start
+// round at 200 agents: 20–25 follow-ups, the schedule learnt 1.3 s past the floor of 9 s), and,
+// served at once, met no 429 and sent the storm's stop in two requests too. An agent that
+// met no 429 in its first gatherBursts bursts reports at once from then on (a lone agent's
+// latency), and a kept place with no 429 lately does not make a restarted agent new again.
+func TestANewAgentGathersItsFirstBurstsAsIfThrottled(t *testing.T) {
+	s := New(Policy{Seed: 6})
+	at := t0
+	for b := 1; b <= gatherBursts; b++ {
+		if !stopBurstGathers(t, s, at, false) {
+			t.Fatalf("burst %d of a new agent does not wait for its stops; want its first %d to", b, gatherBursts)
+		}
+		at = at.Add(time.Minute)
+	}
+	if stopBurstGathers(t, s, at, false) {
+		t.Fatalf("an agent that met no 429 in its first %d bursts still waits for its stops; want it to report at once", gatherBursts)
+	}
+	if p := s.Place(at); p.Learnt() {
+		t.Fatalf("an agent that never met a 429 keeps the place %v; want nothing learnt", p)
+	}
+
+	restarted := New(Policy{Seed: 8})
+	if err := restarted.Restore(Place{Slot: 100 * time.Millisecond, Served: 100 * time.Millisecond, Since429: -1, Kept: at}, at.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if stopBurstGathers(t, restarted, at.Add(2*time.Minute), false) {
+		t.Fatal("an agent restarted with a place and no 429 lately waits for its stops as if new; want it to report at once")
 	}
 }
 

@@ -84,7 +84,7 @@ func ParsePlace(v string) (Place, error) {
 // Place is what the agent has learnt of its place in the fleet, kept now.
 func (s *Submitter) Place(now time.Time) Place {
 	p := Place{Slot: s.slot, Served: s.served, Since429: -1, Kept: now}
-	if s.underThrottle() {
+	if s.met429 > 0 && s.underThrottle() { // a new agent's window is not kept: restarted, it is new again
 		p.Since429 = s.bursts - s.met429
 	}
 	return p
@@ -111,6 +111,8 @@ func (s *Submitter) Restore(p Place, now time.Time) error {
 	s.slot, s.served = p.Slot, p.Served
 	if p.Since429 >= 0 {
 		s.met429, s.bursts = 1, 1+p.Since429
+	} else {
+		s.met429 = -gatherBursts - 1 // a place learnt, no 429 lately: not new, not under the throttle
 	}
 	return nil
 }

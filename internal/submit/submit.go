@@ -9,7 +9,8 @@
 // jitter over a window that grows while 429s repeat and shrinks when retries are served at once;
 // a burst's first report at the agent's learnt slot in the fleet (pace.go), so a fleet handed one
 // stop comes back in the order the throttle served it rather than at one instant, and, while the
-// agent meets the throttle (a 429 in one of its last ten bursts), waits (at most 1.5 s) for the
+// agent meets the throttle (a 429 in one of its last ten bursts, or the agent is new: its first
+// ten), waits (at most 1.5 s) for the
 // runtime calls still making the burst's changes, so it carries them all in one request
 // (Coming); one backoff
 // shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
@@ -88,7 +89,7 @@ type Submitter struct {
 	placed      int           // failed reports placed at the slot since the last answer (pace.go outageWait)
 	coming      bool          // the runtime is making calls whose outcomes are changes (pace.go gathering)
 	bursts      int           // bursts begun (pace.go spreadQuiet)
-	met429      int           // the burst (of bursts, at least 1) in which a report last met a 429; 0: none (pace.go underThrottle)
+	met429      int           // the burst (of bursts, at least 1) in which a report last met a 429; 0: none, the agent is new; below: a restored place with none lately (pace.go underThrottle)
 	hungAt      time.Time     // when a request held by a hanging control plane was last cut (pace.go together)
 	stretched   bool          // the last was placed at its slot stretched: held in a hang shorter than a long poll (pace.go outageWait)
 	repoll      bool          // a burst this host began waits for its slot: the poller should poll afresh (Repoll)
