@@ -38,12 +38,14 @@ import (
 // served time from the return, so the fleet comes back in the order the throttle served it,
 // at its rate, not in a herd.
 const (
-	slotShrink = 0.95 // a backlog's spacing, and the depth, when served at the first try
+	slotShrink = 0.95 // a backlog's spacing when served at the first try; the depth at each burst
 	// slotProbe is how far a slot shrinks when its burst's first report was served at its
 	// first try. Less than the slot's spread (5%, 2.5% on average) so the fleet keeps a little
 	// slack: with none, one agent early for its token takes the turn of the next, and every
 	// one after it is answered 429 once (a turn-naming throttle queues them all behind it) —
 	// bench fleet at 200 agents, shrinking 5% a burst: 35% of the restart's requests 429.
+	// The price: a slot learnt long ago fades slowly (halved in about 34 bursts served at once,
+	// where 5% took 14) once the control plane stops throttling or the fleet gets smaller.
 	slotProbe    = 0.98
 	windowGrow   = 2.0  // a retry throttled again
 	windowShrink = 0.5  // a retry served at once
@@ -248,8 +250,10 @@ func (s *Submitter) gathering(now time.Time, n int) bool {
 // 20–25 such follow-ups, turns the storm then left idle, the schedule it learnt 1.3 s longer
 // than the floor of 9 s); served at once there, they met no 429 and sent their storm's stop in
 // two requests again. An agent whose control plane does not throttle reports at once from its
-// eleventh burst on (a lone agent's latency); and a lone task's change, with no call out
-// behind it, is never held.
+// eleventh burst on (a lone agent's latency) — its eleventh since it started, as it keeps no
+// place to say it met none — and until then holds a burst's first report at most maxGather,
+// only while a call that makes changes is out on the host (any task's: a task stopped on
+// arrival waits out another's pull).
 func (s *Submitter) underThrottle() bool {
 	return s.bursts-s.met429 <= gatherBursts
 }

@@ -10,10 +10,8 @@
 // a burst's first report at the agent's learnt slot in the fleet (pace.go), so a fleet handed one
 // stop comes back in the order the throttle served it rather than at one instant, and, while the
 // agent meets the throttle (a 429 in one of its last ten bursts, or the agent is new: its first
-// ten), waits (at most 1.5 s) for the
-// runtime calls still making the burst's changes, so it carries them all in one request
-// (Coming); one backoff
-// shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
+// ten), waits (at most 1.5 s) for the runtime calls still making the burst's changes, so it
+// carries them all in one request (Coming); one backoff shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
 // failure streak changes kind, is replaced by about the longest backoff while the control plane
 // answers nothing (the poller probes its return), and ends as soon as it answers anything
 // (Answered: a successful poll included), each report then going where the throttle last
