@@ -11,9 +11,10 @@
 // stop comes back in the order the throttle served it rather than at one instant, and, while the
 // agent meets the throttle (a 429 in one of its last ten bursts, or the agent is new: its first
 // ten), waits (at most 1.5 s) for the runtime calls still making the burst's changes, so it
-// carries them all in one request (Coming); one backoff shape (cenkalti/backoff/v4 with seeded jitter, never giving up) that starts afresh when a
-// failure streak changes kind, is replaced by about the longest backoff while the control plane
-// answers nothing (the poller probes its return), and ends as soon as it answers anything
+// carries them all in one request (Coming); one backoff shape (cenkalti/backoff/v4 with seeded
+// jitter, never giving up) that starts afresh when a failure streak changes kind, is replaced
+// by about the longest backoff while the control plane answers nothing (the poller probes its
+// return), and ends as soon as it answers anything
 // (Answered: a successful poll included), each report then going where the throttle last
 // served the agent, counted from the return — stretched twice when the report was held in a
 // hang shorter than a long poll, whose return the agents with a long poll outliving it and no
