@@ -48,17 +48,7 @@ func TestAStopOfManyTasksIsReportedInOneRequest(t *testing.T) {
 		t.Fatalf("the agent was not throttled (%d answers left): the test needs it to have met the throttle", len(answers))
 	}
 	before := len(reports)
-	// One payload stops all five.
-	var tasks []json.RawMessage
-	for _, arn := range arns {
-		raw, _ := json.Marshal(protocol.Task{ARN: arn, DesiredStatus: "STOPPED", Containers: []protocol.Container{ctr("app")}})
-		tasks = append(tasks, raw)
-	}
-	done := make(chan error, 1)
-	r.e.Step(context.Background(), engine.PollInput{Payloads: []protocol.Payload{{MessageID: "m-stop", Tasks: tasks}}, Done: done})
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	onePayload(t, r, "m-stop", "STOPPED", arns...) // stops all five
 	r.advance(time.Minute)
 	for _, arn := range arns {
 		if got := r.known(arn); got != event.StatusStopped && got != event.StatusCleaned {
@@ -66,11 +56,7 @@ func TestAStopOfManyTasksIsReportedInOneRequest(t *testing.T) {
 		}
 	}
 	if n := len(reports) - before; n != 1 {
-		var sizes []int
-		for _, rep := range reports[before:] {
-			sizes = append(sizes, len(rep))
-		}
-		t.Fatalf("the stop of 5 tasks went in %d requests of %v changes; want one", n, sizes)
+		t.Fatalf("the stop of 5 tasks went in %d requests of %v changes; want one", n, sizes(reports[before:]))
 	}
 }
 
@@ -87,16 +73,7 @@ func TestAStartIsReportedInOneRequestWhenTheNextCallIsDecidedAsOneEnds(t *testin
 		reports = append(reports, changes)
 		return acceptAll(changes)
 	}
-	var tasks []json.RawMessage
-	for _, arn := range []string{"task/a", "task/b"} {
-		raw, _ := json.Marshal(protocol.Task{ARN: arn, DesiredStatus: "RUNNING", Containers: []protocol.Container{ctr("app")}})
-		tasks = append(tasks, raw)
-	}
-	done := make(chan error, 1)
-	r.e.Step(context.Background(), engine.PollInput{Payloads: []protocol.Payload{{MessageID: "m-start", Tasks: tasks}}, Done: done})
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	onePayload(t, r, "m-start", "RUNNING", "task/a", "task/b")
 	// The runtime ends the last call made first.
 	for i := 0; len(r.exec.queue) > 0; i++ {
 		if i == 1000 {
@@ -114,10 +91,31 @@ func TestAStartIsReportedInOneRequestWhenTheNextCallIsDecidedAsOneEnds(t *testin
 		}
 	}
 	if len(reports) != 1 {
-		var sizes []int
-		for _, rep := range reports {
-			sizes = append(sizes, len(rep))
-		}
-		t.Fatalf("the start of 2 tasks went in %d requests of %v changes; want one", len(reports), sizes)
+		t.Fatalf("the start of 2 tasks went in %d requests of %v changes; want one", len(reports), sizes(reports))
 	}
+}
+
+// onePayload hands the engine one poll's payload of the tasks (one container each), all with
+// the desired status, and waits for it to be journaled.
+func onePayload(t *testing.T, r *rig, id, desired string, arns ...string) {
+	t.Helper()
+	var tasks []json.RawMessage
+	for _, arn := range arns {
+		raw, _ := json.Marshal(protocol.Task{ARN: arn, DesiredStatus: desired, Containers: []protocol.Container{ctr("app")}})
+		tasks = append(tasks, raw)
+	}
+	done := make(chan error, 1)
+	r.e.Step(context.Background(), engine.PollInput{Payloads: []protocol.Payload{{MessageID: id, Tasks: tasks}}, Done: done})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sizes is how many changes each report carried.
+func sizes(reports [][]protocol.StateChange) []int {
+	var n []int
+	for _, rep := range reports {
+		n = append(n, len(rep))
+	}
+	return n
 }
