@@ -20,14 +20,14 @@ test:
 ## dist: a release in $(DIST): static binaries for $(PLATFORMS) (version, commit and date
 ## stamped in; the build date is the commit's, so the same commit builds the same bytes),
 ## a .deb and an .rpm of each (tools/pack, with nfpm: its own module, so nfpm never enters
-## the agent's go.mod), the systemd unit and its drop-in for bind roots, the Prometheus rules
+## the agent's go.mod; MAINTAINER='Name <address>' signs them, else git config's identity), the systemd unit and its drop-in for bind roots, the Prometheus rules
 ## and Grafana dashboard, and SHA256SUMS over them all.
 dist:
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	set -e; for p in $(PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
 	    -o $(DIST)/agentd-$(VERSION)-$$os-$$arch ./cmd/agentd; done
-	cd tools/pack && $(GO) run . -dist $(abspath $(DIST)) -repo $(CURDIR) -describe $(VERSION) -arch "$(foreach p,$(PLATFORMS),$(lastword $(subst /, ,$(p))))"
+	cd tools/pack && $(GO) run . -dist $(abspath $(DIST)) -repo $(CURDIR) -describe $(VERSION) $(if $(MAINTAINER),-maintainer "$(MAINTAINER)") -arch "$(foreach p,$(PLATFORMS),$(lastword $(subst /, ,$(p))))"
 	cp deploy/agentd.service deploy/agentd-bind-roots.conf deploy/prometheus-rules.yml deploy/grafana-dashboard.json $(DIST)/
 	cd $(DIST) && sha256sum agentd-* agentd_* agentd.service agentd-bind-roots.conf prometheus-rules.yml grafana-dashboard.json > SHA256SUMS
 

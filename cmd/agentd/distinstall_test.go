@@ -15,14 +15,33 @@ import (
 // debianSuite is the release the throwaway root is built from (debootstrap --variant=minbase).
 const debianSuite = "bookworm"
 
-// fakeSystemctl stands in for systemctl in the throwaway root: it records every call, and
-// `is-active` answers from a flag file the test sets, so the maintainer scripts' decisions
-// (reload, enable, start, restart, stop) are what the test reads back.
+// fakeSystemctl stands in for systemctl in the throwaway root, as systemd would answer:
+// `is-active` from a flag file the test sets, `is-enabled` from the links deb-systemd-helper
+// made, and `try-restart` restarts only what is active. Every action it takes is recorded as
+// "verb unit", so the maintainer scripts' decisions (reload, start, restart, stop) are what the
+// test reads back, whether they called systemctl or deb-systemd-invoke did.
 const fakeSystemctl = `#!/bin/sh
-echo "$*" >> /var/log/systemctl.calls
-if [ "$1" = is-active ]; then [ -e /run/agentd.active ]; exit $?; fi
+verb=""; unit=""
+for a in "$@"; do
+	case "$a" in -*) ;; *) if [ -z "$verb" ]; then verb=$a; elif [ -z "$unit" ]; then unit=$a; fi ;; esac
+done
+case "$verb" in
+is-active) [ -e /run/agentd.active ]; exit $? ;;
+is-enabled) if ls /etc/systemd/system/*.wants/"$unit" >/dev/null 2>&1; then echo enabled; else echo disabled; exit 1; fi; exit 0 ;;
+try-restart) [ -e /run/agentd.active ] || exit 0; verb=restart ;;
+esac
+echo "$verb $unit" >> /var/log/systemctl.calls
 exit 0
 `
+
+// denyStarts is a policy-rc.d as chroots and image builds install it: no service may start.
+const denyStarts = "#!/bin/sh\nexit 101\n"
+
+// enabled reports whether deb-systemd-helper enabled the unit in the root.
+func (c chrootRoot) enabled() bool {
+	links, _ := filepath.Glob(filepath.Join(c.root, "etc/systemd/system/*.wants/agentd.service"))
+	return len(links) > 0
+}
 
 // debianRoot is a throwaway copy of a minimal Debian root, built once with debootstrap from
 // the mirror apt is configured with and cached in bin/ (make clean removes it). It skips,
@@ -217,8 +236,8 @@ func checkDebInstallUpgradePurge(t *testing.T, repo, oldDeb, newDeb string) {
 	oldIn, newIn := "/tmp/"+filepath.Base(oldDeb), "/tmp/"+filepath.Base(newDeb)
 
 	out, calls := must("install, not configured", "dpkg", "-i", oldIn)
-	if !strings.Contains(calls, "daemon-reload") || strings.Contains(calls, "start") || strings.Contains(calls, "enable") {
-		t.Errorf("an unconfigured install: systemctl calls %q; want daemon-reload and no enable or start", calls)
+	if !strings.Contains(calls, "daemon-reload") || strings.Contains(calls, "start") || c.enabled() {
+		t.Errorf("an unconfigured install: systemctl calls %q, enabled %v; want daemon-reload and no enable or start", calls, c.enabled())
 	}
 	if !strings.Contains(out, "not started: no backend configured") {
 		t.Errorf("an unconfigured install does not say why the agent is not started:\n%s", out)
@@ -270,11 +289,28 @@ func checkDebInstallUpgradePurge(t *testing.T, repo, oldDeb, newDeb string) {
 	// file is data, read as systemd reads it: nothing in it runs as shell.
 	c.write("etc/agentd/agentd.env", "AGENTD_BACKEND=https://cp.example:8443\nEXTRA=$(touch /envfile-ran)\n", 0o600)
 	_, calls = must("install, configured in agentd.env", "dpkg", "-i", newIn)
-	if !strings.Contains(calls, "enable agentd.service") || !strings.Contains(calls, "start agentd.service") {
-		t.Errorf("a configured install: systemctl calls %q; want enable and start", calls)
+	if !c.enabled() || !strings.Contains(calls, "start agentd.service") {
+		t.Errorf("a configured install: systemctl calls %q, enabled %v; want enabled and started", calls, c.enabled())
 	}
 	if _, ran := c.read("envfile-ran"); ran {
 		t.Error("the install script ran /etc/agentd/agentd.env as shell")
+	}
+
+	// An image build or chroot forbids starting services (policy-rc.d exit 101): the package
+	// installs and enables the unit, and starts or restarts nothing.
+	must("purge before the image build", "dpkg", "--purge", "agentd")
+	c.write("usr/sbin/policy-rc.d", denyStarts, 0o755)
+	out, calls = must("install, configured, where policy-rc.d forbids starts", "dpkg", "-i", newIn)
+	if strings.Contains(calls, "start") || !c.enabled() {
+		t.Errorf("an install under a policy-rc.d that forbids starts: systemctl calls %q, enabled %v; want enabled and nothing started", calls, c.enabled())
+	}
+	if !strings.Contains(out, "policy-rc.d returned 101") {
+		t.Errorf("the install does not say policy-rc.d kept the agent from starting:\n%s", out)
+	}
+	c.write("run/agentd.active", "", 0o644)
+	_, calls = must("upgrade where policy-rc.d forbids starts", "dpkg", "-i", newIn)
+	if strings.Contains(calls, "restart") {
+		t.Errorf("an upgrade under a policy-rc.d that forbids starts: systemctl calls %q; want no restart", calls)
 	}
 }
 

@@ -45,7 +45,7 @@ func main() {
 	flag.StringVar(&o.version, "version", "", "package version (default: mapped from -describe)")
 	flag.StringVar(&o.archs, "arch", "amd64,arm64", "architectures, separated by commas or spaces")
 	flag.StringVar(&o.formats, "format", "deb,rpm", "package formats, separated by commas or spaces")
-	flag.StringVar(&o.maintainer, "maintainer", "agentd maintainers <maintainers@agentd.invalid>", "the packages' maintainer")
+	flag.StringVar(&o.maintainer, "maintainer", "", "the packages' maintainer, `Name <email>` (default: whoever builds, from git config user.name and user.email)")
 	flag.Parse()
 	names, err := run(o)
 	if err != nil {
@@ -74,6 +74,9 @@ func run(o options) ([]string, error) {
 		if version, err = packageVersion(o.describe, commits); err != nil {
 			return nil, fmt.Errorf("-describe: %w", err)
 		}
+	}
+	if o.maintainer, err = maintainer(o.maintainer, o.repo); err != nil {
+		return nil, err
 	}
 	work, err := os.MkdirTemp("", "agentd-pack-")
 	if err != nil {
@@ -137,8 +140,18 @@ Source: https://github.com/agentd/agentd
 
 Files: *
 Copyright: 2026 the agentd authors
-License: unspecified
- The repository states no license yet; until it does, none is granted here.
+License: Apache-2.0
+ Licensed under the Apache License, Version 2.0 (the "License"); you may not
+ use this file except in compliance with the License. You may obtain a copy of
+ the License at http://www.apache.org/licenses/LICENSE-2.0
+ .
+ Unless required by applicable law or agreed to in writing, software distributed
+ under the License is distributed on an "AS IS" BASIS, WITHOUT WARRANTIES OR
+ CONDITIONS OF ANY KIND, either express or implied. See the License for the
+ specific language governing permissions and limitations under the License.
+ .
+ On Debian systems, the complete text of the Apache License, Version 2.0 can be
+ found in "/usr/share/common-licenses/Apache-2.0".
 `
 
 func stage(repo, work, version, maintainer string, mtime time.Time) (stagedFiles, error) {
@@ -222,7 +235,7 @@ func write(o options, format, arch, bin, version string, s stagedFiles, mtime ti
 		Maintainer:    o.maintainer,
 		Vendor:        "agentd",
 		Homepage:      "https://github.com/agentd/agentd",
-		License:       "unspecified", // the repository states none yet
+		License:       "Apache-2.0", // LICENSE at the repository's root
 		Description: "host agent that runs a control plane's container tasks on Docker\n" +
 			"agentd runs the tasks its control plane assigns on the Docker Engine and\n" +
 			"reports every state change; a stopped task is cleaned up only after the\n" +
@@ -240,6 +253,8 @@ func write(o options, format, arch, bin, version string, s stagedFiles, mtime ti
 			&files.Content{Source: s.copyright, Destination: docs + "copyright", FileInfo: mode(0o644)},
 			&files.Content{Source: s.overrides, Destination: "/usr/share/lintian/overrides/agentd", FileInfo: mode(0o644)})
 		info.Scripts = nfpm.Scripts{PostInstall: s.scripts["deb/postinst"], PreRemove: s.scripts["deb/prerm"], PostRemove: s.scripts["deb/postrm"]}
+		// The scripts enable and start the unit through deb-systemd-helper and -invoke.
+		info.Depends = []string{"init-system-helpers (>= 1.52)"}
 	case "rpm":
 		info.Scripts = nfpm.Scripts{PostInstall: s.scripts["rpm/post"], PreRemove: s.scripts["rpm/preun"], PostRemove: s.scripts["rpm/postun"]}
 		info.RPM.Summary = "host agent that runs a control plane's container tasks on Docker"

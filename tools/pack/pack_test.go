@@ -104,3 +104,33 @@ func TestVersionFlagIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestMaintainer: a given maintainer is checked and kept; without one the builder's git
+// identity signs the packages, and without that the packages say they are an unofficial build.
+func TestMaintainer(t *testing.T) {
+	if got, err := maintainer("Ada Lovelace <ada@example.org>", "."); err != nil || got != "Ada Lovelace <ada@example.org>" {
+		t.Errorf("maintainer(given) = %q, %v", got, err)
+	}
+	for _, bad := range []string{"ada@example.org", "Ada <not an address>", "<ada@example.org>"} {
+		if _, err := maintainer(bad, "."); err == nil || !strings.Contains(err.Error(), "-maintainer") {
+			t.Errorf("maintainer(%q): %v; want an error naming -maintainer", bad, err)
+		}
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("git", "init", "-q", dir).CombinedOutput(); err != nil {
+		t.Skipf("git init: %v %s", err, out)
+	}
+	t.Setenv("GIT_CONFIG_GLOBAL", "/dev/null")
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	if got, err := maintainer("", dir); err != nil || got != unofficialMaintainer {
+		t.Errorf("maintainer without a git identity = %q, %v; want %q", got, err, unofficialMaintainer)
+	}
+	for k, v := range map[string]string{"user.name": "Grace Hopper", "user.email": "grace@example.org"} {
+		if out, err := exec.Command("git", "-C", dir, "config", k, v).CombinedOutput(); err != nil {
+			t.Fatalf("git config %s: %v %s", k, err, out)
+		}
+	}
+	if got, err := maintainer("", dir); err != nil || got != "Grace Hopper <grace@example.org>" {
+		t.Errorf("maintainer from git config = %q, %v", got, err)
+	}
+}
