@@ -1,4 +1,4 @@
-// Package protocol is the wire contract with the control plane (../shared/PROTOCOL.md, version
+// Package protocol is the wire contract with the control plane (docs/protocol.md, version
 // 1): the JSON shapes both sides exchange and the rules a task must keep. Both the agent and the
 // reference control plane use it, so they cannot drift apart.
 //
