@@ -13,6 +13,12 @@ PLATFORMS ?= linux/amd64 linux/arm64
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agentd
 
+## build-bench: agentd-bench, the benchmarks' own binary (the daemon links none of them).
+BENCH_BIN := bin/agentd-bench
+.PHONY: build-bench
+build-bench:
+	$(GO) build -o $(BENCH_BIN) ./cmd/agentd-bench
+
 ## test: every test, with the race detector off (crash tests spawn real processes).
 test:
 	$(GO) test -count=1 ./...
@@ -46,7 +52,7 @@ test-dist:
 
 ## test-docker: integration tests against the real Docker Engine (needs `docker info` to answer).
 test-docker: testbox-image
-	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./internal/benchmark ./cmd/agentd
+	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./internal/benchmark ./cmd/agentd ./cmd/agentd-bench
 
 ## test-sim: the deterministic simulation over SEEDS seeds, starting at a fresh random offset
 ## every run so each run explores seeds no run tried before (the first line names them;
@@ -143,16 +149,16 @@ run: build
 ## machine it ran on; exits non-zero when a row fails. Several minutes. BENCH_FLAGS=--quick for
 ## smaller sizes. The Docker row needs the engine and the test image (built here when the
 ## engine answers).
-bench: build
+bench: build build-bench
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory testbox-image >/dev/null; fi
-	./$(BIN) bench all $(BENCH_FLAGS)
+	./$(BENCH_BIN) all $(BENCH_FLAGS)
 
 ## bench-fleet: 1,000 whole agents in one process against one control plane throttled to
 ## 50 req/s: storm, slow control plane, outages (refused, hanging), the naive policy beside;
 ## exits non-zero when a target is missed. Journals on FLEET_JOURNALS (a tmpfs by default).
 FLEET_JOURNALS ?= /dev/shm
-bench-fleet: build
-	./$(BIN) bench fleet --agents 1000 --rps 50 --burst 50 --journal-dir $(FLEET_JOURNALS) $(FLEET_FLAGS)
+bench-fleet: build-bench
+	./$(BENCH_BIN) fleet --agents 1000 --rps 50 --burst 50 --journal-dir $(FLEET_JOURNALS) $(FLEET_FLAGS)
 
 ## lint: gofmt, goimports grouping (standard library, then others, then agentd's own), go vet.
 GOIMPORTS ?= $(GO) run golang.org/x/tools/cmd/goimports@v0.52.0

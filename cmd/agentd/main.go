@@ -1,7 +1,8 @@
 // Command agentd is the host agent and its tools in one binary: the daemon (`run`), the
 // one-process demo (`dev`), the reference control plane (`controlplane`), journal forensics
-// (`journal …`), benchmarks (`bench …`), and what an operator installs it with (`version`,
-// `install-unit`, `completion`).
+// (`journal …`), and what an operator installs it with (`version`, `install-unit`,
+// `completion`). The benchmarks are a binary of their own (cmd/agentd-bench), so the daemon
+// links none of them.
 //
 // Flags are parsed by kong: each flag of `run` is also an AGENTD_* environment variable and a
 // key of the settings file (config.go), and a bad value exits non-zero with a message naming
@@ -23,7 +24,6 @@ type cli struct {
 	Run          runCmd           `cmd:"" help:"Run the agent daemon."`
 	Dev          devCmd           `cmd:"" help:"Everything in one process for a first look: control plane, agent, simulated runtime, a demo workload."`
 	Controlplane controlplaneCmd  `cmd:"" help:"Serve the reference control plane (development and tests)."`
-	Bench        benchCmd         `cmd:"" help:"Measure agentd against its baselines, side by side."`
 	Journal      journalCmd       `cmd:"" help:"Forensics on a journal: dump, replay, timeline, verify, stats, export."`
 	Logs         logsCmd          `cmd:"" help:"A container's stdout and stderr, through a running agent's API."`
 	VersionCmd   versionCmd       `cmd:"" name:"version" help:"Print the version, commit and build date (--json too)."`

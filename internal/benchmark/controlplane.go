@@ -21,8 +21,8 @@ import (
 )
 
 // ControlPlane measures the reference control plane at fleet size (issue 24): what each
-// long-polling agent costs it. The control plane is the agentd binary run as a child process
-// (`agentd controlplane`), so its memory is its own, read from /proc/<pid>/status, never mixed
+// long-polling agent costs it. The control plane is the bench binary run as a child process
+// (`agentd-bench serve-controlplane`: the reference control plane's code, cpserver.go), so its memory is its own, read from /proc/<pid>/status, never mixed
 // with the agents' (`bench fleet` runs both in one process). The agents are raw HTTP clients
 // in this process, N distinct agent ids: each is given a few tasks, has them delivered,
 // acknowledges them and reports them RUNNING — so the control plane holds per-agent state, as
@@ -32,7 +32,7 @@ import (
 
 // ControlPlaneOptions is what the control plane benchmark runs.
 type ControlPlaneOptions struct {
-	Agentd string // the agentd binary run as the control plane
+	Server string // the binary run as the control plane: agentd-bench, which serves it with `serve-controlplane`
 	Agents int    // agents, each holding one long poll
 	Tasks  int    // tasks each agent is given before its long poll (0 to 50: one poll delivers them)
 	// Started, when set, is called with the child's pid once it serves: for tests, which
@@ -68,14 +68,14 @@ const cpSetupWorkers = 16
 func ControlPlane(ctx context.Context, o ControlPlaneOptions) (res ControlPlaneResult, err error) {
 	res = ControlPlaneResult{Agents: o.Agents, Tasks: o.Tasks}
 	switch {
-	case o.Agentd == "":
-		return res, errors.New("bench controlplane: no agentd binary to run")
+	case o.Server == "":
+		return res, errors.New("bench controlplane: no agentd-bench binary to serve the control plane")
 	case o.Agents < 1:
 		return res, fmt.Errorf("bench controlplane: --agents %d: want at least 1", o.Agents)
 	case o.Tasks < 0 || o.Tasks > 50:
 		return res, fmt.Errorf("bench controlplane: --tasks %d: want 0 to 50 (one poll delivers them)", o.Tasks)
 	}
-	cp, err := startControlPlane(ctx, o.Agentd)
+	cp, err := startControlPlane(ctx, o.Server)
 	if err != nil {
 		return res, err
 	}
@@ -152,7 +152,7 @@ func ControlPlane(ctx context.Context, o ControlPlaneOptions) (res ControlPlaneR
 	if n := early.Load(); n > 0 {
 		return res, fmt.Errorf("bench controlplane: %d of %d polls were answered before the readings (held under %ds?)", n, o.Agents, protocol.MaxWaitSeconds)
 	}
-	if held.Agents != o.Agents || held.Tasks != o.Agents*o.Tasks {
+	if (o.Tasks > 0 && held.Agents != o.Agents) || held.Tasks != o.Agents*o.Tasks {
 		return res, fmt.Errorf("bench controlplane: the control plane holds %d agents and %d tasks, want %d and %d", held.Agents, held.Tasks, o.Agents, o.Agents*o.Tasks)
 	}
 	n := float64(o.Agents)
@@ -291,8 +291,8 @@ func (c *cpClient) awaitPolls(ctx context.Context, n int) error {
 
 // runtime reads the control plane's goroutines and, collected first, its live heap: the RSS
 // is read before it, as the kernel saw the process, garbage and all.
-func (c *cpClient) runtime(ctx context.Context) (controlplane.Runtime, error) {
-	var rt controlplane.Runtime
+func (c *cpClient) runtime(ctx context.Context) (Runtime, error) {
+	var rt Runtime
 	err := c.do(ctx, http.MethodGet, "/v1/runtime?gc=1", nil, http.StatusOK, &rt)
 	return rt, err
 }
@@ -344,17 +344,17 @@ type cpProcess struct {
 	stopErr error
 }
 
-// startControlPlane runs `agentd controlplane` on a free loopback port and learns the port
-// from its first log line. On error nothing is left running.
-func startControlPlane(ctx context.Context, agentd string) (*cpProcess, error) {
-	cmd := exec.Command(agentd, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "info")
+// startControlPlane runs `agentd-bench serve-controlplane` on a free loopback port and learns
+// the port from its first log line. On error nothing is left running.
+func startControlPlane(ctx context.Context, server string) (*cpProcess, error) {
+	cmd := exec.Command(server, "serve-controlplane", "--listen", "127.0.0.1:0")
 	dieWithParent(cmd)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench controlplane: start %s: %w", agentd, err)
+		return nil, fmt.Errorf("bench controlplane: start %s: %w", server, err)
 	}
 	p := &cpProcess{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{})}
 	listen := make(chan string, 1)
@@ -389,13 +389,13 @@ func startControlPlane(ctx context.Context, agentd string) (*cpProcess, error) {
 		p.base = "http://" + addr
 		return p, nil
 	case <-p.exited:
-		return nil, fmt.Errorf("bench controlplane: %s controlplane exited before serving (%v):\n%s", agentd, p.waitErr, p.log())
+		return nil, fmt.Errorf("bench controlplane: %s serve-controlplane exited before serving (%v):\n%s", server, p.waitErr, p.log())
 	case <-ctx.Done():
 		_ = p.stop()
 		return nil, ctx.Err()
 	case <-time.After(30 * time.Second):
 		_ = p.stop()
-		return nil, fmt.Errorf("bench controlplane: %s controlplane not serving within 30s:\n%s", agentd, p.log())
+		return nil, fmt.Errorf("bench controlplane: %s serve-controlplane not serving within 30s:\n%s", server, p.log())
 	}
 }
 

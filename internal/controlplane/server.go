@@ -95,7 +95,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/tasks", s.auth(s.listTasks))
 	mux.HandleFunc("/v1/tasks/", s.auth(s.oneTask))
 	mux.HandleFunc("GET /v1/violations", s.auth(s.listViolations))
-	mux.HandleFunc("GET /v1/runtime", s.auth(s.serveRuntime)) // runtime.go
 	mux.HandleFunc("GET /v1/stats", s.auth(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		st := s.stats

@@ -482,7 +482,7 @@ func TestFleetModelKeepsRetryAfter(t *testing.T) {
 // (NOISE=300ms: each agent's payloads and then its changes arrive up to that late, a busy host;
 // TRANSIT=2s: while the tasks start, each report reaches the throttle up to that late, a loaded
 // host, and the storm after it runs unloaded — bench fleet's shape, fleetModel.transit).
-// Like `agentd bench fleet`: each round, the tasks start (three waves of changes, reported
+// Like `agentd-bench fleet`: each round, the tasks start (three waves of changes, reported
 // under the throttle), then every task stops at once (the storm, measured); what the fleet
 // learnt carries over to the next round. Each fleet size runs with three sets of seeds, under
 // both Retry-After modes, and the last line per size is the mean over every round (one storm
@@ -551,7 +551,7 @@ func modelSets() int {
 }
 
 // Tuning aid, not a check: AGENTD_FLEET_MODEL=1 go test -run FleetModelOutage -v ./internal/submit
-// Like `agentd bench fleet`'s outage: the tasks start under the throttle, a storm, then the
+// Like `agentd-bench fleet`'s outage: the tasks start under the throttle, a storm, then the
 // control plane is away for 10 s or 60 s while the tasks stop; the herd factor (the busiest
 // second of the first 30 s back ÷ rps) and the drain ÷ floor.
 func TestFleetModelOutage(t *testing.T) {

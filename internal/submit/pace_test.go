@@ -347,7 +347,7 @@ func TestABurstWaitingForItsSlotIsPlacedFromTheReturn(t *testing.T) {
 // A model fleet of 200 agents against the reference control plane's throttle naming turns
 // (virtual clock, seeded): after the tasks start under it once, a fleet-wide stop settles
 // within the issue's targets — ≤ 1.25× the floor, ≤ 25% of requests answered 429 — twice in a
-// row. (The real bench, `agentd bench fleet`, judges the same on real HTTP.)
+// row. (The real bench, `agentd-bench fleet`, judges the same on real HTTP.)
 func TestFleetModelStormMeetsTheTargetsUnderTurns(t *testing.T) {
 	const n, rps, burst = 200, 20.0, 20
 	floor := (n - burst) / rps

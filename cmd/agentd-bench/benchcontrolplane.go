@@ -12,7 +12,6 @@ import (
 type benchCPCmd struct {
 	Agents int    `default:"1000" help:"Agents, each holding a long poll (raw HTTP clients in this process, one connection each)."`
 	Tasks  int    `default:"3" help:"Tasks each agent is given, has delivered, acknowledges and reports RUNNING before its long poll (0 to 50)."`
-	Agentd string `help:"The agentd binary run as the control plane (default: this one); another build, to compare."`
 	JSON   bool   `name:"json" help:"Print one JSON object."`
 }
 
@@ -21,17 +20,14 @@ func (b *benchCPCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if b.Agentd != "" {
-		self = b.Agentd
-	}
-	res, err := benchmark.ControlPlane(ctx, benchmark.ControlPlaneOptions{Agentd: self, Agents: b.Agents, Tasks: b.Tasks})
+	res, err := benchmark.ControlPlane(ctx, benchmark.ControlPlaneOptions{Server: self, Agents: b.Agents, Tasks: b.Tasks})
 	if err != nil {
 		return err
 	}
 	if b.JSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	fmt.Printf("control plane (agentd controlplane, a child process): %d agents each holding a long poll, %d tasks each delivered, acknowledged and reported RUNNING first (setup %.1f s)\n",
+	fmt.Printf("control plane (the reference control plane in a child process): %d agents each holding a long poll, %d tasks each delivered, acknowledged and reported RUNNING first (setup %.1f s)\n",
 		res.Agents, res.Tasks, res.SetupSeconds)
 	fmt.Printf("RSS: fresh %.1f MB, with every poll held %.1f MB (peak %.1f MB): %.1f KB per agent (live Go heap %.1f KB of it)\n",
 		kbToMB(res.FreshRSSKB), kbToMB(res.HeldRSSKB), kbToMB(res.PeakRSSKB), res.RSSPerAgentKB, res.HeapPerAgentKB)
@@ -52,8 +48,8 @@ func controlplaneRows(r benchmark.ControlPlaneResult) []benchRow {
 }
 
 // runControlplaneBench is `bench all`'s row: the default fleet of 1,000 agents (seconds).
-func runControlplaneBench(ctx context.Context, agentd string) ([]benchRow, error) {
-	res, err := benchmark.ControlPlane(ctx, benchmark.ControlPlaneOptions{Agentd: agentd, Agents: 1000, Tasks: 3})
+func runControlplaneBench(ctx context.Context, server string) ([]benchRow, error) {
+	res, err := benchmark.ControlPlane(ctx, benchmark.ControlPlaneOptions{Server: server, Agents: 1000, Tasks: 3})
 	if err != nil {
 		return nil, err
 	}

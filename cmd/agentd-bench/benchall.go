@@ -29,7 +29,11 @@ type benchRow struct {
 	Pass     bool    `json:"pass"`
 }
 
-func (b *benchAllCmd) Run(ctx context.Context) error {
+func (b *benchAllCmd) Run(ctx context.Context, agentd agentdFlag) error {
+	agentdBin, err := agentd.path()
+	if err != nil {
+		return err
+	}
 	events, tasks, recovery := 60000, 10000, []int{1000000, 10000000}
 	if b.Quick {
 		events, tasks, recovery = 12000, 2000, []int{100000, 1000000}
@@ -74,7 +78,7 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ro := benchmark.RSSOptions{Agentd: self, Dir: b.Dir, Burst: 20000, Remembered: 100000, Settle: 10 * time.Second}
+	ro := benchmark.RSSOptions{Agentd: agentdBin, Dir: b.Dir, Burst: 20000, Remembered: 100000, Settle: 10 * time.Second}
 	if b.Quick {
 		ro.Burst, ro.Remembered = 2000, 10000
 	}
@@ -141,7 +145,7 @@ func (b *benchAllCmd) Run(ctx context.Context) error {
 		if b.Quick {
 			d.Tasks, d.Concurrency = 40, 10
 		}
-		res, err := benchmark.Docker(ctx, d.options())
+		res, err := benchmark.Docker(ctx, d.options(agentdBin))
 		switch {
 		case err == nil:
 			for _, r := range dockerRows(res) {

@@ -11,19 +11,6 @@ import (
 	"github.com/agentd/agentd/internal/benchmark"
 )
 
-type benchCmd struct {
-	Journal   benchJournalCmd   `cmd:"" help:"Qualify a disk for the journal: one commit per event vs DB.Batch vs group commit."`
-	Throttled benchThrottledCmd `cmd:"" help:"Settle a backlog of state changes against a control plane throttled to --rps."`
-	Waiting   benchWaitingCmd   `cmd:"" help:"What tasks stopped and awaiting acknowledgement cost, and how soon cleanup follows the ack."`
-	Lifecycle benchLifecycleCmd `cmd:"" help:"Full task lifecycles through a real agent and an unthrottled in-process control plane."`
-	Recovery  benchRecoveryCmd  `cmd:"" help:"Open → projection rebuilt → ready, on journals of growing size with 10k live tasks; with snapshots and without."`
-	Docker    benchDockerCmd    `cmd:"" help:"Task lifecycles on the Docker Engine through agentd, beside a bare moby-client loop doing the same."`
-	RSS       benchRSSCmd       `cmd:"" name:"rss" help:"The agent's own RSS (a child agentd on the simulated runtime): peak in a burst of tasks vs steady after, and at rest with many remembered tasks beside a fresh agent."`
-	Fleet     benchFleetCmd     `cmd:"" help:"N whole agents in one process against one throttled control plane: storm, slow control plane, outages; the naive policy beside."`
-	CP        benchCPCmd        `cmd:"" name:"controlplane" help:"The reference control plane (a child agentd controlplane) with N agents each holding a long poll: its RSS and goroutines per agent."`
-	All       benchAllCmd       `cmd:"" help:"Every benchmark, one table: figure, baseline, ratio, target, pass/fail."`
-}
-
 type benchRecoveryCmd struct {
 	Records []int  `default:"1000000,10000000" help:"Journal sizes in records."`
 	Live    int    `default:"10000" help:"Live, long-running tasks in each journal."`
@@ -55,18 +42,14 @@ type benchRSSCmd struct {
 	Burst      int           `default:"20000" help:"One-container tasks posted at once to one agent."`
 	Remembered int           `default:"100000" help:"Cleaned tasks within the retention in the journal of the agent measured at rest."`
 	Settle     time.Duration `default:"10s" help:"How long after the burst's last cleanup the steady RSS is read."`
-	Agentd     string        `help:"The agentd binary run as the agent (default: this one); another build, to compare."`
 	Dir        string        `help:"Directory for the temporary data dirs (default: the system's temp dir)."`
 	JSON       bool          `name:"json" help:"Print one JSON object."`
 }
 
-func (b *benchRSSCmd) Run(ctx context.Context) error {
-	self, err := os.Executable()
+func (b *benchRSSCmd) Run(ctx context.Context, agentd agentdFlag) error {
+	self, err := agentd.path()
 	if err != nil {
 		return err
-	}
-	if b.Agentd != "" {
-		self = b.Agentd
 	}
 	res, err := benchmark.RSS(ctx, benchmark.RSSOptions{Agentd: self, Dir: b.Dir, Burst: b.Burst, Remembered: b.Remembered, Settle: b.Settle})
 	if err != nil {
@@ -204,8 +187,12 @@ type benchDockerCmd struct {
 	JSON        bool   `name:"json" help:"Print one JSON object."`
 }
 
-func (b *benchDockerCmd) Run(ctx context.Context) error {
-	res, err := benchmark.Docker(ctx, b.options())
+func (b *benchDockerCmd) Run(ctx context.Context, agentd agentdFlag) error {
+	self, err := agentd.path()
+	if err != nil {
+		return err
+	}
+	res, err := benchmark.Docker(ctx, b.options(self))
 	if err != nil {
 		return err
 	}
@@ -218,8 +205,7 @@ func (b *benchDockerCmd) Run(ctx context.Context) error {
 	return printRows(dockerRows(res))
 }
 
-func (b *benchDockerCmd) options() benchmark.DockerOptions {
-	self, _ := os.Executable()
+func (b *benchDockerCmd) options(self string) benchmark.DockerOptions {
 	return benchmark.DockerOptions{Agentd: self, Dir: b.Dir, Host: b.DockerHost, Image: b.Image, Tasks: b.Tasks, Concurrency: b.Concurrency, Rounds: b.Rounds, AgentImage: b.AgentImage}
 }
 

@@ -20,7 +20,7 @@ func gone(pid int) bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) 
 func TestControlPlaneBenchMeasuresTheChildAndStopsIt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := benchmark.ControlPlane(ctx, benchmark.ControlPlaneOptions{Agentd: agentdBinary(t), Agents: 50, Tasks: 3})
+	res, err := benchmark.ControlPlane(ctx, benchmark.ControlPlaneOptions{Server: benchBinary(t), Agents: 50, Tasks: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestControlPlaneBenchLeavesNoProcessWhenItFails(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			res, err := benchmark.ControlPlane(ctx, benchmark.ControlPlaneOptions{Agentd: agentdBinary(t), Agents: 50, Tasks: 3,
+			res, err := benchmark.ControlPlane(ctx, benchmark.ControlPlaneOptions{Server: benchBinary(t), Agents: 50, Tasks: 3,
 				Started: func(pid int) { tc.brk(pid, cancel) }})
 			if err == nil || !strings.Contains(err.Error(), tc.wants) {
 				t.Fatalf("error %v, want one naming %q", err, tc.wants)
@@ -63,7 +63,7 @@ func TestControlPlaneBenchLeavesNoProcessWhenItFails(t *testing.T) {
 			}
 		})
 	}
-	_, err := benchmark.ControlPlane(context.Background(), benchmark.ControlPlaneOptions{Agentd: "/bin/false", Agents: 50})
+	_, err := benchmark.ControlPlane(context.Background(), benchmark.ControlPlaneOptions{Server: "/bin/false", Agents: 50})
 	if err == nil || !strings.Contains(err.Error(), "exited before serving") {
 		t.Fatalf("a binary that never serves: error %v, want one saying it exited before serving", err)
 	}
