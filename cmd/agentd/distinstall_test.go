@@ -16,8 +16,9 @@ import (
 const debianSuite = "bookworm"
 
 // fakeSystemctl stands in for systemctl in the throwaway root, as systemd would answer:
-// `is-active` from a flag file the test sets, `is-enabled` from the links deb-systemd-helper
-// made, and `try-restart` restarts only what is active. Every action it takes is recorded as
+// `is-active` from a flag file the test sets, `is-enabled` from the unit's links, `preset`
+// enabling as Debian's default preset does (deb-systemd-helper enable asks for it), and
+// `try-restart` restarting only what is active. Every action it takes is recorded as
 // "verb unit", so the maintainer scripts' decisions (reload, start, restart, stop) are what the
 // test reads back, whether they called systemctl or deb-systemd-invoke did.
 const fakeSystemctl = `#!/bin/sh
@@ -29,6 +30,7 @@ case "$verb" in
 is-active) [ -e /run/agentd.active ]; exit $? ;;
 is-enabled) if ls /etc/systemd/system/*.wants/"$unit" >/dev/null 2>&1; then echo enabled; else echo disabled; exit 1; fi; exit 0 ;;
 try-restart) [ -e /run/agentd.active ] || exit 0; verb=restart ;;
+preset) mkdir -p /etc/systemd/system/multi-user.target.wants && ln -sf "/lib/systemd/system/$unit" /etc/systemd/system/multi-user.target.wants/ ;;
 esac
 echo "$verb $unit" >> /var/log/systemctl.calls
 exit 0
@@ -295,12 +297,17 @@ func checkDebInstallUpgradePurge(t *testing.T, repo, oldDeb, newDeb string) {
 	if _, ran := c.read("envfile-ran"); ran {
 		t.Error("the install script ran /etc/agentd/agentd.env as shell")
 	}
+	checkDebHonoursPolicyRCD(t, must, c, newIn)
+}
 
-	// An image build or chroot forbids starting services (policy-rc.d exit 101): the package
-	// installs and enables the unit, and starts or restarts nothing.
+// checkDebHonoursPolicyRCD: where an image build or chroot forbids starting services
+// (policy-rc.d exit 101), the package installs and enables the unit, and starts or restarts
+// nothing. It leaves the root configured, with the package installed.
+func checkDebHonoursPolicyRCD(t *testing.T, must func(string, ...string) (string, string), c chrootRoot, deb string) {
+	t.Helper()
 	must("purge before the image build", "dpkg", "--purge", "agentd")
 	c.write("usr/sbin/policy-rc.d", denyStarts, 0o755)
-	out, calls = must("install, configured, where policy-rc.d forbids starts", "dpkg", "-i", newIn)
+	out, calls := must("install, configured, where policy-rc.d forbids starts", "dpkg", "-i", deb)
 	if strings.Contains(calls, "start") || !c.enabled() {
 		t.Errorf("an install under a policy-rc.d that forbids starts: systemctl calls %q, enabled %v; want enabled and nothing started", calls, c.enabled())
 	}
@@ -308,8 +315,7 @@ func checkDebInstallUpgradePurge(t *testing.T, repo, oldDeb, newDeb string) {
 		t.Errorf("the install does not say policy-rc.d kept the agent from starting:\n%s", out)
 	}
 	c.write("run/agentd.active", "", 0o644)
-	_, calls = must("upgrade where policy-rc.d forbids starts", "dpkg", "-i", newIn)
-	if strings.Contains(calls, "restart") {
+	if _, calls = must("upgrade where policy-rc.d forbids starts", "dpkg", "-i", deb); strings.Contains(calls, "restart") {
 		t.Errorf("an upgrade under a policy-rc.d that forbids starts: systemctl calls %q; want no restart", calls)
 	}
 }

@@ -163,6 +163,10 @@ func checkScripts(t *testing.T, pkg, postinst, all string) {
 	if !strings.Contains(all, "systemctl daemon-reload") {
 		t.Errorf("%s: no script reloads systemd", pkg)
 	}
+	// Debian's policy-rc.d is asked only by deb-systemd-invoke: a .deb never starts by systemctl.
+	if strings.HasSuffix(pkg, ".deb") && (strings.Contains(postinst, "systemctl start") || strings.Contains(postinst, "systemctl enable") || !strings.Contains(postinst, "deb-systemd-invoke start")) {
+		t.Errorf("%s: the install script starts or enables the unit past policy-rc.d (want deb-systemd-helper and deb-systemd-invoke):\n%s", pkg, postinst)
+	}
 }
 
 func checkUnit(t *testing.T, pkg, unit string) {
