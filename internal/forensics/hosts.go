@@ -39,6 +39,9 @@ type Entry struct {
 	SeqFrom     uint64    `json:"seq_from,omitempty"` // a gap's first missing record
 	SeqTo       uint64    `json:"seq_to,omitempty"`   // and its last
 	Text        string    `json:"text"`               // the line `journal dump` prints after the subject
+	// Conflict marks a record another source gives differently under the same host and
+	// sequence number, naming every source (see recordSet).
+	Conflict string `json:"conflict,omitempty"`
 }
 
 // EntryOf is a journal record as an Entry of host.

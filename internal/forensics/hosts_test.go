@@ -205,7 +205,7 @@ func TestTimelineFromWhatTheCollectorReceived(t *testing.T) {
 	}
 	export := filepath.Join(t.TempDir(), "agent-b.otlp.jsonl")
 	var out bytes.Buffer
-	n, err := forensics.ImportOTLP(bytes.NewReader(lines.Bytes()), &out)
+	n, err := forensics.ImportOTLP(bytes.NewReader(lines.Bytes()), &out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestTimelineFromWhatTheCollectorReceived(t *testing.T) {
 }
 
 func TestImportOTLPNamesABadLine(t *testing.T) {
-	_, err := forensics.ImportOTLP(strings.NewReader("{\"resourceLogs\":[]}\nnot json\n"), io.Discard)
+	_, err := forensics.ImportOTLP(strings.NewReader("{\"resourceLogs\":[]}\nnot json\n"), io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("err %v, want one naming line 2", err)
 	}
