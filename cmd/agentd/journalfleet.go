@@ -21,12 +21,12 @@ func (d *journalDumpCmd) fleet(ctx context.Context, f forensics.Filter) error {
 	if d.Unseal || d.Follow || d.Live != "" {
 		return errors.New("--unseal, --follow and --live read one agent's journal: not with several files")
 	}
-	files, closeAll, err := forensics.OpenHostFiles(ctx, d.Files)
+	files, closeAll, err := forensics.OpenHostFiles(ctx, d.Files, warnOnStderr)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	entries, err := forensics.TaskEntries(files, d.Task)
+	entries, err := forensics.TaskEntries(files, d.Task, warnOnStderr)
 	if err != nil {
 		return err
 	}

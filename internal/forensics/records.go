@@ -55,6 +55,11 @@ func newRecordSet() *recordSet {
 	return &recordSet{first: map[recordKey]int{}, more: map[recordKey][]int{}, dropped: map[fileKey]bool{}}
 }
 
+// grow makes room for n more versions.
+func (s *recordSet) grow(n int) {
+	s.entries, s.origins = slices.Grow(s.entries, n), slices.Grow(s.origins, n)
+}
+
 // add keeps e unless a version read before says the same.
 func (s *recordSet) add(e Entry, o origin) {
 	k := keyOf(e)
