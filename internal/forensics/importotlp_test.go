@@ -117,15 +117,40 @@ func peakRSS(t *testing.T) int {
 }
 
 // TestImportRefusesARecordOverTheBound: a record bigger than any agentd ships is refused by
-// its line and index, before it is read whole.
+// its line and index, just over the bound, and a huge one (64 MiB) before it is read whole.
 func TestImportRefusesARecordOverTheBound(t *testing.T) {
-	big := strings.Repeat("x", forensics.MaxOTLPRecord+1)
-	in := agentdResource + otlpRecord(1, "ok") + "]}]}]}\n" +
-		agentdResource + otlpRecord(2, "ok") + "," + otlpRecord(3, big) + "]}]}]}\n"
-	_, err := forensics.ImportOTLP(strings.NewReader(in), io.Discard, nil)
-	if err == nil || !strings.Contains(err.Error(), "line 2, record 2") || !strings.Contains(err.Error(), "1 MiB") {
-		t.Fatalf("err %v, want the record over 1 MiB named by line 2, record 2", err)
+	for _, size := range []int{forensics.MaxOTLPRecord + 1, 64 << 20} {
+		head := agentdResource + otlpRecord(1, "ok") + "]}]}]}\n" + agentdResource + otlpRecord(2, "ok") + `,{"body":{"stringValue":"`
+		in := &countingReader{r: io.MultiReader(strings.NewReader(head), io.LimitReader(xs{}, int64(size)), strings.NewReader(`"}}]}]}]}`+"\n"))}
+		_, err := forensics.ImportOTLP(in, io.Discard, nil)
+		if err == nil || !strings.Contains(err.Error(), "line 2, record 2") || !strings.Contains(err.Error(), "1 MiB") {
+			t.Fatalf("a record of %d bytes: err %v, want it refused as over 1 MiB, named by line 2, record 2", size, err)
+		}
+		if in.n > int64(len(head))+2*forensics.MaxOTLPRecord {
+			t.Fatalf("a record of %d bytes: %d bytes read before refusing it, want at most the bound's worth past its start", size, in.n)
+		}
 	}
+}
+
+// xs reads as endless x's.
+type xs struct{}
+
+func (xs) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // TestImportReadsEveryShapeProtojsonReads: field names as protojson writes them or as the
