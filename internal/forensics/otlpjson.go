@@ -110,37 +110,32 @@ func (l *jsonLine) value() (json.RawMessage, error) {
 
 // object calls field for each key of the object that comes next; a null is an empty object.
 func (l *jsonLine) object(what string, field func(key string) error) error {
-	tok, err := l.token()
-	if err != nil || tok == nil {
-		return err
-	}
-	if tok != json.Delim('{') {
-		return fmt.Errorf("%s: want an object, not %v", what, tok)
-	}
-	for l.dec.More() {
+	return l.members(what, '{', func() error {
 		key, err := l.token()
 		if err != nil {
 			return err
 		}
-		if err := field(key.(string)); err != nil {
-			return err
-		}
-	}
-	_, err = l.token()
-	return err
+		return field(key.(string))
+	})
 }
 
 // array calls elem for each element of the array that comes next; a null is an empty array.
 func (l *jsonLine) array(what string, elem func() error) error {
+	return l.members(what, '[', elem)
+}
+
+// members reads the value that comes next, which opens with open (or is null), calling next
+// for each of its members.
+func (l *jsonLine) members(what string, open json.Delim, next func() error) error {
 	tok, err := l.token()
 	if err != nil || tok == nil {
 		return err
 	}
-	if tok != json.Delim('[') {
-		return fmt.Errorf("%s: want an array, not %v", what, tok)
+	if tok != open {
+		return fmt.Errorf("%s: want %s, not %v", what, map[json.Delim]string{'{': "an object", '[': "an array"}[open], tok)
 	}
 	for l.dec.More() {
-		if err := elem(); err != nil {
+		if err := next(); err != nil {
 			return err
 		}
 	}
