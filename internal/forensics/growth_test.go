@@ -66,6 +66,9 @@ func mergedViewsCPU(t *testing.T, files []*HostFile) time.Duration {
 // TestMergedViewsGrowNearLinearly: 4x the entries (and 4x the hosts and containers) costs at
 // most 8x the CPU time (n log n: about 4.5x; what was quadratic in lanes and hosts: 16x).
 func TestMergedViewsGrowNearLinearly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("400,000 entries merged twice: seconds of CPU")
+	}
 	const n = 80_000
 	small := mergedViewsCPU(t, fleetOf(n))
 	large := mergedViewsCPU(t, fleetOf(4*n))

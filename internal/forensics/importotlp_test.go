@@ -60,6 +60,9 @@ func TestImportOfAHostileLineStaysWithinItsBound(t *testing.T) {
 	if os.Getenv("AGENTD_IMPORT_CHILD") != "" {
 		t.Skip("the child imports")
 	}
+	if testing.Short() {
+		t.Skip("10 million records: seconds of CPU")
+	}
 	path := writeHostileLine(t)
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestImportChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "AGENTD_IMPORT_CHILD="+path)
