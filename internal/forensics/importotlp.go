@@ -44,11 +44,7 @@ func ImportOTLP(r io.Reader, w io.Writer, warn func(string)) (int, error) {
 		}
 	}
 	out, conflicts := imp.set.result(func(o origin) string { return fmt.Sprintf("line %d record %d", o.line, o.record) })
-	for _, c := range conflicts {
-		if warn != nil {
-			warn(c)
-		}
-	}
+	tell(warn, conflicts)
 	seqOf := func(e Entry) uint64 { return max(e.Seq, e.SeqFrom) }
 	slices.SortStableFunc(out, func(a, b Entry) int { return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(seqOf(a), seqOf(b))) })
 	enc := json.NewEncoder(w)
