@@ -237,12 +237,12 @@ type journalTimelineCmd struct {
 func (c *journalTimelineCmd) Run(ctx context.Context) error {
 	var tl *forensics.Timeline
 	if len(c.Files) > 0 {
-		files, closeAll, err := forensics.OpenHostFiles(ctx, c.Files)
+		files, closeAll, err := forensics.OpenHostFiles(ctx, c.Files, warnOnStderr)
 		if err != nil {
 			return err
 		}
 		defer closeAll()
-		if tl, err = forensics.FleetTimeline(files, c.Task); err != nil {
+		if tl, err = forensics.FleetTimeline(files, c.Task, warnOnStderr); err != nil {
 			return err
 		}
 	} else {

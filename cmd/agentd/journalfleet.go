@@ -21,12 +21,12 @@ func (d *journalDumpCmd) fleet(ctx context.Context, f forensics.Filter) error {
 	if d.Unseal || d.Follow || d.Live != "" {
 		return errors.New("--unseal, --follow and --live read one agent's journal: not with several files")
 	}
-	files, closeAll, err := forensics.OpenHostFiles(ctx, d.Files)
+	files, closeAll, err := forensics.OpenHostFiles(ctx, d.Files, warnOnStderr)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	entries, err := forensics.TaskEntries(files, d.Task)
+	entries, err := forensics.TaskEntries(files, d.Task, warnOnStderr)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (c *journalImportOTLPCmd) Run() error {
 		out = file
 	}
 	bw := bufio.NewWriter(out)
-	n, err := forensics.ImportOTLP(in, bw)
+	n, err := forensics.ImportOTLP(in, bw, warnOnStderr)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -86,3 +86,7 @@ func (c *journalImportOTLPCmd) Run() error {
 	fmt.Fprintf(os.Stderr, "%d records imported\n", n)
 	return nil
 }
+
+// warnOnStderr tells the operator of what the forensics commands found wrong in their input
+// (conflicting records, a file given twice) beside the answer, not in it.
+func warnOnStderr(s string) { fmt.Fprintln(os.Stderr, "warning: "+s) }

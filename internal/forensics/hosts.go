@@ -39,6 +39,9 @@ type Entry struct {
 	SeqFrom     uint64    `json:"seq_from,omitempty"` // a gap's first missing record
 	SeqTo       uint64    `json:"seq_to,omitempty"`   // and its last
 	Text        string    `json:"text"`               // the line `journal dump` prints after the subject
+	// Conflict marks a record another source gives differently under the same host and
+	// sequence number, naming every source (see recordSet).
+	Conflict string `json:"conflict,omitempty"`
 }
 
 // EntryOf is a journal record as an Entry of host.
@@ -68,11 +71,14 @@ type HostFile struct {
 	Host    string // the agent id the journal keeps (meta agent_id), else the file's name
 	journal *journal.Journal
 	entries []Entry // an export's, all hosts
+	lines   []int32 // the line of each entry
 }
 
 // OpenHostFiles opens every file read-only, telling journals from exports by their first
-// byte (an export is JSON lines). The close function closes them all.
-func OpenHostFiles(ctx context.Context, paths []string) ([]*HostFile, func(), error) {
+// byte (an export is JSON lines). A file given twice (the same file, or the same bytes under
+// another name) is read once, and warn (nil: not told) says so. The close function closes
+// them all.
+func OpenHostFiles(ctx context.Context, paths []string, warn func(string)) ([]*HostFile, func(), error) {
 	var out []*HostFile
 	closeAll := func() {
 		for _, h := range out {
@@ -81,7 +87,17 @@ func OpenHostFiles(ctx context.Context, paths []string) ([]*HostFile, func(), er
 			}
 		}
 	}
+	var same sameFiles
 	for _, p := range paths {
+		if earlier, how, err := same.seen(p); err != nil {
+			closeAll()
+			return nil, nil, err
+		} else if earlier != "" {
+			if warn != nil {
+				warn(fmt.Sprintf("%s is %s as %s: read once", p, how, earlier))
+			}
+			continue
+		}
 		h, err := openHostFile(ctx, p)
 		if err != nil {
 			closeAll()
@@ -102,11 +118,11 @@ func openHostFile(ctx context.Context, path string) (*HostFile, error) {
 	if head[0] == '{' {
 		defer f.Close()
 		_, _ = f.Seek(0, io.SeekStart)
-		entries, err := ReadEntries(f)
+		entries, lines, err := readExport(f)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		return &HostFile{Path: path, entries: entries}, nil
+		return &HostFile{Path: path, entries: entries, lines: lines}, nil
 	}
 	f.Close()
 	j, _, err := Open(ctx, Source{File: path})
@@ -122,7 +138,14 @@ func openHostFile(ctx context.Context, path string) (*HostFile, error) {
 
 // ReadEntries reads an export: one JSON Entry a line. A bad line is an error naming it.
 func ReadEntries(r io.Reader) ([]Entry, error) {
+	entries, _, err := readExport(r)
+	return entries, err
+}
+
+// readExport is ReadEntries with the line of each entry.
+func readExport(r io.Reader) ([]Entry, []int32, error) {
 	var out []Entry
+	var lines []int32
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -132,38 +155,84 @@ func ReadEntries(r io.Reader) ([]Entry, error) {
 		}
 		var e Entry
 		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("line %d: not an export entry: %w", n, err)
+			return nil, nil, fmt.Errorf("line %d: not an export entry: %w", n, err)
 		}
 		if e.Host == "" || e.Type == "" {
-			return nil, fmt.Errorf("line %d: an export entry needs host and type", n)
+			return nil, nil, fmt.Errorf("line %d: an export entry needs host and type", n)
 		}
 		out = append(out, e)
+		lines = append(lines, int32(n))
 	}
-	return out, sc.Err()
+	return out, lines, sc.Err()
 }
 
-// TaskEntries is every entry of task in the files, merged by time (ties: host, then seq).
-func TaskEntries(files []*HostFile, task string) ([]Entry, error) {
-	var out []Entry
-	for _, h := range files {
-		if h.journal != nil {
-			err := h.journal.TaskRecords(task, func(r event.Record) error {
-				out = append(out, EntryOf(h.Host, r))
-				return nil
-			})
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", h.Path, err)
+// taskRecords gathers every version of task's records in the files: the journals' first, so
+// that of a record both a journal and an export hold, the journal's is the one kept (it also
+// gives the steps of what its containers waited for).
+func taskRecords(files []*HostFile, task string) (*recordSet, error) {
+	set := newRecordSet()
+	for pass := range 2 {
+		for i, h := range files {
+			if (h.journal != nil) != (pass == 0) {
+				continue
 			}
-			continue
-		}
-		for _, e := range h.entries {
-			if e.Task == task {
-				out = append(out, e)
+			if h.journal != nil {
+				err := h.journal.TaskRecords(task, func(r event.Record) error {
+					set.add(EntryOf(h.Host, r), origin{file: int32(i)})
+					return nil
+				})
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", h.Path, err)
+				}
+				continue
+			}
+			mine := 0
+			for _, e := range h.entries {
+				if e.Task == task {
+					mine++
+				}
+			}
+			set.grow(mine)
+			for k, e := range h.entries {
+				if e.Task == task {
+					set.add(e, origin{file: int32(i), line: h.lines[k]})
+				}
 			}
 		}
 	}
+	return set, nil
+}
+
+// whereIn names an origin in files: the file, and an export's line.
+func whereIn(files []*HostFile) func(origin) string {
+	return func(o origin) string {
+		if o.line > 0 {
+			return fmt.Sprintf("%s line %d", files[o.file].Path, o.line)
+		}
+		return files[o.file].Path
+	}
+}
+
+// TaskEntries is every entry of task in the files, merged by time (ties: host, then seq):
+// a record several files hold alike once, one they hold differently in every version, marked,
+// each such record told through warn.
+func TaskEntries(files []*HostFile, task string, warn func(string)) ([]Entry, error) {
+	set, err := taskRecords(files, task)
+	if err != nil {
+		return nil, err
+	}
+	out, warnings := set.result(whereIn(files))
+	tell(warn, warnings)
 	sortEntries(out)
 	return out, nil
+}
+
+func tell(warn func(string), warnings []string) {
+	for _, w := range warnings {
+		if warn != nil {
+			warn(w)
+		}
+	}
 }
 
 func sortEntries(es []Entry) {
@@ -182,42 +251,77 @@ func EntryLine(e Entry) string {
 		subj += "/" + event.Printable(e.Container)
 	}
 	return strings.TrimRight(fmt.Sprintf("%-16s %8d  %s  %-22s %-28s %s", event.Printable(e.Host), e.Seq, e.Time.UTC().Format("2006-01-02T15:04:05.000Z"),
-		event.Printable(e.Type), subj, event.PrintableText(e.Text)), " ")
+		event.Printable(e.Type), subj, event.PrintableText(e.Text)), " ") + conflictNote(e.Conflict)
+}
+
+// conflictNote marks a line whose record another source gives differently.
+func conflictNote(conflict string) string {
+	if conflict == "" {
+		return ""
+	}
+	return "  [CONFLICT: " + event.PrintableText(conflict) + "]"
 }
 
 // FleetTimeline is one task's life across hosts: each journal's own timeline (BuildTimeline),
-// and each export's entries as steps, every step naming its host, merged by time.
-func FleetTimeline(files []*HostFile, task string) (*Timeline, error) {
+// and each export's entries as steps, every step naming its host, merged by time. Records
+// several files hold are treated as TaskEntries treats them (told through warn).
+func FleetTimeline(files []*HostFile, task string, warn func(string)) (*Timeline, error) {
+	set, err := taskRecords(files, task)
+	if err != nil {
+		return nil, err
+	}
+	kept, warnings := set.result(whereIn(files))
+	tell(warn, warnings)
+	conflict := map[fileKey]string{}
+	exported := make([][]int32, len(files)) // the entries kept of each export
+	for v, e := range kept {
+		o := set.origins[v]
+		if e.Conflict != "" {
+			conflict[fileKey{o.file, keyOf(e)}] = e.Conflict
+		}
+		if files[o.file].journal == nil {
+			exported[o.file] = append(exported[o.file], int32(v))
+		}
+	}
 	tl := &Timeline{Task: task}
-	var steps []Step
-	for _, h := range files {
-		if h.journal != nil {
-			one, err := BuildTimeline(h.journal, task)
-			if err != nil {
-				if h.journal != nil && len(files) > 1 && strings.Contains(err.Error(), "no record in the journal") {
-					continue // the task never ran on this host
+	steps := make([]Step, 0, len(kept))
+	shown := map[Step]bool{} // a step two journals of one host both give (a copy and the journal) once
+	for i, h := range files {
+		if h.journal == nil {
+			for _, v := range exported[i] {
+				e := kept[v]
+				steps = append(steps, stepOfEntry(e))
+				if e.Type == "task_added" {
+					tl.addContainers(e.Host, nil)
 				}
-				return nil, fmt.Errorf("%s: %w", h.Path, err)
+				if e.Container != "" {
+					tl.addContainers(e.Host, []string{e.Container})
+				}
 			}
-			for _, s := range one.Steps {
-				s.Host = h.Host
-				steps = append(steps, s)
-			}
-			tl.addContainers(h.Host, one.Containers)
 			continue
 		}
-		for _, e := range h.entries {
-			if e.Task != task {
-				continue
+		one, err := BuildTimeline(h.journal, task)
+		if err != nil {
+			if len(files) > 1 && strings.Contains(err.Error(), "no record in the journal") {
+				continue // the task never ran on this host
 			}
-			steps = append(steps, stepOfEntry(e))
-			if e.Type == "task_added" {
-				tl.addContainers(e.Host, nil)
-			}
-			if e.Container != "" {
-				tl.addContainers(e.Host, []string{e.Container})
-			}
+			return nil, fmt.Errorf("%s: %w", h.Path, err)
 		}
+		for _, s := range one.Steps {
+			k := fileKey{int32(i), recordKey{host: h.Host, seq: s.Seq}}
+			if set.dropped[k] {
+				continue // a record an earlier file holds alike: its steps come from there
+			}
+			s.Host, s.Conflict = h.Host, conflict[k]
+			if s.Conflict == "" {
+				if shown[s] {
+					continue
+				}
+				shown[s] = true
+			}
+			steps = append(steps, s)
+		}
+		tl.addContainers(h.Host, one.Containers)
 	}
 	if len(steps) == 0 {
 		return nil, fmt.Errorf("task %q: no record in any of the %d files", task, len(files))
@@ -232,13 +336,17 @@ func FleetTimeline(files []*HostFile, task string) (*Timeline, error) {
 
 // addContainers records a host's lane and its containers' lanes, in the order first seen.
 func (tl *Timeline) addContainers(host string, names []string) {
-	if !slices.Contains(tl.Hosts, host) {
+	if tl.seen == nil {
+		tl.seen, tl.lanes = map[[2]string]bool{}, map[string][]string{}
+	}
+	if !tl.seen[[2]string{host, ""}] {
+		tl.seen[[2]string{host, ""}] = true
 		tl.Hosts = append(tl.Hosts, host)
 	}
 	for _, n := range names {
-		lane := host + "\x00" + n
-		if !slices.Contains(tl.lanes, lane) {
-			tl.lanes = append(tl.lanes, lane)
+		if !tl.seen[[2]string{host, n}] {
+			tl.seen[[2]string{host, n}] = true
+			tl.lanes[host] = append(tl.lanes[host], n)
 		}
 	}
 }
@@ -253,7 +361,7 @@ var stepKinds = map[string]string{
 
 // stepOfEntry is an exported entry as a timeline step, the kinds BuildTimeline gives a record.
 func stepOfEntry(e Entry) Step {
-	s := Step{Seq: e.Seq, Time: e.Time, Host: e.Host, Container: e.Container, From: e.From, To: e.To, Text: e.Text}
+	s := Step{Seq: e.Seq, Time: e.Time, Host: e.Host, Container: e.Container, From: e.From, To: e.To, Text: e.Text, Conflict: e.Conflict}
 	s.Kind = e.Type
 	if k, ok := stepKinds[e.Type]; ok {
 		s.Kind = k

@@ -80,12 +80,12 @@ func twoHosts(t *testing.T) (a, b string) {
 
 func fleet(t *testing.T, paths ...string) *forensics.Timeline {
 	t.Helper()
-	files, closeAll, err := forensics.OpenHostFiles(context.Background(), paths)
+	files, closeAll, err := forensics.OpenHostFiles(context.Background(), paths, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeAll()
-	tl, err := forensics.FleetTimeline(files, arn)
+	tl, err := forensics.FleetTimeline(files, arn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestTimelineFromWhatTheCollectorReceived(t *testing.T) {
 	}
 	export := filepath.Join(t.TempDir(), "agent-b.otlp.jsonl")
 	var out bytes.Buffer
-	n, err := forensics.ImportOTLP(bytes.NewReader(lines.Bytes()), &out)
+	n, err := forensics.ImportOTLP(bytes.NewReader(lines.Bytes()), &out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestTimelineFromWhatTheCollectorReceived(t *testing.T) {
 }
 
 func TestImportOTLPNamesABadLine(t *testing.T) {
-	_, err := forensics.ImportOTLP(strings.NewReader("{\"resourceLogs\":[]}\nnot json\n"), io.Discard)
+	_, err := forensics.ImportOTLP(strings.NewReader("{\"resourceLogs\":[]}\nnot json\n"), io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Fatalf("err %v, want one naming line 2", err)
 	}
@@ -227,12 +227,12 @@ func TestImportOTLPNamesABadLine(t *testing.T) {
 
 func TestDumpOfATaskAcrossHostsNamesEachLinesHost(t *testing.T) {
 	a, b := twoHosts(t)
-	files, closeAll, err := forensics.OpenHostFiles(context.Background(), []string{b, a})
+	files, closeAll, err := forensics.OpenHostFiles(context.Background(), []string{b, a}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeAll()
-	entries, err := forensics.TaskEntries(files, arn)
+	entries, err := forensics.TaskEntries(files, arn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,24 +254,7 @@ func TestDumpOfATaskAcrossHostsNamesEachLinesHost(t *testing.T) {
 // the journal itself gives it, so a fleet timeline does not change with how a host was read.
 func TestAnExportReadsAsItsJournal(t *testing.T) {
 	a, _ := twoHosts(t)
-	j, err := journal.Open(a, journal.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines bytes.Buffer
-	err = j.Iterate(1, func(r event.Record) error {
-		b, err := json.Marshal(forensics.EntryOf("agent-a", r)) // a line of what `journal import-otlp` writes
-		lines.Write(append(b, '\n'))
-		return err
-	})
-	j.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	export := filepath.Join(t.TempDir(), "agent-a.jsonl")
-	if err := os.WriteFile(export, lines.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	export := exportOf(t, a, "agent-a", nil)
 	kinds := func(path string) map[uint64]string {
 		out := map[uint64]string{}
 		for _, s := range fleet(t, path).Steps {
@@ -290,4 +273,33 @@ func TestAnExportReadsAsItsJournal(t *testing.T) {
 			t.Errorf("record %d: kind %q from the export, %q from the journal", seq, k, fromJournal[seq])
 		}
 	}
+}
+
+// exportOf writes the journal's records as `journal import-otlp` writes them, each passed
+// through edit (nil: as they are; false: left out), and returns the export's path.
+func exportOf(t *testing.T, path, host string, edit func(*forensics.Entry) bool) string {
+	t.Helper()
+	j, err := journal.Open(path, journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	var lines bytes.Buffer
+	err = j.Iterate(1, func(r event.Record) error {
+		e := forensics.EntryOf(host, r)
+		if edit != nil && !edit(&e) {
+			return nil
+		}
+		b, err := json.Marshal(e)
+		lines.Write(append(b, '\n'))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	export := filepath.Join(t.TempDir(), host+".jsonl")
+	if err := os.WriteFile(export, lines.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return export
 }

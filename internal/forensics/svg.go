@@ -1,10 +1,10 @@
 package forensics
 
 import (
+	"bufio"
 	"encoding/xml"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 )
@@ -22,10 +22,11 @@ type band struct {
 // WriteSVG draws the timeline: a band of statuses for the task and one for each container,
 // and markers for failed reports (red), settlements (green), the stopped-acked event (the
 // guard opening) and cleanup. Plain SVG 1.1, readable in any browser.
-func (tl *Timeline) WriteSVG(w io.Writer) error {
+func (tl *Timeline) WriteSVG(out io.Writer) error {
 	if len(tl.Steps) == 0 {
 		return fmt.Errorf("task %s: nothing to draw", tl.Task)
 	}
+	w := bufio.NewWriter(out) // an element is a write: not a system call each
 	start, end := tl.Steps[0].Time, tl.Steps[len(tl.Steps)-1].Time
 	for _, s := range tl.Steps {
 		if s.Until.After(end) {
@@ -39,6 +40,10 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 	const left, width, rowH, top = 140.0, 820.0, 28.0, 60.0
 	x := func(t time.Time) float64 { return left + width*float64(t.Sub(start))/float64(end.Sub(start)) }
 	rows, label := tl.svgRows()
+	rowOf := make(map[string]int, len(rows))
+	for i, r := range rows {
+		rowOf[r] = i
+	}
 	bands := map[string][]band{}
 	cur := map[string]string{}
 	since := map[string]time.Time{}
@@ -113,8 +118,8 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 		if name == "" {
 			name = "task"
 		}
-		i := slices.Index(rows, lane(s.Host, name))
-		if i < 0 {
+		i, ok := rowOf[lane(s.Host, name)]
+		if !ok {
 			continue
 		}
 		fill := "#2ca02c"
@@ -144,8 +149,8 @@ func (tl *Timeline) WriteSVG(w io.Writer) error {
 	}
 	ly := height - 22
 	fmt.Fprintf(w, `<text x="10" y="%.1f" fill="#555">red: reports throttled or failed; green: settled; blue diamond: stopped-acked (cleanup allowed); purple: cleanup; dashed: agent restart; dots on a lane: health verdicts</text>`+"\n", ly)
-	_, err := fmt.Fprintln(w, "</svg>")
-	return err
+	fmt.Fprintln(w, "</svg>")
+	return w.Flush()
 }
 
 // lane keys a row of the drawing: a host's task, or one of its containers.
@@ -183,10 +188,8 @@ func (tl *Timeline) svgRows() ([]string, map[string]string) {
 	}
 	for _, h := range tl.Hosts {
 		add(h, "task")
-		for _, l := range tl.lanes {
-			if host, name, _ := strings.Cut(l, "\x00"); host == h {
-				add(h, name)
-			}
+		for _, name := range tl.lanes[h] {
+			add(h, name)
 		}
 	}
 	return rows, label

@@ -1,6 +1,7 @@
 package forensics
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,8 @@ type Step struct {
 	Text      string    `json:"text"`
 	Until     time.Time `json:"until,omitzero"` // folded report attempts: the last one
 	Count     int       `json:"count,omitempty"`
+	// Conflict marks a step whose record another file gives differently (see recordSet).
+	Conflict string `json:"conflict,omitempty"`
 }
 
 // Timeline is one task's life from the journal.
@@ -36,8 +39,9 @@ type Timeline struct {
 	Now        string   `json:"status_at_end"`
 	// Hosts, in a timeline over several journals (FleetTimeline): each host's lanes are drawn
 	// apart, in this order.
-	Hosts []string `json:"hosts,omitempty"`
-	lanes []string // host + "\x00" + container, in the order first seen
+	Hosts []string            `json:"hosts,omitempty"`
+	lanes map[string][]string // host → its containers, in the order first seen
+	seen  map[[2]string]bool  // {host, ""} and {host, container} already listed: merging stays linear
 }
 
 // Phase is a span between two milestones.
@@ -394,7 +398,9 @@ func (tl *Timeline) phases() {
 }
 
 // WriteText prints the timeline for people, with the time since assignment on each line.
-func (tl *Timeline) WriteText(w io.Writer) {
+func (tl *Timeline) WriteText(out io.Writer) {
+	w := bufio.NewWriter(out) // a line is a write: not a system call each
+	defer w.Flush()
 	fmt.Fprintf(w, "task %s\n", event.Printable(tl.Task))
 	var t0 time.Time
 	if len(tl.Steps) > 0 {
@@ -408,7 +414,8 @@ func (tl *Timeline) WriteText(w io.Writer) {
 		if len(tl.Hosts) > 0 {
 			fmt.Fprintf(w, "  %-16s", event.Printable(s.Host))
 		}
-		fmt.Fprintf(w, "  %8d  %s  %10s  %s\n", s.Seq, s.Time.UTC().Format("2006-01-02T15:04:05.000Z"), "+"+s.Time.Sub(t0).Round(time.Millisecond).String(), event.PrintableText(text))
+		fmt.Fprintf(w, "  %8d  %s  %10s  %s%s\n", s.Seq, s.Time.UTC().Format("2006-01-02T15:04:05.000Z"), "+"+s.Time.Sub(t0).Round(time.Millisecond).String(),
+			event.PrintableText(text), conflictNote(s.Conflict))
 	}
 	for _, p := range tl.Phases {
 		fmt.Fprintf(w, "  %-42s %s\n", event.PrintableText(p.Name), p.Duration.Round(time.Millisecond))
