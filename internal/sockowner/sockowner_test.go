@@ -2,9 +2,12 @@ package sockowner_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,4 +167,30 @@ func BenchmarkLookup(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestOnlyRootOrThisUserServes: a connection to a listener of this process's user (TCP over
+// IPv4 and IPv6, a unix socket) passes; one to uid 65534's listener is refused naming the
+// address, its pid and its uid — before anything is written.
+func TestOnlyRootOrThisUserServes(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		client, _ := pair(t, "tcp", addr)
+		if err := sockowner.CheckServer(client); err != nil {
+			t.Errorf("this user's listener on %s: %v", addr, err)
+		}
+	}
+	client, _ := pair(t, "unix", filepath.Join(t.TempDir(), "s"))
+	if err := sockowner.CheckServer(client); err != nil {
+		t.Errorf("this user's unix socket: %v", err)
+	}
+	held := holdSockets(t, 65534, 2)
+	c, err := net.Dial("tcp", held[0].listen.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want := fmt.Sprintf("%s is served by pid %d (uid 65534)", held[0].listen, held[0].cmd.Process.Pid)
+	if err := sockowner.CheckServer(c); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("uid 65534's listener: %v; want a refusal saying %q", err, want)
+	}
 }
