@@ -19,15 +19,15 @@ import (
 // otherwise an error naming who does. A TCP peer that is not on this host (its address is
 // none of this host's) is not checked: nothing local can stand in for it.
 func CheckServer(c net.Conn) error {
-	h, err := serverOf(c)
+	uid, pid, err := serverOf(c)
 	if errors.Is(err, errRemote) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%s: cannot tell who serves it, so nothing is sent to it: %w", name(c), err)
 	}
-	if me := os.Geteuid(); h.UID != 0 && h.UID != int64(me) {
-		return fmt.Errorf("%s is served by %s, neither root nor this user (uid %d): nothing is sent to it — another local user may hold the address while the agent is down, or the agent listens elsewhere (its own socket: unix:/var/lib/agentd/api.sock)", name(c), h, me)
+	if me := os.Geteuid(); uid != 0 && uid != int64(me) {
+		return fmt.Errorf("%s is served by %s, neither root nor this user (uid %d): nothing is sent to it — another local user may hold the address while the agent is down, or the agent listens elsewhere (its own socket: unix:/var/lib/agentd/api.sock)", name(c), Holder{UID: uid, PID: pid()}, me)
 	}
 	return nil
 }
@@ -41,30 +41,36 @@ func name(c net.Conn) string {
 	return c.RemoteAddr().String()
 }
 
-func serverOf(c net.Conn) (Holder, error) {
+// serverOf is the user holding the other end of c, and how to find its process (a walk of
+// every process's descriptors: only to name a server that is refused).
+func serverOf(c net.Conn) (uid int64, pid func() int, err error) {
 	switch c := c.(type) {
 	case *net.UnixConn:
-		return UnixPeer(c)
+		h, err := UnixPeer(c)
+		return h.UID, func() int { return h.PID }, err
 	case *net.TCPConn:
 		local, remote := c.LocalAddr().(*net.TCPAddr), c.RemoteAddr().(*net.TCPAddr)
 		if !onThisHost(remote.IP) {
-			return Holder{}, errRemote
+			return -1, nil, errRemote
 		}
 		// The server's end of this connection: an accepted one (or one waiting to be) carries
 		// the listener's user.
 		s, err := TCP(remote, local)
 		if err != nil {
-			return Holder{UID: -1}, err
+			return -1, nil, err
 		}
-		h := Holder{UID: s.UID, PID: processOf(s.Inode)}
-		if h.PID == 0 { // not accepted yet: the listener's process
-			if l, err := Listening(remote); err == nil && l.UID == s.UID {
-				h.PID = processOf(l.Inode)
+		return s.UID, func() int {
+			if p := processOf(s.Inode); p != 0 {
+				return p
 			}
-		}
-		return h, nil
+			// Not accepted yet: the listener's process.
+			if l, err := Listening(remote); err == nil && l.UID == s.UID {
+				return processOf(l.Inode)
+			}
+			return 0
+		}, nil
 	}
-	return Holder{UID: -1}, fmt.Errorf("a %T is neither TCP nor a unix socket", c)
+	return -1, nil, fmt.Errorf("a %T is neither TCP nor a unix socket", c)
 }
 
 // onThisHost reports whether ip is loopback or an address of one of this host's interfaces.
