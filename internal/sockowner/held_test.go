@@ -17,7 +17,7 @@ import (
 // The rig of the tests below: other users' sockets, held by child processes (this test
 // binary, re-run as a holder) so that no process needs more descriptors than its limit.
 
-const holdEnv = "SOCKOWNER_TEST_HOLD" // "uid:n": hold n sockets as uid
+const holdEnv = "SOCKOWNER_TEST_HOLD" // "uid:n[:path]": hold n sockets as uid (and a unix listener at path)
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(holdEnv); spec != "" {
@@ -33,7 +33,8 @@ func TestMain(m *testing.M) {
 // hold runs in a child: becomes the user, makes n/2 loopback connections to a listener of its
 // own (n sockets, both ends), prints the listener's address and waits for stdin to close.
 func hold(spec string) error {
-	uidText, nText, _ := strings.Cut(spec, ":")
+	uidText, rest, _ := strings.Cut(spec, ":")
+	nText, path, _ := strings.Cut(rest, ":")
 	uid, _ := strconv.Atoi(uidText)
 	n, _ := strconv.Atoi(nText)
 	if uid != os.Geteuid() {
@@ -47,6 +48,11 @@ func hold(spec string) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
+	}
+	if path != "" {
+		if _, err := net.Listen("unix", path); err != nil {
+			return err
+		}
 	}
 	var held []net.Conn
 	for range n / 2 {
@@ -73,7 +79,10 @@ type holder struct {
 
 // holdSockets starts children holding n sockets in all as uid (each within this process's
 // descriptor limit, less a margin), and stops them when the test ends.
-func holdSockets(tb testing.TB, uid, n int) []holder {
+func holdSockets(tb testing.TB, uid, n int) []holder { return holdSocketsAt(tb, uid, n, "") }
+
+// holdSocketsAt is holdSockets whose first holder also listens on the unix socket path.
+func holdSocketsAt(tb testing.TB, uid, n int, path string) []holder {
 	tb.Helper()
 	if uid != os.Geteuid() && os.Geteuid() != 0 {
 		tb.Skip("needs root: holds sockets as another user")
@@ -88,7 +97,8 @@ func holdSockets(tb testing.TB, uid, n int) []holder {
 		k := min(n, each) &^ 1
 		n -= max(k, 2)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%d", holdEnv, uid, k))
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%d:%s", holdEnv, uid, k, path))
+		path = ""
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		stdin, _ := cmd.StdinPipe()
 		stdout, _ := cmd.StdoutPipe()

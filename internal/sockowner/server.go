@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,8 +17,9 @@ import (
 // was down — gets nothing: the connection is closed before a byte is written, and the error
 // names the address, the process and the user (issue 41).
 
-// CheckServer returns nil when root or this process's user holds the other end of c, and
-// otherwise an error naming who does. A TCP peer that is not on this host (its address is
+// CheckServer returns nil when root or this process's user holds the other end of c (or, for
+// a unix socket, the owner of a directory only it may write: socketDirOwner), and otherwise an
+// error naming who does. A TCP peer that is not on this host (its address is
 // none of this host's) is not checked: nothing local can stand in for it.
 func CheckServer(c net.Conn) error {
 	uid, pid, err := serverOf(c)
@@ -26,10 +29,28 @@ func CheckServer(c net.Conn) error {
 	if err != nil {
 		return fmt.Errorf("%s: cannot tell who serves it, so nothing is sent to it: %w", name(c), err)
 	}
-	if me := os.Geteuid(); uid != 0 && uid != int64(me) {
+	if me := os.Geteuid(); uid != 0 && uid != int64(me) && uid != socketDirOwner(c) {
 		return fmt.Errorf("%s is served by %s, neither root nor this user (uid %d): nothing is sent to it — another local user may hold the address while the agent is down, or the agent listens elsewhere (its own socket: unix:/var/lib/agentd/api.sock)", name(c), Holder{UID: uid, PID: pid()}, me)
 	}
 	return nil
+}
+
+// socketDirOwner is the owner of a unix socket's directory when nobody else may write there
+// (-1 otherwise): only that user (or root) can have put a socket in it — an agent running as
+// its own user, in its data directory. A TCP port has no such place.
+func socketDirOwner(c net.Conn) int64 {
+	u, ok := c.RemoteAddr().(*net.UnixAddr)
+	if !ok {
+		return -1
+	}
+	st, err := os.Stat(filepath.Dir(u.Name))
+	if err != nil || st.Mode().Perm()&0o022 != 0 {
+		return -1
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return int64(sys.Uid)
+	}
+	return -1
 }
 
 var errRemote = errors.New("the peer is on another host")

@@ -171,7 +171,8 @@ func BenchmarkLookup(b *testing.B) {
 
 // TestOnlyRootOrThisUserServes: a connection to a listener of this process's user (TCP over
 // IPv4 and IPv6, a unix socket) passes; one to uid 65534's listener is refused naming the
-// address, its pid and its uid — before anything is written.
+// address, its pid and its uid — before anything is written — unless it is a unix socket in a
+// directory only uid 65534 may write (an agent running as its own user).
 func TestOnlyRootOrThisUserServes(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
 		client, _ := pair(t, "tcp", addr)
@@ -182,6 +183,40 @@ func TestOnlyRootOrThisUserServes(t *testing.T) {
 	client, _ := pair(t, "unix", filepath.Join(t.TempDir(), "s"))
 	if err := sockowner.CheckServer(client); err != nil {
 		t.Errorf("this user's unix socket: %v", err)
+	}
+	// A unix socket of uid 65534: refused in a directory others may write (/tmp-like), served
+	// as an agent of its own user in a directory only that user writes.
+	base, err := os.MkdirTemp("", "sockowner-") // not t.TempDir: uid 65534 must pass through
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shared, private := filepath.Join(base, "shared"), filepath.Join(base, "private")
+	for dir, mode := range map[string]os.FileMode{shared: 0o1777, private: 0o700} {
+		if err := os.Mkdir(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Skipf("needs root: %v", err)
+		}
+	}
+	holdSocketsAt(t, 65534, 2, filepath.Join(shared, "s"))
+	holdSocketsAt(t, 65534, 2, filepath.Join(private, "s"))
+	for dir, refused := range map[string]bool{shared: true, private: false} {
+		c, err := net.Dial("unix", filepath.Join(dir, "s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := sockowner.CheckServer(c); (err != nil) != refused || refused && !strings.Contains(err.Error(), "uid 65534") {
+			t.Errorf("uid 65534's socket in %s: %v; refused: %v", dir, err, refused)
+		}
 	}
 	held := holdSockets(t, 65534, 2)
 	c, err := net.Dial("tcp", held[0].listen.String())
