@@ -89,7 +89,7 @@ func (d *devCmd) Run(ctx context.Context) error {
 	tty := isatty.IsTerminal(os.Stdout.Fd())
 	fmt.Fprintf(out, "agentd dev: %d tasks on the simulated runtime; control plane on %s throttled to %g req/s; cleanup wait %s\n",
 		d.Tasks, ln.Addr(), d.ThrottleRPS, d.CleanupWait)
-	fmt.Fprintf(out, "status page: http://%[1]s/   introspection: http://%[1]s/v1/tasks   journal: %[2]s   log: %[3]s\n\n", a.ln.Addr(), filepath.Join(d.DataDir, journal.FileName), logPath)
+	fmt.Fprintf(out, "status page: http://%[1]s/   introspection: http://%[1]s/v1/tasks   journal: %[2]s   log: %[3]s\n\n", a.listen, filepath.Join(d.DataDir, journal.FileName), logPath)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	lastPlain, drawn := time.Time{}, 0

@@ -24,7 +24,7 @@ type logsCmd struct {
 	Container string `arg:"" help:"Container name."`
 	Tail      int    `default:"-1" help:"Only the last N lines (default: all)."`
 	Follow    bool   `short:"f" help:"Keep printing what the container writes until it stops (or Ctrl-C)."`
-	API       string `default:"http://127.0.0.1:51678" env:"AGENTD_API" help:"The running agent's introspection API (its --listen address: a URL, or unix:PATH)."`
+	API       string `default:"unix:/var/lib/agentd/api.sock" env:"AGENTD_API" help:"The running agent's introspection API: its trusted socket (unix:PATH, its --api-socket, by default api.sock in its data directory) or its --listen URL. Nothing is sent unless root or this user serves it."`
 	APIToken  string `name:"api-token-file" env:"AGENTD_API_TOKEN_FILE" help:"Bearer token file of an agent whose API requires one."`
 }
 

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kong"
@@ -182,10 +182,13 @@ type agent struct {
 	rt     docker.Runtime
 	cp     *backend.Client
 	eng    *engine.Engine
-	srv    *http.Server
-	ln     net.Listener
-	otlp   *otlpShipping
-	runErr chan error
+	srv    *http.Server // the API on --listen
+	listen string       // its address: bound, or (while retried) as configured
+	// sockSrv is the API on the trusted local socket (--api-socket); nil without one.
+	sockSrv *http.Server
+	stopAPI context.CancelFunc // ends the retries of listeners not bound yet
+	otlp    *otlpShipping
+	runErr  chan error
 }
 
 // startAgent opens everything in the order that keeps the guarantees: the journal (or a clear
@@ -195,16 +198,20 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	if c.Trust.APIFollowIdle < 0 || c.Trust.APIFollowLifetime < 0 {
 		return nil, fmt.Errorf("--api-follow-idle %s, --api-follow-lifetime %s: must not be negative", c.Trust.APIFollowIdle, c.Trust.APIFollowLifetime)
 	}
-	api, err := introspect.Guard(introspect.Options{Listen: c.Listen, TokenFile: c.Trust.APITokenFile, Hosts: c.Trust.APIHost, Group: c.Trust.APIGroup,
-		Limits: introspect.Limits{FollowIdle: c.Trust.APIFollowIdle, FollowLifetime: c.Trust.APIFollowLifetime}})
+	limits := introspect.Limits{FollowIdle: c.Trust.APIFollowIdle, FollowLifetime: c.Trust.APIFollowLifetime}
+	api, err := introspect.Guard(introspect.Options{Listen: c.Listen, TokenFile: c.Trust.APITokenFile, Hosts: c.Trust.APIHost, Group: c.Trust.APIGroup, Limits: limits})
 	if err != nil {
 		return nil, err
 	}
-	ln, err := api.Listen()
-	if err != nil {
-		return nil, err
+	var sockAPI *introspect.API // the trusted local socket (--api-socket); none when --listen is one
+	if sock := c.Trust.apiSocket(c.DataDir); sock != "" && !strings.HasPrefix(c.Listen, "unix:") {
+		if sockAPI, err = introspect.Guard(introspect.Options{Listen: "unix:" + sock, Flag: "--api-socket", TokenFile: c.Trust.APITokenFile, Limits: limits}); err != nil {
+			return nil, err
+		}
 	}
-	a := &agent{log: log, ln: ln, runErr: make(chan error, 1)}
+	a := &agent{log: log, runErr: make(chan error, 1)}
+	apiCtx, stopAPI := context.WithCancel(ctx)
+	a.stopAPI = stopAPI
 	fail := func(err error) (*agent, error) { a.close(); return nil, err }
 	var key *seal.Key
 	a.j, key, err = openSealedJournal(ctx, c.DataDir, c.Trust.NewSealKey)
@@ -259,8 +266,13 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	a.eng.RegisterStateCollector()
 	registerHealthCollector(a.eng) // healthmetrics.go
 	// The API answers 503 while recovering, so it starts first.
-	a.srv = api.Server(introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: logReader(a.rt)}, fsm.Config{CleanupWait: c.CleanupWait}))
-	go func() { _ = a.srv.Serve(ln) }()
+	h := introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: logReader(a.rt)}, fsm.Config{CleanupWait: c.CleanupWait})
+	a.srv = api.Server(h)
+	a.listen = a.serveAPI(apiCtx, api, a.srv, introspect.HealthListen)
+	if sockAPI != nil {
+		a.sockSrv = sockAPI.Server(h)
+		a.serveAPI(apiCtx, sockAPI, a.sockSrv, introspect.HealthSocket)
+	}
 	if err := a.eng.Recover(ctx); err != nil {
 		return fail(err)
 	}
@@ -273,7 +285,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	debug.FreeOSMemory()
 	limit := c.MemoryLimit.apply(goMemoryAtRest())
 	go c.MemoryLimit.follow(ctx, time.Second) // an auto limit never falls under what a burst holds live
-	log.Info().Int64("memory_limit", limit).Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", ln.Addr().String()).
+	log.Info().Int64("memory_limit", limit).Str("data_dir", c.DataDir).Str("runtime", c.Runtime).Str("backend", c.Backend).Str("listen", a.listen).Str("api_socket", c.Trust.apiSocket(c.DataDir)).
 		Dur("cleanup_wait", c.CleanupWait).Msg("agent running")
 	// Shipping starts after recovery: it reads only committed records, from its saved position.
 	if a.otlp, err = startOTLP(ctx, c.OTLPEndpoint, a.j, a.eng, id, log); err != nil {
@@ -296,12 +308,18 @@ func (a *agent) wait(ctx context.Context) error {
 }
 
 func (a *agent) close() {
+	if a.stopAPI != nil {
+		a.stopAPI()
+	}
 	if a.srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = a.srv.Shutdown(sctx)
 		cancel()
-	} else if a.ln != nil {
-		a.ln.Close()
+	}
+	if a.sockSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = a.sockSrv.Shutdown(sctx)
+		cancel()
 	}
 	if a.cp != nil {
 		a.cp.Close()
@@ -330,6 +348,33 @@ func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.Pu
 		return nil, berr
 	}
 	return e, err
+}
+
+// serveAPI serves srv on api's listener, bound now (its address returned) or, when it cannot
+// be, by a retry (introspect/keep.go): meanwhile the health source src is degraded, naming
+// who holds the address, and the agent works on.
+func (a *agent) serveAPI(ctx context.Context, api *introspect.API, srv *http.Server, src engine.HealthSource) string {
+	a.eng.RegisterDegradedSource(src)
+	ln, err := api.Listen()
+	if err == nil {
+		go func() { _ = srv.Serve(ln) }()
+		return ln.Addr().String()
+	}
+	go func() {
+		said := ""
+		ln := api.KeepTrying(ctx, err, func(problem string) {
+			a.eng.SetDegraded(src, problem)
+			if problem != "" && problem != said { // once per change, not per retry
+				a.log.Warn().Str("source", string(src)).Str("problem", problem).Msg("the API is not listening; the agent runs on, degraded")
+			}
+			said = problem
+		})
+		if ln != nil {
+			a.log.Info().Str("source", string(src)).Str("listen", ln.Addr().String()).Msg("API listening")
+			_ = srv.Serve(ln)
+		}
+	}()
+	return api.Addr()
 }
 
 // logReader is the runtime's log reader, or nil (the API then says it serves no logs).

@@ -39,7 +39,7 @@ func (a *agent) notifySystemd(ctx context.Context) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	a.sdNotify(daemon.SdNotifyReady + "\nSTATUS=recovered; serving on " + a.ln.Addr().String())
+	a.sdNotify(daemon.SdNotifyReady + "\nSTATUS=recovered; serving on " + a.listen)
 	defer a.sdNotify(daemon.SdNotifyStopping)
 
 	interval, err := daemon.SdWatchdogEnabled(false)

@@ -86,7 +86,7 @@ func TestSystemdReadinessAndWatchdog(t *testing.T) {
 	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- a.wait(ctx) }()
-	api := "http://" + a.ln.Addr().String()
+	api := "http://" + a.listen
 
 	first := next(t, msgs, 10*time.Second, "READY=1")
 	if !strings.HasPrefix(first, "READY=1\n") || !strings.Contains(first, "STATUS=") {
@@ -177,7 +177,7 @@ func TestUnitFileVerifies(t *testing.T) {
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
-	for _, want := range []string{"Type=notify", "Restart=on-failure", "WatchdogSec=", "NotifyAccess=main", "After=network-online.target docker.service"} {
+	for _, want := range []string{"Type=notify", "Restart=always", "StartLimitIntervalSec=0", "AF_NETLINK", "WatchdogSec=", "NotifyAccess=main", "After=network-online.target docker.service"} {
 		if !strings.Contains(string(deploy.Unit), want) {
 			t.Errorf("the unit lacks %q", want)
 		}

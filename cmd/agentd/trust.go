@@ -19,10 +19,25 @@ type trustFlags struct {
 	AllowPlainToken   bool          `env:"AGENTD_ALLOW_PLAIN_TOKEN" help:"Allow sending the bearer token over plain http:// to a backend that is not on loopback (it can be read on the wire)."`
 	APITokenFile      string        `env:"AGENTD_API_TOKEN_FILE" help:"File holding the bearer token of the introspection API: needed for a --listen that is not loopback; on loopback it lets users other than root and the agent's read tasks, logs and the journal."`
 	APIHost           []string      `name:"api-host" env:"AGENTD_API_HOST" placeholder:"NAME" help:"A host name the API answers to besides localhost and IP addresses (repeatable); a request naming any other Host gets 421 (DNS rebinding)."`
+	APISocket         string        `name:"api-socket" env:"AGENTD_API_SOCKET" placeholder:"PATH|off" help:"The API's trusted local socket (0600): root and the agent's user read everything there, as agentd logs and journal --live do by default. Default: api.sock in --data-dir (a directory only the agent's user may write); off: none. Not served when --listen is itself a unix socket."`
 	APIGroup          string        `name:"api-group" env:"AGENTD_API_GROUP" placeholder:"GROUP" help:"Group whose members may use the unix socket of --listen unix:PATH (mode 0660 instead of 0600)."`
 	APIFollowIdle     time.Duration `name:"api-follow-idle" default:"5m" env:"AGENTD_API_FOLLOW_IDLE" help:"A followed container log that writes nothing for this long is ended (its slot freed; agentd logs says so)."`
 	APIFollowLifetime time.Duration `name:"api-follow-lifetime" default:"1h" env:"AGENTD_API_FOLLOW_LIFETIME" help:"A followed container log is ended after this long, however much it writes."`
 }
+
+// apiSocket is the path of the trusted local socket, "" for none (--api-socket off).
+func (f trustFlags) apiSocket(dataDir string) string {
+	switch f.APISocket {
+	case "off":
+		return ""
+	case "":
+		return filepath.Join(dataDir, apiSocketName)
+	}
+	return f.APISocket
+}
+
+// apiSocketName is the trusted local socket's name in the data directory.
+const apiSocketName = "api.sock"
 
 // dataDirFiles are the agent's own files in its data directory: none may be a symlink.
 var dataDirFiles = []string{journal.FileName, journal.FileName + ".pid", seal.KeyFileName, simruntime.FileName}

@@ -67,7 +67,7 @@ func startTrustRig(t *testing.T, dir string, cfg agentConfig) *trustRig {
 		cancel()
 		t.Fatal(err)
 	}
-	r.agent, r.api = a, "http://"+strings.Replace(a.ln.Addr().String(), "[::]", "127.0.0.1", 1)
+	r.agent, r.api = a, "http://"+strings.Replace(a.listen, "[::]", "127.0.0.1", 1)
 	var once bool
 	r.stop = func() {
 		if !once {

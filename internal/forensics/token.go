@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+
+	"github.com/agentd/agentd/internal/sockowner"
 )
 
 // ClientHeader is the request header every client of the agent's own sends to its API
@@ -22,15 +24,31 @@ const ClientHeader = "Agentd-Client"
 // --api-group decide who may connect. It returns the client and the base URL to ask. Every
 // request carries ClientHeader; redirects are refused, as the API never sends one, so the
 // header never travels to an address the caller did not name.
+//
+// Nothing is sent before the server is known: a connection is used only when root or this
+// user holds its other end (sockowner.CheckServer), so a local user who took the agent's
+// address while it was down gets neither the header nor a token.
 func APIClient(addr string) (*http.Client, string) {
-	var base http.RoundTripper = http.DefaultTransport
 	path, unix := strings.CutPrefix(addr, "unix:")
-	if unix {
-		dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	dial := func(ctx context.Context, network, hostport string) (net.Conn, error) {
+		var c net.Conn
+		var err error
+		if unix {
+			c, err = sockowner.DialUnix(ctx, path)
+		} else {
+			c, err = (&net.Dialer{}).DialContext(ctx, network, hostport)
 		}
-		base = &http.Transport{DialContext: dial}
+		if err != nil {
+			return nil, err
+		}
+		if err := sockowner.CheckServer(c); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("the agent's API at %s: %w", addr, err)
+		}
+		return c, nil
 	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.DialContext, base.Proxy = dial, nil // a proxy would hide who serves
 	c := &http.Client{Transport: ownClient{base}, CheckRedirect: func(req *http.Request, _ []*http.Request) error {
 		return fmt.Errorf("the agent's API at %s redirected to %s: it never does, so this is not an agent's API", addr, req.URL.Redacted())
 	}}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/datadir"
+	"github.com/agentd/agentd/internal/sockowner"
 )
 
 // Bounds of the API: a client may be slow or hostile, the agent must not care.
@@ -64,6 +65,7 @@ func (l Limits) withDefaults() Limits {
 // Options are the API's settings: --listen, --api-token-file, --api-host, --api-group.
 type Options struct {
 	Listen    string
+	Flag      string   // the flag that gave Listen, for errors ("" : --listen)
 	TokenFile string   // "" : no token (then only a loopback address or a unix socket is allowed)
 	Hosts     []string // names the API answers to besides localhost and IP literals (--api-host)
 	Group     string   // group that may use the unix socket (mode 0660 instead of 0600)
@@ -74,6 +76,7 @@ type Options struct {
 // (access.go): loopback TCP, any other address only with a bearer token, or a unix socket.
 type API struct {
 	network, addr string
+	flag          string   // --listen or --api-socket
 	loopback      bool     // a TCP listener on loopback: callers without credentials see the open pages
 	token         []byte   // nil: no token configured
 	hosts         []string // lower-case, without port
@@ -85,7 +88,10 @@ type API struct {
 // a name) needs a token file, or a unix socket instead; otherwise the agent refuses to start
 // with an error naming both ways.
 func Guard(o Options) (*API, error) {
-	a := &API{network: "tcp", addr: o.Listen, gid: -1, limits: o.Limits.withDefaults()}
+	a := &API{network: "tcp", addr: o.Listen, flag: o.Flag, gid: -1, limits: o.Limits.withDefaults()}
+	if a.flag == "" {
+		a.flag = "--listen"
+	}
 	if path, ok := strings.CutPrefix(o.Listen, "unix:"); ok {
 		if path == "" {
 			return nil, fmt.Errorf("--listen %q: want unix:/path/to/socket", o.Listen)
@@ -131,6 +137,14 @@ func Guard(o Options) (*API, error) {
 	return a, nil
 }
 
+// Addr is the address the API is to listen on, as configured (unix:PATH for a socket).
+func (a *API) Addr() string {
+	if a.network == "unix" {
+		return "unix:" + a.addr
+	}
+	return a.addr
+}
+
 // loopback reports whether a host:port names only the loopback interface.
 func loopback(hostport string) bool {
 	host, _, err := net.SplitHostPort(hostport)
@@ -152,14 +166,14 @@ func loopback(hostport string) bool {
 // file, a link).
 func (a *API) Listen() (net.Listener, error) {
 	if a.network == "unix" {
-		if err := clearStaleSocket(a.addr); err != nil {
+		if err := clearStaleSocket(a.flag, a.addr); err != nil {
 			return nil, err
 		}
 		return a.listenUnix()
 	}
 	ln, err := net.Listen(a.network, a.addr)
 	if err != nil {
-		return nil, fmt.Errorf("--listen %s: %w", a.addr, err)
+		return nil, fmt.Errorf("%s %s: %w", a.flag, a.addr, err)
 	}
 	if a.loopback {
 		return newOwnedListener(ln), nil
@@ -175,7 +189,7 @@ func (a *API) Listen() (net.Listener, error) {
 // not replace whatever appeared at the path meanwhile. Closing the listener removes the
 // path only while it is still this socket.
 func (a *API) listenUnix() (net.Listener, error) {
-	fail := func(err error) (net.Listener, error) { return nil, fmt.Errorf("--listen unix:%s: %w", a.addr, err) }
+	fail := func(err error) (net.Listener, error) { return nil, fmt.Errorf("%s unix:%s: %w", a.flag, a.addr, err) }
 	private, err := os.MkdirTemp(filepath.Dir(a.addr), ".agentd-")
 	if err != nil {
 		return fail(err)
@@ -244,27 +258,34 @@ func (l *unixListener) Close() error {
 }
 
 // clearStaleSocket removes what is at path only when it is a socket nobody answers on.
-func clearStaleSocket(path string) error {
+func clearStaleSocket(flag, path string) error {
 	st, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("--listen unix:%s: %w", path, err)
+		return fmt.Errorf("%s unix:%s: %w", flag, path, err)
 	}
 	if st.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("--listen unix:%s: a file that is not a socket is in the way (%s); remove it or choose another path", path, st.Mode().Type())
+		return fmt.Errorf("%s unix:%s: a file that is not a socket is in the way (%s); remove it or choose another path", flag, path, st.Mode().Type())
 	}
-	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	c, err := sockowner.DialUnix(ctx, path)
+	cancel()
 	if err == nil {
+		h, herr := sockowner.UnixPeer(c)
 		c.Close()
-		return fmt.Errorf("--listen unix:%s: a live process answers on this socket (another agentd?); stop it or choose another path — it is not removed", path)
+		who := "a live process"
+		if herr == nil {
+			who += ", " + h.String() + ","
+		}
+		return fmt.Errorf("%s unix:%s: %s answers on this socket (another agentd?); stop it or choose another path — it is not removed", flag, path, who)
 	}
 	if !errors.Is(err, syscall.ECONNREFUSED) {
-		return fmt.Errorf("--listen unix:%s: cannot tell whether a live process answers on this socket (%v); it is not removed", path, err)
+		return fmt.Errorf("%s unix:%s: cannot tell whether a live process answers on this socket (%v); it is not removed", flag, path, err)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("--listen unix:%s: removing the stale socket: %w", path, err)
+		return fmt.Errorf("%s unix:%s: removing the stale socket: %w", flag, path, err)
 	}
 	return nil
 }
