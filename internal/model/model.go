@@ -73,7 +73,8 @@ type change struct {
 type container struct {
 	known      event.Status
 	inFlight   string // the call whose intent is journaled and whose outcome is not
-	ran        bool   // a start's outcome (RUNNING) is journaled: the runtime started it
+	intents    int    // starts asked for (call_started), each journaled before the call
+	starts     int    // start outcomes journaled (RUNNING): the runtime started it; at most 1
 	rolledBack bool   // the runtime lost its create once: one CREATED → CREATED follows
 	removed    bool
 	stopSeq    uint64 // the record that made its STOPPED change

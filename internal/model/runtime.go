@@ -23,10 +23,11 @@ func callStarted(m *Model, rec event.Record) {
 		m.breaks(rec, RuleStartedTwice, "%s while a %s of it is in flight", call, c.inFlight)
 	case c.known == event.StatusStopped:
 		m.breaks(rec, RuleStartAfterStopped, "%s of a container STOPPED at record %d", call, c.stopSeq)
-	case c.ran:
-		m.breaks(rec, RuleStartedTwice, "%s of a container that already ran", call)
+	case c.starts > 0:
+		m.breaks(rec, RuleStartedTwice, "%s #%d of a container that already ran", call, c.intents+1)
 	}
 	c.inFlight = call
+	c.intents++
 }
 
 // callEnded: the call was not carried out, so the container is no longer in flight.
@@ -50,7 +51,7 @@ func containerRolledBack(m *Model, rec event.Record) {
 		return
 	}
 	switch {
-	case c.ran || c.inFlight != "":
+	case c.starts > 0 || c.inFlight != "":
 		m.breaks(rec, RuleStartedTwice, "rolled back a container that ran or has a start in flight: made again, it may run twice")
 	case c.known != event.StatusCreated || c.rolledBack:
 		m.breaks(rec, RuleStatusOrder, "rolled back a container that is %s (rolled back before: %t)", c.known, c.rolledBack)
@@ -67,8 +68,8 @@ func containerTransitioned(m *Model, rec event.Record) {
 	switch {
 	case t.cleaned:
 		m.breaks(rec, RuleTaskTwice, "container %s → %s in a cleaned task", e.From, e.To)
-	case e.To == event.StatusRunning && c.ran:
-		m.breaks(rec, RuleStartedTwice, "RUNNING again")
+	case e.To == event.StatusRunning && c.starts > 0:
+		m.breaks(rec, RuleStartedTwice, "RUNNING again: start outcome #%d", c.starts+1)
 	case e.To == event.StatusRunning && (c.known == event.StatusStopped || t.stopped()):
 		m.breaks(rec, RuleStartAfterStopped, "RUNNING after the container (record %d) or its task (record %d) was STOPPED", c.stopSeq, t.stopSeq)
 	case t.stopped():
@@ -87,7 +88,7 @@ func containerTransitioned(m *Model, rec event.Record) {
 		m.breaks(rec, RuleStatusOrder, "container %s → %s", e.From, e.To)
 	}
 	if e.To == event.StatusRunning {
-		c.ran = true
+		c.starts++
 	}
 	c.inFlight = ""
 	if e.From != e.To && e.To.Reportable() {
