@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +25,9 @@ func TestJournalVerifyModelNamesTheViolation(t *testing.T) {
 	t.Parallel()
 	bin := agentdBinary(t)
 	path := filepath.Join(t.TempDir(), journal.FileName)
-	copyFile(t, "../../testdata/journals/dev.db", path)
+	if b, err := os.ReadFile("../../testdata/journals/dev.db"); err != nil || os.WriteFile(path, b, 0o600) != nil {
+		t.Fatalf("copy the recorded dev journal: %v", err)
+	}
 	out, err := exec.Command(bin, "journal", "verify", "--model", "--file", path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "every rule of the protocol model holds") {
 		t.Fatalf("verify --model of the recorded dev journal: %v\n%s", err, out)
@@ -84,23 +85,4 @@ func unsettleFirstStop(t *testing.T, path string) event.Record {
 		t.Fatal(err)
 	}
 	return acked
-}
-
-func copyFile(t *testing.T, src, dst string) {
-	t.Helper()
-	in, err := os.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
 }

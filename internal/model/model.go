@@ -76,7 +76,6 @@ type container struct {
 	intents    int    // starts asked for (call_started), each journaled before the call
 	starts     int    // start outcomes journaled (RUNNING): the runtime started it; at most 1
 	rolledBack bool   // the runtime lost its create once: one CREATED → CREATED follows
-	removed    bool
 	stopSeq    uint64 // the record that made its STOPPED change
 }
 

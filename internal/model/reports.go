@@ -141,7 +141,6 @@ func containerRemoved(m *Model, rec event.Record) {
 	case c.known == event.StatusRunning || c.inFlight != "":
 		m.breaks(rec, RuleStoppedWhileRunning, "container removed while %s (in flight: %q)", c.known, c.inFlight)
 	}
-	c.removed = true
 }
 
 func taskCleaned(m *Model, rec event.Record) {
