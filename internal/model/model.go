@@ -14,6 +14,7 @@ package model
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/agentd/agentd/internal/event"
 )
@@ -151,14 +152,11 @@ func (m *Model) breaks(rec event.Record, rule Rule, format string, args ...any) 
 	m.violations = append(m.violations, v)
 }
 
-// cut reports whether record seq was dropped by a compaction (it lies in a gap).
+// cut reports whether record seq was dropped by a compaction (it lies in a gap). Gaps come in
+// sequence order: a binary search, as a long-lived host's journal holds many cuts.
 func (m *Model) cut(seq uint64) bool {
-	for _, g := range m.gaps {
-		if seq >= g[0] && seq <= g[1] {
-			return true
-		}
-	}
-	return false
+	i := sort.Search(len(m.gaps), func(i int) bool { return m.gaps[i][1] >= seq })
+	return i < len(m.gaps) && seq >= m.gaps[i][0]
 }
 
 // taskOf is the record's task, or nil with the violation said.

@@ -48,3 +48,20 @@ func TestTheModelSharesNoCodeWithTheProjection(t *testing.T) {
 		}
 	}
 }
+
+// After a compaction a settle may name a change whose record was cut (a tombstoned task's
+// final STOPPED, re-sent): not a violation. One naming a kept record that made no change is.
+func TestASettleOfACutRecordIsNoViolation(t *testing.T) {
+	m := New()
+	m.Step(event.Record{Seq: 1, Event: &event.AgentStarted{JournalID: "j1"}})
+	m.Step(event.Record{Seq: 5, Event: &event.AgentStarted{JournalID: "j1"}}) // 2..4 cut
+	m.Step(event.Record{Seq: 9, Event: &event.AgentStopped{}})                // 6..8 cut
+	m.Step(event.Record{Seq: 10, Event: &event.ChangesSettled{Accepted: []string{"c-j1-3", "c-j1-7"}}})
+	if v := m.Violations(); len(v) != 0 {
+		t.Fatalf("settles of cut records: %v", v)
+	}
+	m.Step(event.Record{Seq: 11, Event: &event.ChangesSettled{Accepted: []string{"c-j1-5"}}})
+	if v := m.Violations(); len(v) != 1 || v[0].Rule != RuleSentAhead || v[0].Seq != 11 {
+		t.Fatalf("a settle of kept record 5, which made no change: %v", v)
+	}
+}
