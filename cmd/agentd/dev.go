@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/forensics"
+	"github.com/agentd/agentd/internal/model"
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
@@ -135,6 +136,7 @@ func (d *devCmd) Run(ctx context.Context) error {
 		return err
 	}
 	rep, err := forensics.Verify(j)
+	modelErr := model.Check(j) // and read by the independent model of the protocol
 	closeJ()
 	if err != nil {
 		return err
@@ -143,13 +145,16 @@ func (d *devCmd) Run(ctx context.Context) error {
 		rep.Write(out)
 		return fmt.Errorf("the journal breaks %d invariants", len(rep.Findings))
 	}
-	fmt.Fprintf(out, "journal verified: no task was cleaned before the control plane acknowledged its STOPPED; the longest wait for an acknowledgement was %s\n\n", p.longestWait.Round(time.Millisecond))
+	if modelErr != nil {
+		return modelErr
+	}
+	fmt.Fprintf(out, "journal verified: no task was cleaned before the control plane acknowledged its STOPPED (the protocol model agrees); the longest wait for an acknowledgement was %s\n\n", p.longestWait.Round(time.Millisecond))
 	fmt.Fprintf(out, "The journal is left in %s. Explore it:\n", d.DataDir)
 	fmt.Fprintf(out, "  agentd journal stats    --data-dir %s\n", d.DataDir)
 	fmt.Fprintf(out, "  agentd journal dump     --data-dir %s --task task/dev-007\n", d.DataDir)
 	fmt.Fprintf(out, "  agentd journal timeline --data-dir %s --task task/dev-007 --svg dev-007.svg\n", d.DataDir)
 	fmt.Fprintf(out, "  agentd journal replay   --data-dir %s --to-seq 200\n", d.DataDir)
-	fmt.Fprintf(out, "  agentd journal verify   --data-dir %s\n", d.DataDir)
+	fmt.Fprintf(out, "  agentd journal verify   --data-dir %s --model\n", d.DataDir)
 	if p.violations > 0 {
 		return fmt.Errorf("the control plane saw %d protocol violations", p.violations)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/model"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
@@ -371,6 +372,9 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 	defer j.Close()
 	if rep, err := forensics.Verify(j); err != nil || len(rep.Findings) > 0 {
 		t.Fatalf("journal verify: %v %v", rep.Findings, err)
+	}
+	if err := model.Check(j); err != nil {
+		t.Fatal(err)
 	}
 	err = j.Iterate(1, func(r event.Record) error {
 		switch ev := r.Event.(type) {

@@ -277,6 +277,7 @@ func (c *journalTimelineCmd) Run(ctx context.Context) error {
 
 type journalVerifyCmd struct {
 	journalSource
+	Model bool `help:"Also check the records against the independent model of the protocol (internal/model): each violation named by record and rule; exit 1 on any."`
 }
 
 func (c *journalVerifyCmd) Run(ctx context.Context) error {
@@ -298,10 +299,11 @@ func (c *journalVerifyCmd) Run(ctx context.Context) error {
 	} else {
 		rep.Write(os.Stdout)
 	}
+	modelErr := verifyModel(c.Model, j, c.JSON)
 	if len(rep.Findings) > 0 {
 		return fmt.Errorf("verify: %d problems", len(rep.Findings))
 	}
-	return nil
+	return modelErr
 }
 
 type journalStatsCmd struct {

@@ -17,6 +17,7 @@ import (
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/model"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
@@ -259,6 +260,9 @@ func journalCreations(t *testing.T, data string) map[string]int {
 	defer j.Close()
 	if rep, err := forensics.Verify(j); err != nil || len(rep.Findings) > 0 {
 		t.Fatalf("journal verify: %v %v", rep.Findings, err)
+	}
+	if err := model.Check(j); err != nil {
+		t.Fatal(err)
 	}
 	created := map[string]int{}
 	err = j.Iterate(1, func(r event.Record) error {

@@ -19,6 +19,7 @@ import (
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/model"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/simruntime"
 )
@@ -269,6 +270,9 @@ func (r *rig) verify() {
 	}
 	if len(rep.Findings) > 0 {
 		r.t.Fatalf("journal verify: %+v", rep.Findings)
+	}
+	if err := model.Check(r.j); err != nil {
+		r.t.Fatal(err)
 	}
 }
 

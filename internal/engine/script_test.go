@@ -21,6 +21,7 @@ import (
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/model"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -117,16 +118,24 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		res, err := s.j.Compact(context.Background(), plan.UpTo, plan.Drop)
 		return s.step(engine.CompactInput{Done: plan.Done(res.Records), Err: err})
 	case "verify": // journal verify: the whole history replayed through the invariant checker
+		// and read by the independent model of the protocol: its violations, if any, follow.
 		rep, err := forensics.Verify(s.j)
 		if err != nil {
 			return "verify: " + err.Error() + "\n"
 		}
-		if len(rep.Findings) == 0 {
+		mrep, err := model.CheckJournal(s.j)
+		if err != nil {
+			return "verify: " + err.Error() + "\n"
+		}
+		if len(rep.Findings) == 0 && len(mrep.Violations) == 0 {
 			return "ok\n"
 		}
 		var b strings.Builder
 		for _, f := range rep.Findings {
 			fmt.Fprintf(&b, "record %d: %s: %s\n", f.Seq, f.Kind, f.Detail)
+		}
+		for _, v := range mrep.Violations {
+			fmt.Fprintf(&b, "model: %s\n", v)
 		}
 		return b.String()
 	case "crash":

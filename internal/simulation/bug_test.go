@@ -5,6 +5,8 @@ package simulation
 import (
 	"strings"
 	"testing"
+
+	"github.com/agentd/agentd/internal/model"
 )
 
 // Built with -tags simbug, the projection lacks the stopped-acked guard (the seed's bug). The
@@ -15,7 +17,12 @@ func TestSimFindsTheSeedBug(t *testing.T) {
 	for s := uint64(1); s <= bound; s++ {
 		r := runSeed(t, s)
 		if strings.HasPrefix(r.Failure, "GUARD") {
-			t.Logf("seed %d finds the planted bug after %d steps: %s\nthe steps about it:\n%s", s, r.Steps, r.Failure, strings.Join(r.Focus, "\n"))
+			t.Logf("seed %d finds the planted bug after %d steps: %s\nthe steps about it:\n%s\nthe protocol model: %s", s, r.Steps, r.Failure, strings.Join(r.Focus, "\n"), modelVerdict(r))
+			// The independent model, sharing no code with the projection whose guard is out,
+			// names the cleanup from the journal alone.
+			if len(r.Model) == 0 || !strings.Contains(r.Model[0], string(model.RuleCleanupBeforeSettled)) {
+				t.Fatalf("the protocol model did not name the cleanup: %s", modelVerdict(r))
+			}
 			if len(r.Focus) == 0 || len(r.Focus) >= r.Steps {
 				t.Fatalf("the focused trace (%d lines of %d) does not narrow the run down", len(r.Focus), r.Steps)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/model"
 )
 
 // bugHook counts the engine's error lines: a record the projection refused after the engine
@@ -137,6 +138,10 @@ func (s *sim) settle() {
 	})
 	if err != nil {
 		s.fail("journal: %v", err)
+	}
+	// The journal, read by the independent model of the protocol (internal/model).
+	if err := model.Check(s.j); err != nil {
+		s.fail("MODEL: %v", err)
 	}
 	s.log("settled: %d tasks cleaned, %d records", len(s.assigned), s.j.LastSeq())
 }

@@ -38,6 +38,9 @@ type Result struct {
 	Records   uint64
 	Crashes   int
 	Steps     int
+	// Model: on failure, what the independent protocol model (internal/model) says of the
+	// journal as it stands — a second witness that shares no code with the agent.
+	Model []string
 }
 
 // sim is one run.

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/agentd/agentd/internal/model"
 )
 
 func runSeed(t testing.TB, s uint64) Result {
@@ -19,8 +21,8 @@ func runSeed(t testing.TB, s uint64) Result {
 
 func report(t *testing.T, r Result) {
 	t.Helper()
-	t.Errorf("seed %d failed: %s\nreplay: go test ./internal/simulation -run 'TestSim$' -seed %d -v\nthe steps about it:\n%s",
-		r.Seed, r.Failure, r.Seed, strings.Join(r.Focus, "\n"))
+	t.Errorf("seed %d failed: %s\nreplay: go test ./internal/simulation -run 'TestSim$' -seed %d -v\nthe steps about it:\n%s\nthe protocol model: %s",
+		r.Seed, r.Failure, r.Seed, strings.Join(r.Focus, "\n"), modelVerdict(r))
 }
 
 // TestSim runs many seeds of the whole agent under throttling, 5xx, lost answers, re-sent
@@ -74,6 +76,8 @@ func TestSim(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("%d seeds (%d … %d), %d records journaled, %d crashes, %d failed", n, off+1, off+uint64(n), records.Load(), crashes.Load(), len(failed))
+	ok, bad := model.Tally()
+	t.Logf("model: %d journals accepted, %d rejected", ok, bad)
 	for i, r := range failed {
 		if i == 3 {
 			break
@@ -100,9 +104,17 @@ func findsPlantedBug(t *testing.T, prefix string, bound uint64) {
 	t.Helper()
 	for s := uint64(1); s <= bound; s++ {
 		if r := runSeed(t, s); strings.HasPrefix(r.Failure, prefix) {
-			t.Logf("seed %d finds the planted bug after %d steps: %s", s, r.Steps, r.Failure)
+			t.Logf("seed %d finds the planted bug after %d steps: %s\nthe protocol model: %s", s, r.Steps, r.Failure, modelVerdict(r))
 			return
 		}
 	}
 	t.Fatalf("the simulation did not find the planted bug (%s) in %d seeds", prefix, bound)
+}
+
+// modelVerdict is what the independent protocol model said of a failed seed's journal.
+func modelVerdict(r Result) string {
+	if len(r.Model) == 0 {
+		return "the journal keeps every rule it checks"
+	}
+	return strings.Join(r.Model, "\n  ")
 }

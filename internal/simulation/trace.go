@@ -12,6 +12,7 @@ import (
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/model"
 )
 
 func (s *sim) log(format string, a ...any) {
@@ -39,6 +40,15 @@ func (s *sim) fail(format string, a ...any) {
 				s.res.Focus = append(s.res.Focus, fmt.Sprintf("  #%d %s %s %s %s", r.Seq, r.Time.Format("15:04:05.000"), r.Type(), r.Container, event.Describe(r.Event)))
 				return nil
 			})
+		}
+		if s.j != nil {
+			rep, err := model.Read(s.j) // half-way: not a whole journal to count
+			for _, v := range rep.Violations {
+				s.res.Model = append(s.res.Model, v.String())
+			}
+			if err != nil {
+				s.res.Model = append(s.res.Model, err.Error())
+			}
 		}
 	}
 }

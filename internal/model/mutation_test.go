@@ -1,0 +1,86 @@
+package model_test
+
+// Each mutation of a clean life breaks one promise; the model must name the record where it
+// first breaks and the rule. A model that accepts one of these proves nothing by accepting
+// the journals the suites write.
+
+import (
+	"testing"
+
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/model"
+)
+
+func TestTheModelRejectsEachBrokenPromise(t *testing.T) {
+	t.Setenv(model.TallyEnv, "") // planted journals, rejected on purpose: not the suites' to count
+	const a, app = "task/a", "app"
+	startAgain := entry{label: "start again", task: a, container: app, ev: &event.CallStarted{Call: "start"}}
+	for _, tc := range []struct {
+		name string
+		life life
+		rule model.Rule
+		at   string // the label of the record named first
+	}{
+		{name: "cleanup precedes the accept", rule: model.RuleCleanupBeforeSettled, at: "acked",
+			life: cleanLife().moveAfter("settle stop", "cleaned")},
+		{name: "cleanup without stopped-acked", rule: model.RuleCleanupBeforeSettled, at: "cleanup",
+			life: cleanLife().replace("acked", entry{label: "acked", ev: &event.AgentStopped{}})},
+		{name: "a container started twice", rule: model.RuleStartedTwice, at: "start again",
+			life: cleanLife().insertAfter("running", startAgain)},
+		{name: "a start while a start is in flight", rule: model.RuleStartedTwice, at: "start again",
+			life: cleanLife().insertAfter("start", startAgain)},
+		{name: "RUNNING twice", rule: model.RuleStartedTwice, at: "running again",
+			life: cleanLife().insertAfter("running", entry{label: "running again", task: a, container: app, ev: ct(event.StatusRunning, event.StatusRunning)})},
+		{name: "a start after the container's STOPPED", rule: model.RuleStartAfterStopped, at: "start again",
+			life: cleanLife().insertAfter("stopped", startAgain)},
+		{name: "a sent status ahead of known", rule: model.RuleSentAhead, at: "settle stop",
+			life: cleanLife().moveAfter("settle stop", "task running")},
+		{name: "a settle naming a record that made no change", rule: model.RuleSentAhead, at: "settle run",
+			life: cleanLife().replace("settle run", entry{label: "settle run", settles: []string{"start", "task running"}})},
+		{name: "sent goes back", rule: model.RuleSentBackwards, at: "settle late",
+			life: cleanLife().replace("settle run", entry{label: "settle run", settles: []string{"task running"}}).
+				insertAfter("settle stop", entry{label: "settle late", settles: []string{"running"}})},
+		{name: "a task's STOPPED settled before its container's", rule: model.RuleTaskStoppedFirst, at: "settle stop",
+			life: cleanLife().replace("settle stop", entry{label: "settle stop", settles: []string{"task stopped"}}).
+				insertAfter("settle stop", entry{label: "settle late", settles: []string{"stopped"}})},
+		{name: "a task STOPPED while its container runs", rule: model.RuleStoppedWhileRunning, at: "task stopped",
+			life: cleanLife().moveAfter("stopped", "task stopped")},
+		{name: "a container STOPPED while its start is in flight", rule: model.RuleStoppedWhileRunning, at: "stopped",
+			life: cleanLife().replace("running", entry{label: "running", ev: &event.AgentStopped{}}).
+				replace("task running", entry{label: "task running", ev: &event.AgentStopped{}}).
+				replace("settle run", entry{label: "settle run", ev: &event.AgentStopped{}}).
+				replace("stopped", entry{label: "stopped", task: a, container: app, ev: ct(event.StatusCreated, event.StatusStopped)}).
+				replace("task stopped", entry{label: "task stopped", task: a, ev: tt(event.StatusNone, event.StatusStopped)})},
+		{name: "a payload applied twice", rule: model.RulePayloadTwice, at: "payload again",
+			life: cleanLife().insertAfter("added", entry{label: "payload again", ev: &event.PayloadReceived{MessageID: "m1"}})},
+		{name: "a cleaned task run again", rule: model.RuleTaskTwice, at: "added again",
+			life: cleanLife().insertAfter("cleaned", entry{label: "added again", task: a, ev: &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: app, Image: "web:1"}}}})},
+		{name: "a status that goes back", rule: model.RuleStatusOrder, at: "back",
+			life: cleanLife().insertAfter("running", entry{label: "back", task: a, container: app, ev: ct(event.StatusRunning, event.StatusCreated)})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := model.CheckJournal(tc.life.write(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Violations) == 0 {
+				t.Fatalf("the model accepted the journal (%d records)", rep.Records)
+			}
+			got, want := rep.Violations[0], uint64(tc.life.index(tc.at)+1)
+			if got.Rule != tc.rule || got.Seq != want {
+				t.Fatalf("first violation %v; want %q at record %d\nall: %v", got, tc.rule, want, rep.Err())
+			}
+			t.Log(got)
+		})
+	}
+}
+
+func TestTheModelAcceptsACleanLife(t *testing.T) {
+	rep, err := model.CheckJournal(cleanLife().write(t))
+	if err != nil || rep.Err() != nil {
+		t.Fatalf("%v %v", err, rep.Err())
+	}
+	if rep.Records != len(cleanLife()) || rep.Tasks != 1 {
+		t.Fatalf("read %d records and %d tasks; want %d and 1", rep.Records, rep.Tasks, len(cleanLife()))
+	}
+}
