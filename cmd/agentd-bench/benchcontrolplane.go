@@ -10,9 +10,9 @@ import (
 )
 
 type benchCPCmd struct {
-	Agents int    `default:"1000" help:"Agents, each holding a long poll (raw HTTP clients in this process, one connection each)."`
-	Tasks  int    `default:"3" help:"Tasks each agent is given, has delivered, acknowledges and reports RUNNING before its long poll (0 to 50)."`
-	JSON   bool   `name:"json" help:"Print one JSON object."`
+	Agents int  `default:"1000" help:"Agents, each holding a long poll (raw HTTP clients in this process, one connection each)."`
+	Tasks  int  `default:"3" help:"Tasks each agent is given, has delivered, acknowledges and reports RUNNING before its long poll (0 to 50)."`
+	JSON   bool `name:"json" help:"Print one JSON object."`
 }
 
 func (b *benchCPCmd) Run(ctx context.Context) error {
