@@ -102,17 +102,18 @@ type Image struct {
 	dirs   map[string]bool
 	names  map[string]uint64 // path → inode
 	inodes map[uint64]*file
+	owned  map[uint64]bool // inodes this Image copied already: changed in place, no clone shares them
 }
 
 // NewImage is an empty tree.
 func NewImage() *Image {
-	return &Image{dirs: map[string]bool{"": true}, names: map[string]uint64{}, inodes: map[uint64]*file{}}
+	return &Image{dirs: map[string]bool{"": true}, names: map[string]uint64{}, inodes: map[uint64]*file{}, owned: map[uint64]bool{}}
 }
 
 // Clone is an independent copy sharing the (immutable) blocks.
 func (im *Image) Clone() *Image {
 	c := &Image{dirs: make(map[string]bool, len(im.dirs)), names: make(map[string]uint64, len(im.names)),
-		inodes: make(map[uint64]*file, len(im.inodes))}
+		inodes: make(map[uint64]*file, len(im.inodes)), owned: map[uint64]bool{}}
 	for d := range im.dirs {
 		c.dirs[d] = true
 	}
@@ -120,20 +121,25 @@ func (im *Image) Clone() *Image {
 		c.names[n] = ino
 	}
 	for ino, f := range im.inodes {
-		c.inodes[ino] = f // copied on the first change (inode)
+		c.inodes[ino] = f // copied on the first change (inode), by either
 	}
+	clear(im.owned)
 	return c
 }
 
 // inode returns ino's contents for changing, copying them first if a clone may share them.
 func (im *Image) inode(ino uint64) *file {
 	f := im.inodes[ino]
-	if f == nil {
+	switch {
+	case f == nil:
 		f = &file{blocks: map[int64]*block{}}
-	} else {
+	case !im.owned[ino]:
 		f = f.clone()
+	default:
+		return f
 	}
 	im.inodes[ino] = f
+	im.owned[ino] = true
 	return f
 }
 
@@ -148,7 +154,7 @@ func (im *Image) Apply(op *Op) {
 	case OpCreate:
 		im.names[op.Path] = op.Ino
 		if im.inodes[op.Ino] == nil {
-			im.inodes[op.Ino] = &file{blocks: map[int64]*block{}}
+			im.inode(op.Ino)
 		}
 	case OpMkdir:
 		im.dirs[op.Path] = true

@@ -106,11 +106,14 @@ func NewTracker(base *Image, keepLog bool) *Tracker {
 // Record logs op and, for a barrier, makes what it covers durable.
 func (t *Tracker) Record(op *Op) {
 	op.Index, op.Barrier = len(t.log), t.barriers
-	if !t.keepLog {
-		op.Index = t.barriers // still ordered; the log is not kept
-	} else {
+	if t.keepLog {
 		t.log = append(t.log, op)
 	}
+	t.apply(op)
+}
+
+// apply makes op pending, or, for a barrier, makes what it covers durable.
+func (t *Tracker) apply(op *Op) {
 	switch {
 	case op.Kind == OpFsync:
 		t.barriers++
