@@ -186,11 +186,24 @@ func (im *Image) Apply(op *Op) {
 	}
 }
 
-// Files lists the file paths, sorted.
+// reachable says whether every directory above p exists: a name in a directory whose own
+// entry never reached the disk is lost with it.
+func (im *Image) reachable(p string) bool {
+	for d := parent(p); d != ""; d = parent(d) {
+		if !im.dirs[d] {
+			return false
+		}
+	}
+	return true
+}
+
+// Files lists the reachable file paths, sorted.
 func (im *Image) Files() []string {
 	out := make([]string, 0, len(im.names))
 	for n := range im.names {
-		out = append(out, n)
+		if im.reachable(n) {
+			out = append(out, n)
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -199,7 +212,7 @@ func (im *Image) Files() []string {
 // ReadFile returns a file's whole contents.
 func (im *Image) ReadFile(path string) ([]byte, bool) {
 	ino, ok := im.names[path]
-	if !ok {
+	if !ok || !im.reachable(path) {
 		return nil, false
 	}
 	f := im.inodes[ino]
@@ -215,9 +228,14 @@ func (im *Image) ReadFile(path string) ([]byte, bool) {
 func (im *Image) Hash() uint64 {
 	var h uint64
 	for d := range im.dirs {
-		h += mix(maphash.String(hashSeed, "d:"+d), 1)
+		if im.reachable(d) {
+			h += mix(maphash.String(hashSeed, "d:"+d), 1)
+		}
 	}
 	for n, ino := range im.names {
+		if !im.reachable(n) {
+			continue
+		}
 		f := im.inodes[ino]
 		h += mix(maphash.String(hashSeed, "f:"+n), mix(uint64(f.size), f.sum))
 	}
@@ -233,13 +251,16 @@ func (im *Image) Materialize(dir string) error {
 	}
 	slices.SortFunc(dirs, func(a, b string) int { return cmp.Compare(len(a), len(b)) })
 	for _, d := range dirs {
-		if d != "" {
+		if d != "" && im.reachable(d) {
 			if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 				return fmt.Errorf("lazyfs: materialize %s: %w", d, err)
 			}
 		}
 	}
 	for n, ino := range im.names {
+		if !im.reachable(n) {
+			continue
+		}
 		if err := writeSparse(filepath.Join(dir, n), im.inodes[ino]); err != nil {
 			return fmt.Errorf("lazyfs: materialize %s: %w", n, err)
 		}
@@ -248,9 +269,6 @@ func (im *Image) Materialize(dir string) error {
 }
 
 func writeSparse(path string, f *file) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil { // a name whose directory entry was lost still needs a place
-		return err
-	}
 	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
