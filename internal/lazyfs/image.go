@@ -197,18 +197,6 @@ func (im *Image) reachable(p string) bool {
 	return true
 }
 
-// Files lists the reachable file paths, sorted.
-func (im *Image) Files() []string {
-	out := make([]string, 0, len(im.names))
-	for n := range im.names {
-		if im.reachable(n) {
-			out = append(out, n)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // ReadFile returns a file's whole contents.
 func (im *Image) ReadFile(path string) ([]byte, bool) {
 	ino, ok := im.names[path]

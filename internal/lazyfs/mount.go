@@ -12,6 +12,10 @@
 // Not modelled (refused with ENOTSUP, so a program depending on them fails loudly): hard and
 // symbolic links, O_TMPFILE, fallocate and copy_file_range. Writes through a shared mmap never
 // reach a FUSE loopback either; bbolt maps its file read-only and writes with pwrite.
+//
+// The process serving the mount must not map a file on it: a page fault there waits for the
+// server, which the Go runtime may have stopped for a collection that waits for the fault.
+// Run what uses the mount (bbolt above all) in another process.
 package lazyfs
 
 import (
@@ -98,13 +102,6 @@ func (f *FS) mount() error {
 
 // Tracker is the log and durable tree (read them only while nothing writes).
 func (f *FS) Tracker() *Tracker { return f.tracker }
-
-// Pending counts the operations a power cut would lose now.
-func (f *FS) Pending() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.tracker.Pending()
-}
 
 // LogLen is how many operations have been logged: an event that happens after LogLen returned
 // n happened after operation n-1.
