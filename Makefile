@@ -106,9 +106,10 @@ test-powerloss:
 	set -e; \
 	$(GO) test -count=1 -v -run . ./internal/lazyfs; \
 	$(GO) test -count=1 -v -tags lazyfsforgets -run TestAForgetfulFSFailsTheScenario ./internal/lazyfs; \
+	export AGENTD_POWERLOSS=1; \
 	$(GO) test -count=1 -v -timeout 20m -run TestEveryCrashStateOfAJournalRun ./internal/powerloss -powerloss-tasks $(POWERLOSS_TASKS); \
 	$(GO) test -count=1 -v -tags syncbug -run TestTheSuiteFindsTheMissingFsync ./internal/powerloss -powerloss-tasks 30; \
-	AGENTD_POWERLOSS=1 AGENTD_POWERLOSS_CUTS=$(POWERLOSS_CUTS) $(GO) test -count=1 -v -timeout 20m -run TestPowerLossLoop ./cmd/agentd
+	AGENTD_POWERLOSS_CUTS=$(POWERLOSS_CUTS) $(GO) test -count=1 -v -timeout 20m -run TestPowerLossLoop ./cmd/agentd
 
 ## test-upgrade: tasks run under the previous release (built from its commit, upgrade_test.go),
 ## the binary replaced by this one while they run: every task adopted, nothing run twice, the

@@ -40,6 +40,9 @@ type suiteResult struct {
 // checks each distinct one.
 func crashSuite(t *testing.T, seed uint64) suiteResult {
 	t.Helper()
+	if os.Getenv("AGENTD_POWERLOSS") != "1" {
+		t.Skip("the crash-state suite: run with make test-powerloss")
+	}
 	if err := lazyfs.Available(); err != nil {
 		t.Skipf("power-loss tests need FUSE: %v (make test-powerloss installs fuse3 and runs as root)", err)
 	}
