@@ -59,7 +59,10 @@ func buildAgentd(t *testing.T, tags string) string {
 	return bin
 }
 
-func agentdBinary(t *testing.T) string { return buildAgentd(t, "") }
+// agentdBinary is the build the tests run: AGENTD_TEST_TAGS builds it with a planted bug, to
+// watch a loop catch it (AGENTD_TEST_TAGS=syncbug on the power-loss loop: tasks acknowledged
+// and lost never settle).
+func agentdBinary(t *testing.T) string { return buildAgentd(t, os.Getenv("AGENTD_TEST_TAGS")) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()

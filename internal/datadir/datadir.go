@@ -21,7 +21,7 @@ import (
 // Prepare creates dir (0700) when missing and checks it and the named files in it.
 func Prepare(dir string, files ...string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := mkdirDurable(dir); err != nil {
 			return fmt.Errorf("--data-dir %s: %w", dir, err)
 		}
 	}
@@ -56,6 +56,41 @@ func Prepare(dir string, files ...string) error {
 		if sys, ok := fi.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
 			return fmt.Errorf("--data-dir %s: %s is owned by uid %d, not by this agent's uid %d", dir, p, sys.Uid, os.Geteuid())
 		}
+	}
+	return nil
+}
+
+// mkdirDurable creates dir and its missing parents (0700), and syncs the directory above each
+// one it created: otherwise a power cut can take the new directory's entry, and with it the
+// journal and the seal key the agent then writes and syncs inside (issue 44).
+func mkdirDurable(dir string) error {
+	var created []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		created = append(created, d)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := SyncDir(filepath.Dir(created[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SyncDir fsyncs a directory, making the entries created, renamed or removed in it durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }

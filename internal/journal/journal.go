@@ -26,6 +26,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentd/agentd/internal/datadir"
 )
 
 // SchemaVersion is the layout of buckets and keys this build writes and understands.
@@ -116,6 +118,13 @@ func Open(path string, opts Options) (*Journal, error) {
 	} else if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", path, err)
 	}
+	if !opts.ReadOnly {
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			if err := create(path); err != nil {
+				return nil, fmt.Errorf("journal: create %s: %w", path, err)
+			}
+		}
+	}
 	// bbolt maps the file and, with NoFreelistSync, walks its whole tree in a goroutine of its
 	// own: a damaged page there panics where no recover reaches, and a truncated file dies of
 	// SIGBUS. So the file is read and checked first, and damage is named instead.
@@ -159,6 +168,32 @@ func Open(path string, opts Options) (*Journal, error) {
 	}
 	j.releaseMapped() // the open walked every page: they need not count as the agent's memory
 	return j, nil
+}
+
+// create makes a new journal at path whole or not at all: written and synced under a
+// temporary name, renamed into place, and the directory synced. Created in place, a power cut
+// during bbolt's first writes left an empty or torn journal.db that every later start refused
+// as damaged, and its name was durable only by luck of a later directory sync (issue 44).
+func create(path string) error {
+	tmp := path + ".new" // never a journal until renamed: a leftover is from a cut creation
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType, OpenFile: openNoFollow})
+	if err != nil {
+		return err
+	}
+	if err := (&Journal{db: db}).init(); err != nil {
+		db.Close()
+		return err
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return datadir.SyncDir(filepath.Dir(path))
 }
 
 func lockHolder(path string) string {

@@ -10,6 +10,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/agentd/agentd/internal/datadir"
+
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -142,9 +144,8 @@ func Scrub(path string) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("journal: scrub %s: %w", path, err)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
+	if err := datadir.SyncDir(filepath.Dir(path)); err != nil { // or the rename may be undone by a power cut
+		return fmt.Errorf("journal: scrub %s: %w", path, err)
 	}
 	return nil
 }

@@ -46,8 +46,10 @@ func LoadKey(path string) (*Key, error) {
 	return NewKey(raw, path)
 }
 
-// CreateKey makes a new random key and writes it to path, created exclusively (an existing
-// file or a planted symlink is an error) with mode 0600, synced with its directory.
+// CreateKey makes a new random key and writes it to path, which must not exist (nor be a
+// planted symlink), with mode 0600: written and synced under a temporary name, renamed into
+// place, and the directory synced, so a power cut leaves the whole key or none. Written in
+// place, a cut could leave an empty key file that every later start refused (issue 44).
 func CreateKey(path string) (*Key, error) {
 	raw := make([]byte, KeySize)
 	if _, err := rand.Read(raw); err != nil {
@@ -57,7 +59,14 @@ func CreateKey(path string) (*Key, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("seal key %s: create: exists already (%v)", path, err)
+	}
+	tmp := path + ".new" // the data directory is the agent's alone: no one races for the name
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("seal key %s: create: %w", path, err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("seal key %s: create: %w", path, err)
 	}
@@ -69,13 +78,15 @@ func CreateKey(path string) (*Key, error) {
 	if cerr := f.Close(); werr == nil {
 		werr = cerr
 	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
 	if werr != nil {
-		_ = os.Remove(path)
+		_ = os.Remove(tmp)
 		return nil, fmt.Errorf("seal key %s: write: %w", path, werr)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		_ = d.Sync()
-		d.Close()
+	if err := datadir.SyncDir(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("seal key %s: %w", path, err)
 	}
 	return k, nil
 }
