@@ -49,6 +49,10 @@ type Engine struct {
 	bindMu      sync.Mutex
 	bindVols    map[string]*os.File
 	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace, its data root beneath no bind root
+	// claims are others' pulls, tags and loads of images, from the engine's events
+	// (imageclaims.go); followed until Close.
+	claims        *imageClaims
+	stopFollowing context.CancelFunc
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
@@ -64,6 +68,7 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 		return nil, err
 	}
 	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults(), bindVols: map[string]*os.File{}}
+	e.followClaims()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
@@ -72,7 +77,7 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 			// call says ErrUnavailable until it answers); the caller decides whether to say so.
 			return e, fmt.Errorf("docker engine at %s does not answer: %w: %v", e.host, ErrUnavailable, err)
 		}
-		cli.Close()
+		e.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}
 	// Bind volumes an earlier process left unused name its dead descriptors: best effort (none
@@ -398,6 +403,7 @@ func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
 
 // Close releases the client's connections and the descriptors of bind volumes.
 func (e *Engine) Close() error {
+	e.unfollowClaims()
 	e.closeBindVolumes()
 	return e.cli.Close()
 }
