@@ -48,6 +48,7 @@ type Engine struct {
 	binds       *BindRoots
 	bindMu      sync.Mutex
 	bindVols    map[string]*os.File
+	bindBound   *bindBound  // how many of bindVols may be open at once (bindbound.go; set with the roots)
 	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace, its data root beneath no bind root
 	// claims are others' pulls, tags and loads of images, from the engine's events
 	// (imageclaims.go); followed until Close.
@@ -251,6 +252,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		}
 	}
 	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	e.bindsMounted(id, err) // engine_binds.go: the bind descriptors are needed no longer
 	return e.wrap("start", id, err)
 }
 
