@@ -356,7 +356,8 @@ func TestDockerImageCollectionLeavesWhatOthersClaimedSince(t *testing.T) {
 }
 
 // gcRig is an engine on the Docker Engine driven on a virtual clock: collection every 10 min,
-// images unused for an hour, the runtime calls run in order on the test's goroutine.
+// images unused for an hour, the runtime calls run in order on the test's goroutine;
+// configure changes the engine's config and runtime before the engine is made.
 type gcRig struct {
 	t     *testing.T
 	e     *engine.Engine
@@ -366,7 +367,7 @@ type gcRig struct {
 	msg   int
 }
 
-func newGCRig(t *testing.T, prefix string) *gcRig {
+func newGCRig(t *testing.T, prefix string, configure ...func(*engine.Config, *docker.Engine)) *gcRig {
 	t.Helper()
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
@@ -385,9 +386,12 @@ func newGCRig(t *testing.T, prefix string) *gcRig {
 	}
 	t.Cleanup(func() { j.Close() })
 	r := &gcRig{t: t, j: j, clock: &virtualClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}, work: &queueExec{}}
-	r.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Minute, CleanupJitter: -1, Seed: 1,
-		Images: engine.ImageGC{Interval: 10 * time.Minute, MinAge: time.Hour, PerCycle: 5}},
-		j, rt, acceptingCP{}, r.clock, r.work, zerolog.Nop())
+	cfg := engine.Config{AgentID: agentID, CleanupWait: time.Minute, CleanupJitter: -1, Seed: 1,
+		Images: engine.ImageGC{Interval: 10 * time.Minute, MinAge: time.Hour, PerCycle: 5}}
+	for _, c := range configure {
+		c(&cfg, rt)
+	}
+	r.e = engine.New(cfg, j, rt, acceptingCP{}, r.clock, r.work, zerolog.Nop())
 	if err := r.e.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -252,7 +252,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		}
 	}
 	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
-	e.bindsMounted(id, err) // engine_binds.go: the bind descriptors are needed no longer
+	e.startAnswered(id, err) // engine_binds.go: the bind descriptors are needed no longer
 	return e.wrap("start", id, err)
 }
 

@@ -252,14 +252,21 @@ func (e *Engine) dropDescriptor(name string) {
 	}
 }
 
-// bindsMounted lets go of the descriptors of a container's bind volumes once a start call
+// startAnswered lets go of the descriptors of a container's bind volumes once a start call
 // has ended in an answer (err: the engine's): started, the engine has mounted them; refused,
 // the container is never started again (checkBindMounts). A start that timed out or did not
-// reach the engine may still be mounting them: they stay held until the container's removal.
-func (e *Engine) bindsMounted(id string, err error) {
-	if err != nil && (ctxErr(err) || client.IsErrConnectionFailed(err)) {
-		return
+// reach the engine may still be mounting them: they stay held until NeverStarted or the
+// container's removal.
+func (e *Engine) startAnswered(id string, err error) {
+	if err == nil || !ctxErr(err) && !client.IsErrConnectionFailed(err) {
+		e.NeverStarted(id)
 	}
+}
+
+// NeverStarted lets go of the descriptors of a container's bind volumes (BindHolder): the
+// agent will not start it (again) — its start was answered, or it was recorded stopped
+// before it ever started. Idempotent.
+func (e *Engine) NeverStarted(id string) {
 	if v, ok := e.ours.Load(id); ok {
 		for _, name := range v.([]string) {
 			e.dropDescriptor(name)
