@@ -103,6 +103,10 @@ func TestDockerBindDescriptorOfAContainerNeverStartedGoesWithItsStop(t *testing.
 	}
 	root := filepath.Dir(src)
 	r := newGCRig(t, "agent-binds-unstarted", func(cfg *engine.Config, rt *docker.Engine) {
+		t.Cleanup(func() { // the containers first: a volume in use is not removed
+			removeLabelled("io.agentd.agent=" + cfg.AgentID)
+			removeVolumesLabelled("io.agentd.agent=" + cfg.AgentID)
+		})
 		roots, err := docker.OpenBindRoots([]string{root})
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +119,6 @@ func TestDockerBindDescriptorOfAContainerNeverStartedGoesWithItsStop(t *testing.
 			t.Fatal(err)
 		}
 	})
-	t.Cleanup(func() { removeVolumesLabelled("io.agentd.agent=" + r.e.State().AgentID) })
 	img := cmp.Or(os.Getenv("AGENTD_TESTBOX_IMAGE"), "agentd-testbox:latest")
 	task := protocol.Task{ARN: "task/binds-unstarted", Containers: []protocol.Container{
 		{Name: "dep", Image: img, Command: []string{"run"}, Essential: new(false)},
