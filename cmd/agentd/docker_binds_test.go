@@ -10,6 +10,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/protocol"
 )
 
 // TestDockerLinkedBindSourceStopsTheTaskNamingMountAndRoot: through the built agent on the
@@ -40,10 +45,7 @@ func TestDockerLinkedBindSourceStopsTheTaskNamingMountAndRoot(t *testing.T) {
 	agentID := strings.ReplaceAll("agent-binds-"+time.Now().Format("150405.000"), ".", "")
 	t.Cleanup(func() {
 		removeLabelled("io.agentd.agent=" + agentID)
-		out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "label=io.agentd.agent="+agentID).Output()
-		for _, v := range strings.Fields(string(out)) {
-			_ = exec.Command("docker", "volume", "rm", "-f", v).Run()
-		}
+		removeVolumesLabelled("io.agentd.agent=" + agentID)
 	})
 	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
 	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
@@ -87,4 +89,83 @@ func TestDockerLinkedBindSourceStopsTheTaskNamingMountAndRoot(t *testing.T) {
 	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
 	_ = agent.cmd.Wait()
 	noViolations(t, cpURL)
+}
+
+// TestDockerBindDescriptorOfAContainerNeverStartedGoesWithItsStop (issue 41, item 6): a
+// container with a bind mount, created and waiting for its dependency when its task is
+// stopped, is recorded STOPPED without ever starting — and the agent lets go of its bind
+// source's descriptor then, not at the task's cleanup hours later (the container is still
+// there, its volume too, until that cleanup).
+func TestDockerBindDescriptorOfAContainerNeverStartedGoesWithItsStop(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "root", "data")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(src)
+	r := newGCRig(t, "agent-binds-unstarted", func(cfg *engine.Config, rt *docker.Engine) {
+		t.Cleanup(func() { // the containers first: a volume in use is not removed
+			removeLabelled("io.agentd.agent=" + cfg.AgentID)
+			removeVolumesLabelled("io.agentd.agent=" + cfg.AgentID)
+		})
+		roots, err := docker.OpenBindRoots([]string{root})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { roots.Close() })
+		if err := rt.SetBindRoots(roots); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.TaskRules, err = protocol.NewRules([]string{root}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	img := cmp.Or(os.Getenv("AGENTD_TESTBOX_IMAGE"), "agentd-testbox:latest")
+	task := protocol.Task{ARN: "task/binds-unstarted", Containers: []protocol.Container{
+		{Name: "dep", Image: img, Command: []string{"run"}, Essential: new(false)},
+		{Name: "app", Image: img, Command: []string{"run"},
+			Mounts:    []event.Mount{{Type: event.MountBind, Source: src, Target: "/data"}},
+			DependsOn: []event.Dependency{{Container: "dep", Condition: event.DependComplete}}},
+	}}
+	r.send("RUNNING", task)
+	app := r.e.State().Tasks[task.ARN].Container("app")
+	if app.Known != event.StatusCreated || app.RuntimeID == "" {
+		t.Fatalf("app is %s (id %q); want CREATED, waiting for dep", app.Known, app.RuntimeID)
+	}
+	if n := descriptorsOf(t, src); n != 1 {
+		t.Fatalf("%d descriptors of the bind source while app waits to start; want 1", n)
+	}
+	r.send("STOPPED", task)
+	app = r.e.State().Tasks[task.ARN].Container("app")
+	if app.Known != event.StatusStopped || !strings.Contains(app.Reason, "not started") {
+		t.Fatalf("app is %s (%s); want STOPPED, not started", app.Known, app.Reason)
+	}
+	if n := descriptorsOf(t, src); n != 0 {
+		t.Fatalf("%d descriptors of the bind source after app was recorded stopped without starting; want 0 (not only at cleanup)", n)
+	}
+	if ids := dockerPS(t, "id="+app.RuntimeID); len(ids) != 1 {
+		t.Fatalf("app's container is gone before cleanup: %v", ids)
+	}
+}
+
+// descriptorsOf counts this process's descriptors naming dir, as the kernel shows them.
+func descriptorsOf(t *testing.T, dir string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && target == dir {
+			n++
+		}
+	}
+	return n
+}
+
+func removeVolumesLabelled(label string) {
+	out, _ := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+label).Output()
+	for _, v := range strings.Fields(string(out)) {
+		_ = exec.Command("docker", "volume", "rm", "-f", v).Run()
+	}
 }

@@ -294,8 +294,70 @@ func TestDockerImageCollectionLeavesWhatTheHostNames(t *testing.T) {
 	}
 }
 
+// TestDockerImageCollectionLeavesWhatOthersClaimedSince (issue 41): the agent pulls an image
+// (it is the agent's: the host did not have it), and then someone else claims it in a way the
+// image list does not show — an operator pulls it by digest (the agent's pull recorded that
+// digest already; untagging the agent's last tag would drop it), or pulls the agent's own tag
+// again. Once the tasks are cleaned and unused for the age, collection leaves both images
+// and their references in place, journals each image_released naming whose pull kept it, and
+// counts no removal failure. An image nobody else touched is still removed beside them.
+func TestDockerImageCollectionLeavesWhatOthersClaimedSince(t *testing.T) {
+	images := removeImagesAtEnd(t)
+	r := newGCRig(t, "agent-gc-claims")
+	reg := registrytest.New(t)
+	pinRef, pinDigest := reg.Push(t, "pinned:1", registrytest.Testbox(t, "pinned-later"))
+	pinned := reg.Addr + "/pinned@" + pinDigest
+	repullRef, _ := reg.Push(t, "repulled:1", registrytest.Testbox(t, "repulled-later"))
+	aloneRef, _ := reg.Push(t, "alone:1", registrytest.Testbox(t, "untouched"))
+	*images = append(*images, pinRef, pinned, repullRef, aloneRef)
+
+	pin, repull, alone := gcTask("task/gc-pin", pinRef), gcTask("task/gc-repull", repullRef), gcTask("task/gc-alone", aloneRef)
+	r.send("RUNNING", pin, repull, alone)
+	r.allRunning(pin, repull, alone)
+	st := r.e.State()
+	for _, task := range []protocol.Task{pin, repull, alone} {
+		id := st.Tasks[task.ARN].Containers[0].ImageID
+		*images = append(*images, id)
+		if st.Images[id] == nil {
+			t.Fatalf("%s's image %s is not the agent's: %v (the agent's pull fetched it)", task.ARN, id, st.Images)
+		}
+	}
+	pinID, repullID := st.Tasks[pin.ARN].Containers[0].ImageID, st.Tasks[repull.ARN].Containers[0].ImageID
+	for _, ref := range []string{pinned, repullRef} {
+		if out, err := exec.Command("docker", "pull", ref).CombinedOutput(); err != nil {
+			t.Fatalf("the operator's docker pull %s: %v: %s", ref, err, out)
+		}
+	}
+
+	r.send("STOPPED", pin, repull, alone)
+	r.advance(3 * time.Hour)
+	if got := r.removed(); len(got) != 1 || got[0] != aloneRef {
+		t.Fatalf("removed %v; want only %s (nobody else claimed it)", got, aloneRef)
+	}
+	for _, ref := range []string{pinned, pinRef, repullRef} {
+		if !imagePresent(ref) {
+			t.Errorf("%s is gone: someone else pulled its image after the agent", ref)
+		}
+	}
+	rel := r.released()
+	why := map[string]string{}
+	for _, ir := range rel {
+		why[ir.ImageID] = ir.Reason
+	}
+	if len(rel) != 2 || !strings.Contains(why[pinID], "pulled "+pinned) || !strings.Contains(why[repullID], "pulled "+repullRef) {
+		t.Fatalf("image_released records %+v; want two, naming the operator's pulls of %s and %s", rel, pinned, repullRef)
+	}
+	if n := metricValue(t, r.e, "agentd_image_removal_failures_total"); n != 0 {
+		t.Fatalf("agentd_image_removal_failures_total = %v: a release is no failure", n)
+	}
+	if n := metricValue(t, r.e, "agentd_images_released_total"); n != 2 {
+		t.Fatalf("agentd_images_released_total = %v, want 2", n)
+	}
+}
+
 // gcRig is an engine on the Docker Engine driven on a virtual clock: collection every 10 min,
-// images unused for an hour, the runtime calls run in order on the test's goroutine.
+// images unused for an hour, the runtime calls run in order on the test's goroutine;
+// configure changes the engine's config and runtime before the engine is made.
 type gcRig struct {
 	t     *testing.T
 	e     *engine.Engine
@@ -305,7 +367,7 @@ type gcRig struct {
 	msg   int
 }
 
-func newGCRig(t *testing.T, prefix string) *gcRig {
+func newGCRig(t *testing.T, prefix string, configure ...func(*engine.Config, *docker.Engine)) *gcRig {
 	t.Helper()
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
@@ -324,9 +386,12 @@ func newGCRig(t *testing.T, prefix string) *gcRig {
 	}
 	t.Cleanup(func() { j.Close() })
 	r := &gcRig{t: t, j: j, clock: &virtualClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}, work: &queueExec{}}
-	r.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Minute, CleanupJitter: -1, Seed: 1,
-		Images: engine.ImageGC{Interval: 10 * time.Minute, MinAge: time.Hour, PerCycle: 5}},
-		j, rt, acceptingCP{}, r.clock, r.work, zerolog.Nop())
+	cfg := engine.Config{AgentID: agentID, CleanupWait: time.Minute, CleanupJitter: -1, Seed: 1,
+		Images: engine.ImageGC{Interval: 10 * time.Minute, MinAge: time.Hour, PerCycle: 5}}
+	for _, c := range configure {
+		c(&cfg, rt)
+	}
+	r.e = engine.New(cfg, j, rt, acceptingCP{}, r.clock, r.work, zerolog.Nop())
 	if err := r.e.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}

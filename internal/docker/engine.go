@@ -48,7 +48,12 @@ type Engine struct {
 	binds       *BindRoots
 	bindMu      sync.Mutex
 	bindVols    map[string]*os.File
+	bindBound   *bindBound  // how many of bindVols may be open at once (bindbound.go; set with the roots)
 	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace, its data root beneath no bind root
+	// claims are others' pulls, tags and loads of images, from the engine's events
+	// (imageclaims.go); followed until Close.
+	claims        *imageClaims
+	stopFollowing context.CancelFunc
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
@@ -64,6 +69,7 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 		return nil, err
 	}
 	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults(), bindVols: map[string]*os.File{}}
+	e.followClaims()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
@@ -72,7 +78,7 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 			// call says ErrUnavailable until it answers); the caller decides whether to say so.
 			return e, fmt.Errorf("docker engine at %s does not answer: %w: %v", e.host, ErrUnavailable, err)
 		}
-		cli.Close()
+		e.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}
 	// Bind volumes an earlier process left unused name its dead descriptors: best effort (none
@@ -246,6 +252,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		}
 	}
 	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	e.startAnswered(id, err) // engine_binds.go: the bind descriptors are needed no longer
 	return e.wrap("start", id, err)
 }
 
@@ -398,6 +405,7 @@ func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
 
 // Close releases the client's connections and the descriptors of bind volumes.
 func (e *Engine) Close() error {
+	e.unfollowClaims()
 	e.closeBindVolumes()
 	return e.cli.Close()
 }

@@ -33,8 +33,15 @@ import (
 // a mount from another namespace.)
 //
 // The invariants this file keeps:
-//   - the descriptor a bind volume names stays open, in this process, until the volume is
-//     removed: its number is never reused for anything else while the engine may mount it;
+//   - the descriptor a bind volume names stays open, in this process, until the engine has
+//     mounted the volume for the container's start (or refused the start, or the volume is
+//     removed): its number is never reused for anything else while the agent's start may
+//     mount it. After the start nothing of the agent's mounts it again — a container is
+//     started once, no restart policy is ever set, and checkBindMounts refuses a container
+//     whose descriptors are gone — and the descriptor goes back to the bound (bindbound.go).
+//     (A start by hand, `docker start` of a task's stopped container, would have the engine
+//     resolve that number again, to whatever it names by then: as with the volumes of an
+//     agent process that has died, only the agent may start its containers.)
 //   - a container is started only if every bind volume it uses was made by this process
 //     (bindVols): one made by an earlier agent process names a descriptor of a dead process,
 //     or — with its pid reused — anything some other process has open; and a container with a
@@ -63,6 +70,9 @@ const LabelBindSource = "io.agentd.bind-source"
 // root on the host, as with the socket). An engine that does not answer yet is checked at the
 // first bind mount instead.
 func (e *Engine) SetBindRoots(r *BindRoots) error {
+	if e.bindBound == nil {
+		e.bindBound = defaultBindBound()
+	}
 	if len(r.Names()) == 0 {
 		e.binds = r
 		return nil
@@ -104,8 +114,30 @@ func (e *Engine) checkPeer(r *BindRoots) error {
 // makeBindVolumes opens every bind source of a spec beneath its root and makes its volume;
 // it returns the volume of each bind mount by the mount's index. A source refused beneath
 // its root is an error naming the mount, its target, the source and the root.
+//
+// It takes a descriptor of the bound (bindbound.go) for each bind mount before it opens any,
+// and the one of each volume stays taken while the volume's descriptor is held.
 func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]string, error) {
+	n := 0
+	for _, m := range spec.Container.Mounts {
+		if m.Type == event.MountBind {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if err := e.checkPeer(e.binds); err != nil {
+		return nil, err
+	}
+	if e.bindBound != nil { // nil: no bind roots were given, and openBind refuses every source
+		if err := e.bindBound.take(ctx, n); err != nil {
+			return nil, err
+		}
+	}
 	var vols map[int]string
+	held := 0                                     // descriptors this call put in bindVols: each gives its own back
+	defer func() { e.bindBound.give(n - held) }() // the rest of what it took
 	fail := func(err error) (map[int]string, error) {
 		for _, v := range vols {
 			_ = e.releaseVolume(ctx, v)
@@ -115,9 +147,6 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 	for i, m := range spec.Container.Mounts {
 		if m.Type != event.MountBind {
 			continue
-		}
-		if err := e.checkPeer(e.binds); err != nil {
-			return fail(err)
 		}
 		f, err := e.binds.openBind(i, m)
 		if err != nil {
@@ -130,6 +159,7 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 		e.bindMu.Lock()
 		e.bindVols[name] = f // held before the engine can know the volume
 		e.bindMu.Unlock()
+		held++
 		if vols == nil {
 			vols = map[int]string{}
 		}
@@ -143,6 +173,7 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 		}
 		if got := res.Volume.Options["device"]; got != dev || res.Volume.Labels[LabelAgent] != e.agent {
 			delete(vols, i) // not ours to remove
+			e.dropDescriptor(name)
 			return fail(fmt.Errorf("create bind volume %s for mounts[%d]: the engine has another volume of that name (device %q)", name, i, got))
 		}
 	}
@@ -185,10 +216,11 @@ func (e *Engine) checkNamedVolumes(ctx context.Context, spec CreateSpec) error {
 // says so, and a later removal tries again.
 func (e *Engine) releaseVolume(ctx context.Context, name string) error {
 	e.bindMu.Lock()
-	f, held := e.bindVols[name]
+	_, held := e.bindVols[name]
 	e.bindMu.Unlock()
 	if !held {
-		// Made by an earlier agent process: remove it only if it carries this agent's id.
+		// Made by an earlier agent process, or its descriptor let go after the container's
+		// start: remove it only if it carries this agent's id.
 		v, err := e.cli.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
 		if cerrdefs.IsNotFound(err) {
 			return nil
@@ -203,13 +235,48 @@ func (e *Engine) releaseVolume(ctx context.Context, name string) error {
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return e.wrap("remove bind volume", name, err)
 	}
-	if held {
-		e.bindMu.Lock()
-		delete(e.bindVols, name)
-		e.bindMu.Unlock()
-		f.Close()
-	}
+	e.dropDescriptor(name)
 	return nil
+}
+
+// dropDescriptor closes a bind volume's held descriptor, if this process holds it, and hands
+// its place in the bound back.
+func (e *Engine) dropDescriptor(name string) {
+	e.bindMu.Lock()
+	f, held := e.bindVols[name]
+	delete(e.bindVols, name)
+	e.bindMu.Unlock()
+	if held {
+		f.Close()
+		e.bindBound.give(1)
+	}
+}
+
+// startAnswered lets go of the descriptors of a container's bind volumes once a start call
+// has ended in an answer (err: the engine's): started, the engine has mounted them; refused,
+// the container is never started again (checkBindMounts). A start that timed out or did not
+// reach the engine may still be mounting them: they stay held until NeverStarted or the
+// container's removal.
+func (e *Engine) startAnswered(id string, err error) {
+	if err == nil || !ctxErr(err) && !client.IsErrConnectionFailed(err) {
+		e.NeverStarted(id)
+	}
+}
+
+// NeverStarted lets go of the descriptors of a container's bind volumes (BindHolder): the
+// agent will not start it (again) — its start was answered, or it was recorded stopped
+// before it ever started. Idempotent.
+func (e *Engine) NeverStarted(id string) {
+	if v, ok := e.ours.Load(id); ok {
+		for _, name := range v.([]string) {
+			e.dropDescriptor(name)
+		}
+	}
+}
+
+// ctxErr reports whether err is a call's context ending (the call's outcome unknown).
+func ctxErr(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // bindVolumesOf lists the agent's bind volumes among a container's mounts.
@@ -259,7 +326,7 @@ func (e *Engine) checkBindMounts(c container.InspectResponse) error {
 			_, held := e.bindVols[m.name]
 			e.bindMu.Unlock()
 			if !held {
-				return fmt.Errorf("start %s: its bind mount at %q (volume %s) was prepared by an earlier agent process, whose descriptor of the source is gone; not started", c.ID, m.target, m.name)
+				return fmt.Errorf("start %s: its bind mount at %q (volume %s) has no descriptor of its source held by this process (prepared by an earlier agent process, or let go after a start the engine answered); not started", c.ID, m.target, m.name)
 			}
 		}
 	}
@@ -297,9 +364,12 @@ func (e *Engine) sweepBindVolumes(ctx context.Context) error {
 // closeBindVolumes closes every held descriptor (the engine is closing).
 func (e *Engine) closeBindVolumes() {
 	e.bindMu.Lock()
-	defer e.bindMu.Unlock()
-	for name, f := range e.bindVols {
-		f.Close()
-		delete(e.bindVols, name)
+	names := make([]string, 0, len(e.bindVols))
+	for name := range e.bindVols {
+		names = append(names, name)
+	}
+	e.bindMu.Unlock()
+	for _, name := range names {
+		e.dropDescriptor(name)
 	}
 }

@@ -17,8 +17,25 @@ import (
 // alone. What stays decides the answer: the image gone is success; an image still named by a
 // tag that is not the agent's, or used by a container, is ErrImageInUse saying which (the
 // agent's claim ends); an image no tag names any more (the agent's tag moved on to a re-push)
-// is removed by id, never forced, untagged parents with it as with `docker rmi`.
+// is removed by id, never forced, untagged parents with it as with `docker rmi`. An image
+// someone else pulled, tagged or loaded after the agent fetched it (imageclaims.go) is not
+// touched: ErrImageInUse, saying who and when.
 func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string) error {
+	// Before any untag: the agent's last tag of a repository takes that repository's digest
+	// references with it, so one someone pinned after the agent's pull would go too.
+	if err := e.claims.catchUp(ctx, e.cli); err != nil {
+		return e.wrap("remove image "+imageID, "(whether someone else pulled it since)", err)
+	}
+	why, err := e.claims.othersClaim(imageID, refs, func(ref string) (string, error) {
+		res, err := e.cli.ImageInspect(ctx, ref)
+		return res.ID, e.wrap("inspect image", ref, err)
+	})
+	if err != nil {
+		return fmt.Errorf("remove image %s: %w", imageID, err)
+	}
+	if why != "" {
+		return fmt.Errorf("remove image %s: %w: %s", imageID, ErrImageInUse, why)
+	}
 	untagged := false
 	for _, ref := range refs {
 		res, err := e.cli.ImageInspect(ctx, ref)

@@ -144,8 +144,10 @@ func (e *Engine) PullImage(ctx context.Context, image, policy string) (PullOutco
 	if err != nil {
 		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
+	pulled := e.claims.pull(image) // its pull events are the agent's, not another's claim
 	digest, tries, err := e.pullRetrying(ctx, image)
 	if err != nil {
+		pulled("")
 		var pe *pullError
 		if policy == event.PullAlways && present && errors.As(err, &pe) && !pe.permanent && ctx.Err() == nil {
 			// As ECS's prefer-cached: a registry that is away does not stop a task whose
@@ -160,6 +162,7 @@ func (e *Engine) PullImage(ctx context.Context, image, policy string) (PullOutco
 	}
 	out, err := e.imageOf(ctx, named, image)
 	if err != nil {
+		pulled("")
 		return PullOutcome{}, fmt.Errorf("pull %s: pulled, but the engine does not show it: %w", image, err)
 	}
 	if digest != "" {
@@ -169,6 +172,11 @@ func (e *Engine) PullImage(ctx context.Context, image, policy string) (PullOutco
 	// under another name (an operator's REG/app@sha256:…, now also named REG/app:task) stays
 	// whoever's it was, and so does one already up to date.
 	out.Pulled = !held[out.ImageID]
+	if out.Pulled {
+		pulled(out.ImageID)
+	} else {
+		pulled("")
+	}
 	out.RefExisted = present && cached.ImageID == out.ImageID
 	return out, nil
 }

@@ -276,7 +276,19 @@ type ImageCollector interface {
 	ImageDiskFree(ctx context.Context) (free, total uint64, err error)
 }
 
-var _ Full = (*Engine)(nil)
+// BindHolder is a runtime that holds something for a container until its start (the Docker
+// runtime: the descriptors of its bind sources).
+type BindHolder interface {
+	// NeverStarted says the agent will never start the container: it was recorded stopped
+	// before it ever started (durably: after the commit), so what it holds for that start can
+	// go. Local and quick (no call to the engine); idempotent.
+	NeverStarted(id string)
+}
+
+var (
+	_ Full       = (*Engine)(nil)
+	_ BindHolder = (*Engine)(nil)
+)
 
 // Full is a runtime with every answer of PROTOCOL.md §4: what both of agentd's runtimes are.
 type Full interface {

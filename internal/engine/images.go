@@ -112,9 +112,10 @@ const imageCycleRetry = 10 * time.Second
 func (e *Engine) imageRemovalEnded(now time.Time, a fsm.Action, r fsm.Result) {
 	v := e.st.Step(now, fsm.ActionFinished{Action: a, Result: r})
 	if len(v.Records) > 0 && r.Kind == fsm.Refused {
-		// Not a failure: the image is another's too, and the agent let go of it for good.
+		// Not a failure: the image is another's too (another name, a container, or someone's
+		// pull, tag or load since the agent's pull), and the agent let go of it for good.
 		e.metrics.imagesReleased.Inc()
-		e.log.Info().Str("image", a.RuntimeID).Str("held_by", r.Err).Msg("image released: the runtime keeps it for another name or container; no longer the agent's to remove")
+		e.log.Info().Str("image", a.RuntimeID).Str("held_by", r.Err).Msg("image released: someone else holds it too (held_by says how); no longer the agent's to remove")
 	} else if len(v.Records) > 0 {
 		e.metrics.imagesRemoved.Inc()
 		e.log.Info().Str("image", a.RuntimeID).Msg("image removed")

@@ -195,6 +195,7 @@ func (e *Engine) endBurst() (Ready, error) {
 		e.clearHealth(HealthJournal)
 		e.metrics.appends.Add(float64(len(ready.Records)))
 		failpoint.Hit("engine-after-commit-before-apply") // durable; nothing acted on yet
+		e.neverStarted(ready.Records)
 	}
 	e.mem.observe(e.clock.Now(), len(e.st.Tasks), len(ready.Records) > 0)
 	if snap != nil {

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/distribution/reference"
-
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -119,7 +117,7 @@ func (s *State) CollectImages(now time.Time, cfg ImageConfig, lowSpace bool) []A
 	for _, t := range s.Tasks {
 		for _, c := range t.Containers {
 			ids[c.ImageID] = true
-			refs[canonicalRef(c.Image)] = true
+			refs[event.CanonicalImageRef(c.Image)] = true
 		}
 	}
 	var out []*Image
@@ -146,7 +144,7 @@ func (s *State) CollectImages(now time.Time, cfg ImageConfig, lowSpace bool) []A
 // digest: such a task may be about to pull it (the pull would find it present).
 func wanted(img *Image, refs map[string]bool) bool {
 	for _, r := range img.Refs {
-		if refs[canonicalRef(r)] {
+		if refs[event.CanonicalImageRef(r)] {
 			return true
 		}
 	}
@@ -158,18 +156,6 @@ func wanted(img *Image, refs map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-// canonicalRef is a reference in the one spelling the engine resolves it by ("web" and
-// "docker.io/library/web:latest" name the same image), so a task naming an image by another
-// spelling than the one it was pulled by still keeps it; a reference that does not parse is
-// compared as written. Pure parsing: no registry is asked.
-func canonicalRef(ref string) string {
-	named, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		return ref
-	}
-	return reference.TagNameOnly(named).String()
 }
 
 // imageRemovalFinished maps a removal's outcome to its record: removed, already gone, or
@@ -206,10 +192,10 @@ func (s *State) imagePulled(rec event.Record, c *Container, e *event.ContainerTr
 		// The reference names this image now: a re-pushed tag no longer names the one it was
 		// pulled as before, and no pull can resolve to that one again. Left among its refs, a
 		// live task naming the tag would keep every old version from collection for ever.
-		ref := canonicalRef(c.Image)
+		ref := event.CanonicalImageRef(c.Image)
 		for id, other := range s.Images {
 			if id != e.ImageID {
-				other.Refs = slices.DeleteFunc(other.Refs, func(r string) bool { return canonicalRef(r) == ref })
+				other.Refs = slices.DeleteFunc(other.Refs, func(r string) bool { return event.CanonicalImageRef(r) == ref })
 			}
 		}
 	}
