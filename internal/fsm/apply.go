@@ -194,7 +194,7 @@ func (s *State) apply(rec event.Record) error {
 		}
 		for _, arn := range e.Early {
 			if ts := s.Tombstones[arn]; ts != nil {
-				ts.HistoryDropped = true // the tombstone stays: the guard still needs it
+				ts.dropHistory() // the tombstone stays: the guard still needs it
 			}
 		}
 		for _, m := range e.Messages {

@@ -62,11 +62,11 @@ func (s *State) WriteSnapshot(write func([]byte) error) (int64, error) {
 		key   string
 		write func()
 	}{
-		{`"tasks":`, func() { writeTable(sw, s.Tasks, func(k string) string { return k }) }},
-		{`"tombstones":`, func() { writeTable(sw, s.Tombstones, func(k string) string { return k }) }},
-		{`"messages":`, func() { writeTable(sw, s.Messages, func(k string) string { return k }) }},
+		{`"tasks":`, func() { writeTable(sw, s.Tasks, keyText, asIs) }},
+		{`"tombstones":`, func() { writeTable(sw, s.Tombstones, keyText, s.names.unpack) }},
+		{`"messages":`, func() { writeTable(sw, s.Messages, keyText, asIs) }},
 		// encoding/json orders a map's keys by their text, numbers too.
-		{`"outbox":`, func() { writeTable(sw, s.Outbox, func(k uint64) string { return strconv.FormatUint(k, 10) }) }},
+		{`"outbox":`, func() { writeTable(sw, s.Outbox, func(k uint64) string { return strconv.FormatUint(k, 10) }, asIs) }},
 	}
 	for _, t := range tables {
 		at := bytes.Index(b, []byte(t.key+"null"))
@@ -100,9 +100,12 @@ func (sw *snapshotWriter) write(b []byte) {
 	}
 }
 
+func keyText(k string) string { return k }
+func asIs[V any](v V) V       { return v }
+
 // writeTable writes m as json.Marshal does (null when nil, else its entries ordered by key
-// text), marshalling one entry at a time.
-func writeTable[K comparable, V any](sw *snapshotWriter, m map[K]V, text func(K) string) {
+// text), marshalling one entry at a time, each as value gives it.
+func writeTable[K comparable, V, E any](sw *snapshotWriter, m map[K]V, text func(K) string, value func(V) E) {
 	if m == nil {
 		sw.write([]byte("null"))
 		return
@@ -122,7 +125,7 @@ func writeTable[K comparable, V any](sw *snapshotWriter, m map[K]V, text func(K)
 			sw.write(kb)
 			sw.write([]byte(":"))
 			var vb []byte
-			vb, err = json.Marshal(m[k])
+			vb, err = json.Marshal(value(m[k]))
 			sw.write(vb)
 		}
 		if err != nil && sw.err == nil {
@@ -149,7 +152,7 @@ func Restore(data []byte) (*State, error) {
 	}
 	s := New()
 	*s = *snap.State.State
-	s.taskM, s.containerM = newTaskMachine(), newContainerMachine()
+	s.taskM, s.containerM, s.names = newTaskMachine(), newContainerMachine(), &names{}
 	if s.Tasks == nil || snap.State.Tombstones == nil || s.Messages == nil || s.Outbox == nil {
 		return nil, fmt.Errorf("fsm: restore snapshot at %d: missing tables", s.LastSeq)
 	}
@@ -162,8 +165,8 @@ func Restore(data []byte) (*State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("fsm: restore snapshot at %d: %w", s.LastSeq, err)
 		}
-		if ts.StopSeq == 0 || ts.StopSeq > ts.CleanSeq || ts.CleanSeq > s.LastSeq {
-			return nil, fmt.Errorf("fsm: restore snapshot at %d: tombstone %q is damaged (stopped at record %d, cleaned at %d)", s.LastSeq, arn, ts.StopSeq, ts.CleanSeq)
+		if stop := ts.StopSeq(); stop == 0 || stop > ts.CleanSeq || ts.CleanSeq > s.LastSeq {
+			return nil, fmt.Errorf("fsm: restore snapshot at %d: tombstone %q is damaged (stopped at record %d, cleaned at %d)", s.LastSeq, arn, stop, ts.CleanSeq)
 		}
 		s.Tombstones[arn] = ts
 	}
