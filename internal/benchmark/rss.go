@@ -52,6 +52,15 @@ type RSSResult struct {
 	// recovery benchmark builds its journals), restarted on it.
 	Remembered   int     `json:"remembered"`
 	RememberedMB float64 `json:"remembered_rss_mb"`
+	// The burst is the real mix: each task in a payload of its own, cleaned and remembered.
+	// HeapPerTask is the agent's live heap (go_gc_heap_live_bytes, marked by a collection)
+	// over the fresh agent's, a remembered task: after the burst, once the agent collected on
+	// its own (the release of memory.go; 0 when it did not within restWindow), and restarted
+	// on its journal (the collection run.go makes when ready). Target ≤ 300 bytes (issue 41).
+	FreshHeapBytes       int64   `json:"fresh_heap_live_bytes"`
+	HeapPerTask          float64 `json:"heap_bytes_per_task"`
+	RestartedHeapPerTask float64 `json:"restarted_heap_bytes_per_task"`
+	HeapPerTaskWorst     float64 `json:"heap_bytes_per_task_worst"`
 }
 
 // RSS runs the burst through a fresh agent, then restarts it on its journal, then starts an
@@ -116,9 +125,13 @@ func burstRSS(ctx context.Context, o RSSOptions, cp *controlplane.Server, backen
 	}
 	defer a.cleanup()
 	res.FreshMB = mb(atRest(a.pid, vmRSS))
+	if res.FreshHeapBytes, err = liveHeap(ctx, a.api); err != nil {
+		return err
+	}
 	start := time.Now()
 	for i := 0; i < o.Burst; i++ {
-		t := protocol.Task{ARN: fmt.Sprintf("task/rss-%06d", i), DesiredStatus: "RUNNING",
+		// An ARN as ECS makes them: what a host remembers is mostly its tasks' ARNs.
+		t := protocol.Task{ARN: fmt.Sprintf("arn:aws:ecs:eu-west-1:123456789012:task/rss/%08d", i), DesiredStatus: "RUNNING",
 			Containers: []protocol.Container{{Name: "app", Image: "x", Command: []string{"exit", "0"}}}}
 		if err := cp.AddTask(benchAgent, t, nil); err != nil {
 			return err
@@ -145,6 +158,16 @@ func burstRSS(ctx context.Context, o RSSOptions, cp *controlplane.Server, backen
 		}
 	}
 	res.BurstSeconds = time.Since(start).Seconds()
+	for end := time.Now().Add(restWindow + releaseIdle); time.Now().Before(end); time.Sleep(restSample) {
+		if n, err := metric(ctx, a.api, "agentd_memory_releases_total"); err == nil && n > 0 {
+			live, err := liveHeap(ctx, a.api)
+			if err != nil {
+				return err
+			}
+			res.HeapPerTask = float64(live-res.FreshHeapBytes) / float64(o.Burst)
+			break
+		}
+	}
 	time.Sleep(o.Settle)
 	res.SteadyMB = mb(settled(a.pid, vmRSS, restWindow, restSample))
 	res.PeakMB = mb(procPeakKB(a.pid) * 1024) // the high-water mark of the whole run, read last
@@ -158,6 +181,12 @@ func burstRSS(ctx context.Context, o RSSOptions, cp *controlplane.Server, backen
 	}
 	defer r.cleanup()
 	res.RestartedMB = mb(atRest(r.pid, vmRSS))
+	live, err := liveHeap(ctx, r.api)
+	if err != nil {
+		return err
+	}
+	res.RestartedHeapPerTask = float64(live-res.FreshHeapBytes) / float64(o.Burst)
+	res.HeapPerTaskWorst = max(res.HeapPerTask, res.RestartedHeapPerTask)
 	if res.RestartedMB > 0 {
 		res.PeakVsRest = res.PeakMB / res.RestartedMB
 	}
@@ -216,6 +245,25 @@ func startChild(ctx context.Context, agentd, dir, backend string) (*child, error
 
 // cleanups is the agent's agentd_cleanups_total, from its /metrics.
 func cleanups(ctx context.Context, api string) (int, error) {
+	n, err := metric(ctx, api, "agentd_cleanups_total")
+	return int(n), err
+}
+
+// releaseIdle is how long the agent waits idle after a burst before it collects and gives
+// memory back (engine/memory.go).
+const releaseIdle = 5 * time.Second
+
+// liveHeap is the heap the agent's last collection marked live (go_gc_heap_live_bytes).
+func liveHeap(ctx context.Context, api string) (int64, error) {
+	n, err := metric(ctx, api, "go_gc_heap_live_bytes")
+	if err == nil && n <= 0 {
+		err = errors.New("bench rss: the agent's /metrics has no go_gc_heap_live_bytes")
+	}
+	return int64(n), err
+}
+
+// metric is the value of an unlabelled metric in the agent's /metrics (0: not there).
+func metric(ctx context.Context, api, name string) (float64, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -225,9 +273,8 @@ func cleanups(ctx context.Context, api string) (int, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "agentd_cleanups_total "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return int(f), err
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
 		}
 	}
 	return 0, sc.Err()
