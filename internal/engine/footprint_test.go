@@ -37,12 +37,11 @@ func fastDir(t *testing.T) string {
 	return dir
 }
 
-// warmSnapshotCodec takes the process's snapshot compressor and decompressor to their full
-// size: it packs, stores and reads back a snapshot of many blocks in a throwaway journal. They
-// are shared by every journal in the process and grow once, on the first snapshot larger than
-// one block (64 KiB before compression), by the compressor's history (its 256 KiB window and a
-// block: 384 KiB) and the decompressor's block buffers (about 0.1 MB), then keep that size
-// whatever comes after. Run alone, the churn below crosses 64 KiB only after its first tenth,
+// warmSnapshotCodec takes the process's snapshot compressor to its full size: it packs, stores
+// and reads back a snapshot of many blocks in a throwaway journal. The compressor is shared by
+// every journal in the process and grows once, on the first snapshot larger than one block
+// (64 KiB before compression), by its history (its 256 KiB window and a block: 384 KiB), then
+// keeps that size whatever comes after (a snapshot read has a decompressor of its own). Run alone, the churn below crosses 64 KiB only after its first tenth,
 // and that one-time growth would be counted as churn (1.70 MB to 2.22 MB).
 func warmSnapshotCodec(t *testing.T) {
 	t.Helper()
