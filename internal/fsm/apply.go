@@ -391,6 +391,9 @@ func (s *State) clean(rec event.Record) error {
 		}
 	}
 	s.Tombstones[t.ARN] = s.tombstone(t, rec)
+	for _, m := range t.Messages {
+		delete(s.Messages, m) // the tombstone holds it now: heldMessage
+	}
 	s.imagesReleased(rec, t)
 	delete(s.Tasks, t.ARN)
 	return nil

@@ -11,8 +11,9 @@ import (
 
 // snapshotVersion is the encoding of Snapshot. A snapshot of another version is refused, and
 // the caller replays from the start instead. Version 2 (issue 25) keeps tombstones compact;
-// version 1's are read too (tombstoneIn), so an upgraded agent restores its old snapshots.
-const snapshotVersion = 2
+// version 3 (issue 41) adds the ids of the payloads that held a tombstoned task; versions 1's
+// and 2's are read too (tombstoneIn), so an upgraded agent restores its old snapshots.
+const snapshotVersion = 3
 
 type snapshot struct {
 	Version int    `json:"version"`
@@ -144,8 +145,8 @@ func Restore(data []byte) (*State, error) {
 	if err := dec.Decode(&snap); err != nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: %w", err)
 	}
-	if snap.Version != snapshotVersion && snap.Version != 1 {
-		return nil, fmt.Errorf("fsm: restore snapshot: version %d, this agentd reads 1 and %d", snap.Version, snapshotVersion)
+	if snap.Version < 1 || snap.Version > snapshotVersion {
+		return nil, fmt.Errorf("fsm: restore snapshot: version %d, this agentd reads 1 to %d", snap.Version, snapshotVersion)
 	}
 	if snap.State == nil || snap.State.State == nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: no state")

@@ -40,7 +40,7 @@ func TestASnapshotIsWrittenAnEntryAtATime(t *testing.T) {
 	want, err := json.Marshal(struct {
 		Version int        `json:"version"`
 		State   *fsm.State `json:"state"`
-	}{2, st})
+	}{3, st})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 // tombstone is what task t leaves when record rec cleans it.
 func (s *State) tombstone(t *Task, rec event.Record) *Tombstone {
 	f := tombstoneFields{Reason: t.Reason, StoppedNs: toNs(t.StoppedAt), CleanedNs: toNs(rec.Time),
-		CleanSeq: rec.Seq, StopSeq: t.StopSeq}
+		CleanSeq: rec.Seq, StopSeq: t.StopSeq, Messages: t.Messages}
 	for _, c := range t.Containers {
 		if c.StopSeq == 0 {
 			continue
@@ -46,6 +47,24 @@ func (s *State) tombstoneFinal(arn string, ts *Tombstone) []Change {
 	}
 	return append(out, Change{ID: s.finalID(f.StopSeq, f.BareID), Seq: f.StopSeq, Task: arn,
 		Status: event.StatusStopped, Reason: f.Reason, At: fromNs(f.StoppedNs)})
+}
+
+// heldMessage says whether the payload of message id held task arn, live or tombstoned: a
+// payload's id leaves the table of ids when a task it held is cleaned (tombstoneFields.Messages),
+// and a re-send of it holds that task again.
+func (s *State) heldMessage(arn string, ids ...string) bool {
+	var held []string
+	if t, live := s.Tasks[arn]; live {
+		held = t.Messages
+	} else if ts, tomb := s.Tombstones[arn]; tomb {
+		held = s.names.unpack(ts).Messages
+	}
+	for _, id := range ids {
+		if id != "" && slices.Contains(held, id) {
+			return true
+		}
+	}
+	return false
 }
 
 // TombstoneReason is the tombstoned task's final STOPPED reason.
@@ -114,4 +133,18 @@ func (s *State) bareID(c Change) (bool, error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("final change %q is not the id of record %d", c.ID, c.Seq)
+}
+
+// RememberedMessages are the ids of the payloads the projection recognises a re-send of, in
+// order: those in its table and those its tombstones hold.
+func (s *State) RememberedMessages() []string {
+	out := make([]string, 0, len(s.Messages))
+	for m := range s.Messages {
+		out = append(out, m)
+	}
+	for _, ts := range s.Tombstones {
+		out = append(out, s.names.unpack(ts).Messages...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

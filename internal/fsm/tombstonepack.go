@@ -9,7 +9,7 @@ import "encoding/binary"
 // the cleaning record's; reasons and container names are an index into the projection's
 // table of names (names), or their bytes when the table is full.
 
-// tombstoneFields is a tombstone unpacked — and its shape in a snapshot (version 2): the
+// tombstoneFields is a tombstone unpacked — and its shape in a snapshot (version 3): the
 // fields and their order are the snapshot's, so a snapshot's bytes do not depend on how a
 // tombstone is held.
 type tombstoneFields struct {
@@ -23,6 +23,11 @@ type tombstoneFields struct {
 	// HistoryDropped: its records went before the retention ended, to keep the journal within
 	// --journal-max-bytes (event.CompactionDone.Early); the tombstone alone answers for it.
 	HistoryDropped bool `json:"history_dropped,omitempty"`
+	// Messages are the payloads that held the task when it was cleaned (Task.Messages): their
+	// ids move here from the projection's table, since a re-send of one holds this task and
+	// is recognised by it (heldMessage) — one id a task, where every task comes in a payload of
+	// its own, costs its bytes, not a table entry.
+	Messages []string `json:"messages,omitempty"`
 }
 
 // The first byte of a packed tombstone: its flags.
@@ -39,7 +44,7 @@ const (
 
 // pack makes the tombstone of f. names may be nil: every string is then kept as its bytes.
 func (n *names) pack(f tombstoneFields) *Tombstone {
-	b := make([]byte, 0, 32)
+	b := make([]byte, 0, 48)
 	var flags byte
 	if f.BareID {
 		flags |= packedBareID
@@ -69,6 +74,11 @@ func (n *names) pack(f tombstoneFields) *Tombstone {
 			b = binary.AppendVarint(b, s.Exit)
 		}
 	}
+	b = binary.AppendUvarint(b, uint64(len(f.Messages)))
+	for _, m := range f.Messages {
+		b = binary.AppendUvarint(b, uint64(len(m)))
+		b = append(b, m...)
+	}
 	return &Tombstone{CleanSeq: f.CleanSeq, CleanedNs: f.CleanedNs, packed: string(b)}
 }
 
@@ -93,6 +103,12 @@ func (n *names) unpack(ts *Tombstone) tombstoneFields {
 				s.Exit = r.varint()
 			}
 			f.Stops = append(f.Stops, s)
+		}
+	}
+	if k := r.uvarint(); k > 0 && k <= uint64(len(r.b)) { // each id takes a byte at least
+		f.Messages = make([]string, 0, k)
+		for range k {
+			f.Messages = append(f.Messages, r.bytes(r.uvarint()))
 		}
 	}
 	return f
