@@ -92,11 +92,11 @@ func rssRows(r benchmark.RSSResult) []benchRow {
 	}
 }
 
-// liveAfterBurst is the heap a remembered task held after the burst, at the agent's first
-// collection after it.
+// liveAfterBurst is the heap a remembered task held after the burst, at the agent's second
+// collection once idle after it.
 func liveAfterBurst(r benchmark.RSSResult) string {
 	if r.HeapPerTask == 0 {
-		return "not read (no collection within 150 s)"
+		return "not read (no collection within 270 s)"
 	}
 	return fmt.Sprintf("%.0f", r.HeapPerTask)
 }
