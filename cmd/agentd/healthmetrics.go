@@ -1,6 +1,8 @@
 package main
 
 import (
+	"regexp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -21,7 +23,10 @@ func registerHealthCollector(e *engine.Engine) {
 	// The Go and process collectors give an operator the agent's own heap, goroutines, RSS and
 	// file descriptors (go_memstats_*, go_goroutines, process_*) without attaching a debugger:
 	// what remembering tasks costs shows on the same scrape as the tasks.
-	e.Metrics().Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// go_gc_heap_live_bytes too: the heap the last collection marked live, what remembering
+	// tasks costs without the garbage between collections (bench rss reads it).
+	liveHeap := collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)}
+	e.Metrics().Registry.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(liveHeap)), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	e.Metrics().Registry.MustRegister(&healthCollector{e: e,
 		healthy: prometheus.NewDesc("agentd_source_healthy", "1 while the source works, 0 while it has a problem (journal, runtime, exit_stream, control_plane, credentials, core, journal_budget; degraded only: core_refusals, and otlp when shipping is configured).", []string{"source"}, nil),
 		since:   prometheus.NewDesc("agentd_source_unhealthy_seconds", "How long the source's current problem has lasted (0 while it works).", []string{"source"}, nil),

@@ -61,7 +61,7 @@ func TestJournalStaysWithinItsBudget(t *testing.T) {
 
 	first := "arn:agentd:task/churn-00000000"
 	ts := b.st.Tombstones[first]
-	if ts == nil || !ts.HistoryDropped {
+	if ts == nil || !ts.HistoryDropped() {
 		t.Fatalf("the first cleaned task's tombstone is %+v; want it kept, its history dropped early", ts)
 	}
 	if err := b.j.Iterate(1, func(r event.Record) error {

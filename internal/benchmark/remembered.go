@@ -15,6 +15,7 @@ import (
 // record) and after a restart (restored from a snapshot), and the snapshot's bytes a task.
 type RememberedResult struct {
 	Tasks           int     `json:"tasks"`
+	PerPayload      int     `json:"tasks_per_payload"`
 	HeapPerTask     float64 `json:"heap_bytes_per_task"`          // live: applied record by record
 	RestoredPerTask float64 `json:"restored_heap_bytes_per_task"` // after a restart: from the snapshot
 	SnapshotPerTask float64 `json:"snapshot_bytes_per_task"`
@@ -30,11 +31,11 @@ func heapNow() uint64 {
 	return m.HeapAlloc
 }
 
-// Remembered runs n one-container tasks through their whole life in a projection — received in
-// a payload of their own, run, exited 0, reported, acknowledged, cleaned — and measures the
+// Remembered runs n one-container tasks through their whole life in a projection — received
+// perPayload to a payload, run, exited 0, reported, acknowledged, cleaned — and measures the
 // heap the projection then holds for them: what remembering a cleaned task costs.
-func Remembered(n int) (RememberedResult, error) {
-	res := RememberedResult{Tasks: n}
+func Remembered(n, perPayload int) (RememberedResult, error) {
+	res := RememberedResult{Tasks: n, PerPayload: max(perPayload, 1)}
 	data, err := rememberLive(&res)
 	if err != nil {
 		return res, err
@@ -56,7 +57,7 @@ func Remembered(n int) (RememberedResult, error) {
 func rememberLive(res *RememberedResult) ([]byte, error) {
 	n := res.Tasks
 	before := heapNow()
-	st, records, err := remember(n)
+	st, records, err := remember(n, res.PerPayload)
 	if err != nil {
 		return nil, err
 	}
@@ -68,8 +69,9 @@ func rememberLive(res *RememberedResult) ([]byte, error) {
 	return st.Snapshot()
 }
 
-// remember applies the records of n whole task lives to a new projection.
-func remember(n int) (*fsm.State, int, error) {
+// remember applies the records of n whole task lives to a new projection, perPayload tasks to
+// a payload: the tasks of a payload are added together, then each runs its life.
+func remember(n, perPayload int) (*fsm.State, int, error) {
 	st := fsm.New()
 	const journalID = "01JBENCHREMEMBERED0000000000"
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -89,16 +91,23 @@ func remember(n int) (*fsm.State, int, error) {
 	tk := func(from, to event.Status) *event.TaskTransitioned {
 		return &event.TaskTransitioned{From: from, To: to}
 	}
+	arnOf := func(i int) string { return fmt.Sprintf("arn:agentd:task/remembered-%08d", i) }
+	for first := 0; first < n; first += perPayload {
+		msg := fmt.Sprintf("msg-%08d-%s", first, "b1f0c2d4")
+		if err := apply("", "", &event.PayloadReceived{MessageID: msg}); err != nil {
+			return nil, 0, err
+		}
+		for i := first; i < min(first+perPayload, n); i++ {
+			if err := apply(arnOf(i), "", &event.TaskAdded{MessageID: msg, Family: "web", Version: "3", Desired: event.StatusRunning, Containers: benchSpec}); err != nil {
+				return nil, 0, err
+			}
+		}
+	}
 	for i := 0; i < n; i++ {
-		arn := fmt.Sprintf("arn:agentd:task/remembered-%08d", i)
-		msg := fmt.Sprintf("msg-%08d-%s", i, "b1f0c2d4")
+		arn := arnOf(i)
 		id := func(s uint64) string { return "c-" + journalID + "-" + strconv.FormatUint(s, 10) }
 		var stopC, stopT uint64
 		steps := []func() error{
-			func() error { return apply("", "", &event.PayloadReceived{MessageID: msg}) },
-			func() error {
-				return apply(arn, "", &event.TaskAdded{MessageID: msg, Family: "web", Version: "3", Desired: event.StatusRunning, Containers: benchSpec})
-			},
 			func() error { return apply(arn, "app", tr("NONE", "PULLED")) },
 			func() error { return apply(arn, "", tk("NONE", "PULLED")) },
 			func() error {

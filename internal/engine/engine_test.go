@@ -308,7 +308,7 @@ func TestTombstonesOverTheBudgetAreNamedInHealth(t *testing.T) {
 	}
 	st := r.e.State()
 	for arn, ts := range st.Tombstones {
-		if !ts.HistoryDropped && arn < "task/done-0200" {
+		if !ts.HistoryDropped() && arn < "task/done-0200" {
 			t.Fatalf("%s kept its history past the budget: the journal never went over it", arn)
 		}
 	}
@@ -346,7 +346,7 @@ func TestJournalBudgetDropsCleanedHistoryEarlyKeepingTombstones(t *testing.T) {
 		r.advance(time.Second)
 	}
 	ts := r.e.State().Tombstones["task/old"]
-	if ts == nil || !ts.HistoryDropped {
+	if ts == nil || !ts.HistoryDropped() {
 		t.Fatalf("task/old's tombstone is %+v; want it kept, its history dropped early", ts)
 	}
 	if n := len(r.records("task/old", event.TypeTaskAdded)); n != 0 {

@@ -1,18 +1,15 @@
 package engine_test
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
-	"github.com/agentd/agentd/internal/journal"
 )
 
 var footprintTasks = flag.Int("footprint-tasks", 5000, "tasks TestFootprintStaysFlatUnderChurn runs through one agent (the issue's figure: 1000000)")
@@ -37,50 +34,11 @@ func fastDir(t *testing.T) string {
 	return dir
 }
 
-// warmSnapshotCodec takes the process's snapshot compressor and decompressor to their full
-// size: it packs, stores and reads back a snapshot of many blocks in a throwaway journal. They
-// are shared by every journal in the process and grow once, on the first snapshot larger than
-// one block (64 KiB before compression), by the compressor's history (its 256 KiB window and a
-// block: 384 KiB) and the decompressor's block buffers (about 0.1 MB), then keep that size
-// whatever comes after. Run alone, the churn below crosses 64 KiB only after its first tenth,
-// and that one-time growth would be counted as churn (1.70 MB to 2.22 MB).
-func warmSnapshotCodec(t *testing.T) {
-	t.Helper()
-	j, err := journal.Open(filepath.Join(fastDir(t), journal.FileName), journal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
-	packed, size, err := journal.PackSnapshot(func(put func([]byte) error) (int64, error) {
-		var n int64
-		for i := range 20000 { // about 2 MB: many blocks, as a busy host's snapshot
-			line := fmt.Appendf(nil, `{"arn":"arn:aws:ecs:eu-west-1:123456789012:task/warm/%08d","known":"CLEANED","at":%d},`, i, i*7919)
-			if err := put(line); err != nil {
-				return n, err
-			}
-			n += int64(len(line))
-		}
-		return n, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := j.AppendPackedSnapshot(context.Background(), 0, packed); err != nil {
-		t.Fatal(err)
-	}
-	snap, _, err := j.LatestSnapshot()
-	if err != nil || snap == nil || int64(len(snap.Data)) != size {
-		t.Fatalf("the warm-up snapshot did not come back whole (%v, %v)", snap != nil, err)
-	}
-}
-
 // Many short tasks through one agent, on a virtual clock, with a retention far shorter than
 // the run (a minute; a task a second): what the agent holds is bounded by what it remembers,
 // not by what it has run. The heap after the last task is at most 1.2× the heap after the
 // first tenth, and the journal's used bytes stop growing once the retention window is full.
-// What the process allocates once (the snapshot codec) is allocated before the first measure.
 func TestFootprintStaysFlatUnderChurn(t *testing.T) {
-	warmSnapshotCodec(t)
 	n := *footprintTasks
 	if testing.Short() {
 		n = 2000

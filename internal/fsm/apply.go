@@ -194,7 +194,7 @@ func (s *State) apply(rec event.Record) error {
 		}
 		for _, arn := range e.Early {
 			if ts := s.Tombstones[arn]; ts != nil {
-				ts.HistoryDropped = true // the tombstone stays: the guard still needs it
+				ts.dropHistory() // the tombstone stays: the guard still needs it
 			}
 		}
 		for _, m := range e.Messages {
@@ -391,6 +391,9 @@ func (s *State) clean(rec event.Record) error {
 		}
 	}
 	s.Tombstones[t.ARN] = s.tombstone(t, rec)
+	for _, m := range t.Messages {
+		delete(s.Messages, m) // the tombstone holds it now: heldMessage
+	}
 	s.imagesReleased(rec, t)
 	delete(s.Tasks, t.ARN)
 	return nil

@@ -137,7 +137,7 @@ func (p *CompactionPlan) overBudget(s *State, inUse, snaps, maxBytes int64) {
 	var cands []cand
 	withHistory := len(s.Tasks)
 	for arn, ts := range s.Tombstones {
-		if ts.HistoryDropped || p.drop[arn] {
+		if ts.HistoryDropped() || p.drop[arn] {
 			continue
 		}
 		withHistory++

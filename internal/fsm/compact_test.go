@@ -19,7 +19,7 @@ func TestPlanCompaction(t *testing.T) {
 	now := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
 	old, recent := now.Add(-10*24*time.Hour), now.Add(-time.Hour)
 	tomb := func(cleaned time.Time, seq uint64) *fsm.Tombstone {
-		return &fsm.Tombstone{CleanedNs: cleaned.UnixNano(), CleanSeq: seq, StopSeq: seq - 1}
+		return fsm.TombstoneOf(cleaned.UnixNano(), seq, seq-1)
 	}
 	week := fsm.CompactionPolicy{Retention: 7 * 24 * time.Hour}
 	for _, tc := range []struct {
@@ -84,7 +84,7 @@ func TestPlanCompaction(t *testing.T) {
 func TestCompactionDrops(t *testing.T) {
 	now := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
 	st := fsm.New()
-	st.Tombstones["gone"] = &fsm.Tombstone{CleanedNs: now.Add(-30 * 24 * time.Hour).UnixNano(), CleanSeq: 50, StopSeq: 49}
+	st.Tombstones["gone"] = fsm.TombstoneOf(now.Add(-30*24*time.Hour).UnixNano(), 50, 49)
 	p := st.PlanCompaction(now, fsm.CompactionPolicy{Retention: time.Hour}, fsm.JournalFacts{Snapshots: []uint64{100}, Newest: 100, HorizonSeq: 60})
 	for _, tc := range []struct {
 		task string
@@ -148,7 +148,7 @@ func TestCompactionRecordsAreSmallAndForgetWhatTheRoundForgets(t *testing.T) {
 	done := &event.CompactionDone{UpToSeq: 900000, Records: 98000}
 	for i := range 8000 {
 		arn := fmt.Sprintf("arn:aws:ecs:us-east-1:123456789012:task/prod/%032x", i)
-		st.Tombstones[arn] = &fsm.Tombstone{CleanedNs: now.Add(-time.Hour).UnixNano(), CleanSeq: uint64(10 + i), StopSeq: uint64(9 + i)}
+		st.Tombstones[arn] = fsm.TombstoneOf(now.Add(-time.Hour).UnixNano(), uint64(10+i), uint64(9+i))
 		switch {
 		case i < 7000:
 			done.Tasks = append(done.Tasks, arn)
@@ -157,7 +157,7 @@ func TestCompactionRecordsAreSmallAndForgetWhatTheRoundForgets(t *testing.T) {
 		}
 	}
 	done.Tasks = append(done.Tasks, "arn:"+strings.Repeat("x", 2500)) // one name longer than a piece: alone
-	st.Tombstones[done.Tasks[len(done.Tasks)-1]] = &fsm.Tombstone{CleanedNs: now.UnixNano(), CleanSeq: 5}
+	st.Tombstones[done.Tasks[len(done.Tasks)-1]] = fsm.TombstoneOf(now.UnixNano(), 5, 0)
 	for i := range 600 {
 		m := fmt.Sprintf("m-%d-\u00e9<&>", i) // escaped in JSON: counted as stored
 		st.Messages[m] = uint64(i + 1)
@@ -213,7 +213,7 @@ func TestCompactionRecordsAreSmallAndForgetWhatTheRoundForgets(t *testing.T) {
 		t.Fatalf("after the pieces: %d tombstones, %d message ids; want 1000, 50", len(st.Tombstones), len(st.Messages))
 	}
 	for _, arn := range done.Early {
-		if ts := st.Tombstones[arn]; ts == nil || !ts.HistoryDropped {
+		if ts := st.Tombstones[arn]; ts == nil || !ts.HistoryDropped() {
 			t.Fatalf("early drop %s: tombstone %+v; want kept, its history marked dropped", arn, ts)
 		}
 	}

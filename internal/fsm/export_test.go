@@ -4,3 +4,21 @@ package fsm
 
 // NextUp is the task's steps on its way up, as decide.go reads them from the task table.
 var NextUp = nextUp
+
+// TombstoneOf is a tombstone without reasons or containers: cleaned at cleanedNs by record
+// cleanSeq, its task's STOPPED at record stopSeq.
+func TombstoneOf(cleanedNs int64, cleanSeq, stopSeq uint64) *Tombstone {
+	return (*names)(nil).pack(tombstoneFields{CleanedNs: cleanedNs, CleanSeq: cleanSeq, StopSeq: stopSeq})
+}
+
+// PackedSize is the bytes a tombstone's packed part holds.
+func PackedSize(ts *Tombstone) int { return len(ts.packed) }
+
+// UnpackedTombstones are st's tombstones as a snapshot writes them.
+func UnpackedTombstones(st *State) map[string]any {
+	out := make(map[string]any, len(st.Tombstones))
+	for arn, ts := range st.Tombstones {
+		out[arn] = st.names.unpack(ts)
+	}
+	return out
+}

@@ -31,8 +31,8 @@ func (s *State) Format(now time.Time, cfg Config) string {
 	for _, arn := range tombs {
 		t := s.Tombstones[arn]
 		fmt.Fprintf(&b, "tombstone %s stopped=%s cleaned=%s", event.Printable(arn), ts(t.StoppedAt()), ts(t.CleanedAt()))
-		if t.Reason != "" {
-			fmt.Fprintf(&b, " reason=%q", t.Reason)
+		if reason := s.TombstoneReason(t); reason != "" {
+			fmt.Fprintf(&b, " reason=%q", reason)
 		}
 		b.WriteString("\n")
 	}

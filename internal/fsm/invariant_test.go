@@ -110,9 +110,9 @@ func TestRestoreRefusesDamagedSnapshots(t *testing.T) {
 	for name, damage := range map[string]func(string) string{
 		"unknown status":         func(s string) string { return strings.Replace(s, `"known":"RUNNING"`, `"known":"RUNING"`, 1) },
 		"sent ahead of known":    func(s string) string { return strings.Replace(s, `"sent":"NONE"`, `"sent":"STOPPED"`, 1) },
-		"newer version":          func(s string) string { return strings.Replace(s, `"version":2`, `"version":3`, 1) },
+		"newer version":          func(s string) string { return strings.Replace(s, `"version":3`, `"version":4`, 1) },
 		"truncated":              func(s string) string { return s[:len(s)/2] },
-		"unknown field":          func(s string) string { return strings.Replace(s, `"version":2`, `"version":2,"x":1`, 1) },
+		"unknown field":          func(s string) string { return strings.Replace(s, `"version":3`, `"version":3,"x":1`, 1) },
 		"image under another id": func(s string) string { return strings.Replace(s, `"id":"sha256:web"`, `"id":"sha256:other"`, 1) },
 	} {
 		bad := damage(string(good))

@@ -83,3 +83,52 @@ func TestAShortIDShapedLikeADigestIsNotALongIDsReSend(t *testing.T) {
 		}
 	}
 }
+
+// A payload's id leaves the table of ids when a task it held is cleaned and moves into that
+// task's tombstone (a remembered task then costs no table entry of its own, issue 41); a
+// re-send of the payload is still recognised by the task it holds — also after a restart, and
+// also where the payload held another task that is still live — acknowledged, never applied
+// twice. Another payload naming the same task is not taken for it. (A journal that applies it
+// twice is not refused: a build before issue 41 forgot the id a retention after the payload
+// came, its tombstone kept, and then rightly applied a re-send again.)
+func TestAPayloadOfACleanedTaskIsStillADuplicate(t *testing.T) {
+	st := remembered(t, 1)
+	arn, id := "arn:aws:ecs:eu-west-1:123456789012:task/rem/00000000", "m-000000"
+	task := json.RawMessage(`{"arn":"` + arn + `","desired_status":"RUNNING","containers":[{"name":"app","image":"x"}]}`)
+	if _, held := st.Messages[id]; held || len(st.Messages) != 0 {
+		t.Fatalf("the table still holds %v after the payload's only task was cleaned", st.Messages)
+	}
+	snap, err := st.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := fsm.Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := st.LastTime.Add(time.Second)
+	for name, s := range map[string]*fsm.State{"live": st, "restored": restored} {
+		again := s.Step(now, fsm.PayloadArrived{MessageID: id, Tasks: []json.RawMessage{task}})
+		if !again.Duplicate || len(again.Records) != 1 || again.Records[0].Type() != event.TypeTaskResent {
+			t.Errorf("%s: the payload sent again: duplicate %v, records %v; want a duplicate, its STOPPED reported again", name, again.Duplicate, again.Records)
+		}
+		other := s.Step(now, fsm.PayloadArrived{MessageID: "m-other", Tasks: []json.RawMessage{task}})
+		if other.Duplicate || len(other.Records) != 2 {
+			t.Errorf("%s: another payload naming the task: duplicate %v, %d records; want it applied (received, re-sent)", name, other.Duplicate, len(other.Records))
+		}
+	}
+}
+
+// A journal a build before issue 41 wrote may forget a payload's id a retention after it came
+// while its cleaned task's tombstone stays (compaction_done), then apply a re-send of it again:
+// replayed now, where the id moved into the tombstone, that journal still replays.
+func TestAnOlderJournalsSecondPayloadStillReplays(t *testing.T) {
+	st := remembered(t, 1)
+	id := "m-000000"
+	task := json.RawMessage(`{"arn":"arn:aws:ecs:eu-west-1:123456789012:task/rem/00000000","desired_status":"RUNNING","containers":[{"name":"app","image":"x"}]}`)
+	for _, e := range []event.Event{&event.CompactionDone{UpToSeq: 2, Messages: []string{id}}, &event.PayloadReceived{MessageID: id, Tasks: []json.RawMessage{task}}} {
+		if err := st.Apply(event.Record{Seq: st.LastSeq + 1, Time: st.LastTime.Add(time.Second), Event: e}); err != nil {
+			t.Fatalf("%s: %v", e.Type(), err)
+		}
+	}
+}

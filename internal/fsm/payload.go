@@ -27,6 +27,12 @@ func (s *State) payload(p PayloadArrived) Verdict {
 	if !seen && id != p.MessageID {
 		_, seen = s.Messages[p.MessageID] // held as sent, by a journal older than MessageKey
 	}
+	for _, raw := range p.Tasks {
+		if seen {
+			break
+		}
+		seen = s.heldMessage(p.Rules.DecodeTask(raw).ARN, id, p.MessageID)
+	}
 	if seen {
 		// Applied before: acknowledged again, nothing applied twice. But a task of it whose
 		// STOPPED the control plane settled, sent again, means it lost track: say so, and

@@ -11,8 +11,9 @@ import (
 
 // snapshotVersion is the encoding of Snapshot. A snapshot of another version is refused, and
 // the caller replays from the start instead. Version 2 (issue 25) keeps tombstones compact;
-// version 1's are read too (tombstoneIn), so an upgraded agent restores its old snapshots.
-const snapshotVersion = 2
+// version 3 (issue 41) adds the ids of the payloads that held a tombstoned task; versions 1's
+// and 2's are read too (tombstoneIn), so an upgraded agent restores its old snapshots.
+const snapshotVersion = 3
 
 type snapshot struct {
 	Version int    `json:"version"`
@@ -62,11 +63,11 @@ func (s *State) WriteSnapshot(write func([]byte) error) (int64, error) {
 		key   string
 		write func()
 	}{
-		{`"tasks":`, func() { writeTable(sw, s.Tasks, func(k string) string { return k }) }},
-		{`"tombstones":`, func() { writeTable(sw, s.Tombstones, func(k string) string { return k }) }},
-		{`"messages":`, func() { writeTable(sw, s.Messages, func(k string) string { return k }) }},
+		{`"tasks":`, func() { writeTable(sw, s.Tasks, keyText, asIs) }},
+		{`"tombstones":`, func() { writeTable(sw, s.Tombstones, keyText, s.names.unpack) }},
+		{`"messages":`, func() { writeTable(sw, s.Messages, keyText, asIs) }},
 		// encoding/json orders a map's keys by their text, numbers too.
-		{`"outbox":`, func() { writeTable(sw, s.Outbox, func(k uint64) string { return strconv.FormatUint(k, 10) }) }},
+		{`"outbox":`, func() { writeTable(sw, s.Outbox, func(k uint64) string { return strconv.FormatUint(k, 10) }, asIs) }},
 	}
 	for _, t := range tables {
 		at := bytes.Index(b, []byte(t.key+"null"))
@@ -100,9 +101,12 @@ func (sw *snapshotWriter) write(b []byte) {
 	}
 }
 
+func keyText(k string) string { return k }
+func asIs[V any](v V) V       { return v }
+
 // writeTable writes m as json.Marshal does (null when nil, else its entries ordered by key
-// text), marshalling one entry at a time.
-func writeTable[K comparable, V any](sw *snapshotWriter, m map[K]V, text func(K) string) {
+// text), marshalling one entry at a time, each as value gives it.
+func writeTable[K comparable, V, E any](sw *snapshotWriter, m map[K]V, text func(K) string, value func(V) E) {
 	if m == nil {
 		sw.write([]byte("null"))
 		return
@@ -122,7 +126,7 @@ func writeTable[K comparable, V any](sw *snapshotWriter, m map[K]V, text func(K)
 			sw.write(kb)
 			sw.write([]byte(":"))
 			var vb []byte
-			vb, err = json.Marshal(m[k])
+			vb, err = json.Marshal(value(m[k]))
 			sw.write(vb)
 		}
 		if err != nil && sw.err == nil {
@@ -141,15 +145,15 @@ func Restore(data []byte) (*State, error) {
 	if err := dec.Decode(&snap); err != nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: %w", err)
 	}
-	if snap.Version != snapshotVersion && snap.Version != 1 {
-		return nil, fmt.Errorf("fsm: restore snapshot: version %d, this agentd reads 1 and %d", snap.Version, snapshotVersion)
+	if snap.Version < 1 || snap.Version > snapshotVersion {
+		return nil, fmt.Errorf("fsm: restore snapshot: version %d, this agentd reads 1 to %d", snap.Version, snapshotVersion)
 	}
 	if snap.State == nil || snap.State.State == nil {
 		return nil, fmt.Errorf("fsm: restore snapshot: no state")
 	}
 	s := New()
 	*s = *snap.State.State
-	s.taskM, s.containerM = newTaskMachine(), newContainerMachine()
+	s.taskM, s.containerM, s.names = newTaskMachine(), newContainerMachine(), &names{}
 	if s.Tasks == nil || snap.State.Tombstones == nil || s.Messages == nil || s.Outbox == nil {
 		return nil, fmt.Errorf("fsm: restore snapshot at %d: missing tables", s.LastSeq)
 	}
@@ -162,8 +166,8 @@ func Restore(data []byte) (*State, error) {
 		if err != nil {
 			return nil, fmt.Errorf("fsm: restore snapshot at %d: %w", s.LastSeq, err)
 		}
-		if ts.StopSeq == 0 || ts.StopSeq > ts.CleanSeq || ts.CleanSeq > s.LastSeq {
-			return nil, fmt.Errorf("fsm: restore snapshot at %d: tombstone %q is damaged (stopped at record %d, cleaned at %d)", s.LastSeq, arn, ts.StopSeq, ts.CleanSeq)
+		if stop := ts.StopSeq(); stop == 0 || stop > ts.CleanSeq || ts.CleanSeq > s.LastSeq {
+			return nil, fmt.Errorf("fsm: restore snapshot at %d: tombstone %q is damaged (stopped at record %d, cleaned at %d)", s.LastSeq, arn, stop, ts.CleanSeq)
 		}
 		s.Tombstones[arn] = ts
 	}

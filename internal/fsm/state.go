@@ -90,23 +90,15 @@ type Container struct {
 // Tombstone is what outlives a cleaned task for the retention period, and no more than the
 // guard needs (issue 25: it is kept for every task cleaned within the retention, 600,000 on a
 // host that runs a short task a second): its ARN (the key it is kept under, not repeated in
-// it), to recognise a re-send; when it was cleaned,
-// for the retention; and its final STOPPED changes — each container's, then the task's — so
-// they can be reported again under the very ids they were first reported with (PROTOCOL §1).
-// The ids are not stored: a change's id derives from its record's sequence number (ChangeID).
-// Times are Unix nanoseconds in UTC, not time.Time: 8 bytes each instead of 24, and in the
-// snapshot a number instead of a 30-byte text. Reasons and container names are interned.
+// it), to recognise a re-send; when it was cleaned, for the retention; and its final STOPPED
+// changes — each container's, then the task's — so they can be reported again under the very
+// ids they were first reported with (PROTOCOL §1). The ids are not stored: a change's id
+// derives from its record's sequence number (ChangeID). All but when it was cleaned is packed
+// (tombstonepack.go: tombstoneFields unpacked): 32 bytes and a few dozen packed, not 144.
 type Tombstone struct {
-	Reason    string      `json:"reason,omitempty"` // the task's final STOPPED reason
-	StoppedNs int64       `json:"stopped_ns"`       // when the task's STOPPED was journaled
-	CleanedNs int64       `json:"cleaned_ns"`
-	CleanSeq  uint64      `json:"clean_seq"`
-	StopSeq   uint64      `json:"stop_seq"` // the record of the task's STOPPED: its change's id
-	Stops     []FinalStop `json:"stops,omitempty"`
-	BareID    bool        `json:"bare_id,omitempty"` // the task's STOPPED id is "c-<seq>" (FinalStop.BareID)
-	// HistoryDropped: its records went before the retention ended, to keep the journal within
-	// --journal-max-bytes (event.CompactionDone.Early); the tombstone alone answers for it.
-	HistoryDropped bool `json:"history_dropped,omitempty"`
+	CleanSeq  uint64 // the record that cleaned it
+	CleanedNs int64  // when, Unix nanoseconds in UTC: its retention runs from here
+	packed    string
 }
 
 // FinalStop is a container's final STOPPED change, kept in a tombstone.
@@ -123,7 +115,24 @@ type FinalStop struct {
 }
 
 // StoppedAt is when the task's STOPPED was journaled.
-func (t *Tombstone) StoppedAt() time.Time { return fromNs(t.StoppedNs) }
+func (t *Tombstone) StoppedAt() time.Time { _, _, ns := t.packedStop(); return fromNs(ns) }
+
+// StopSeq is the record of the task's STOPPED: its change's id.
+func (t *Tombstone) StopSeq() uint64 { _, seq, _ := t.packedStop(); return seq }
+
+// HistoryDropped says its records went before the retention ended, to keep the journal
+// within --journal-max-bytes (event.CompactionDone.Early); the tombstone alone answers for it.
+func (t *Tombstone) HistoryDropped() bool {
+	flags, _, _ := t.packedStop()
+	return flags&packedHistoryDropped != 0
+}
+
+// dropHistory marks its history dropped.
+func (t *Tombstone) dropHistory() {
+	if t.packed != "" && !t.HistoryDropped() {
+		t.packed = string(t.packed[0]|packedHistoryDropped) + t.packed[1:]
+	}
+}
 
 // CleanedAt is when the task was cleaned: its retention runs from here.
 func (t *Tombstone) CleanedAt() time.Time { return fromNs(t.CleanedNs) }
@@ -159,8 +168,8 @@ type State struct {
 	Images     map[string]*Image     `json:"images,omitempty"`      // images this agent pulled and has not removed, by id
 	Refusals   []Refusal             `json:"refusals,omitempty"`    // payload records the projection refused, oldest first (refused.go)
 
-	order      []uint64          // Outbox keys ascending, possibly with settled ones not yet swept
-	interned   map[string]string // reasons and container names tombstones share (intern)
+	order      []uint64 // Outbox keys ascending, possibly with settled ones not yet swept
+	names      *names   // reasons and container names tombstones share (tombstonepack.go)
 	taskM      *machine
 	containerM *machine
 }
@@ -173,6 +182,7 @@ func New() *State {
 		Messages:   map[string]uint64{},
 		Outbox:     map[uint64]*Change{},
 		Images:     map[string]*Image{},
+		names:      &names{},
 		taskM:      newTaskMachine(),
 		containerM: newContainerMachine(),
 	}

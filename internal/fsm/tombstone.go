@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -15,46 +16,59 @@ import (
 
 // tombstone is what task t leaves when record rec cleans it.
 func (s *State) tombstone(t *Task, rec event.Record) *Tombstone {
-	ts := &Tombstone{Reason: s.intern(t.Reason), StoppedNs: toNs(t.StoppedAt), CleanedNs: toNs(rec.Time),
-		CleanSeq: rec.Seq, StopSeq: t.StopSeq}
-	n := 0
-	for _, c := range t.Containers {
-		if c.StopSeq != 0 {
-			n++
-		}
-	}
-	if n > 0 {
-		ts.Stops = make([]FinalStop, 0, n)
-	}
+	f := tombstoneFields{Reason: t.Reason, StoppedNs: toNs(t.StoppedAt), CleanedNs: toNs(rec.Time),
+		CleanSeq: rec.Seq, StopSeq: t.StopSeq, Messages: t.Messages}
 	for _, c := range t.Containers {
 		if c.StopSeq == 0 {
 			continue
 		}
-		f := FinalStop{Container: s.intern(c.Name), Reason: s.intern(c.Reason), Seq: c.StopSeq, AtNs: toNs(c.StoppedAt)}
+		stop := FinalStop{Container: c.Name, Reason: c.Reason, Seq: c.StopSeq, AtNs: toNs(c.StoppedAt)}
 		if c.ExitCode != nil {
-			f.Exit, f.HasExit = int64(*c.ExitCode), true
+			stop.Exit, stop.HasExit = int64(*c.ExitCode), true
 		}
-		ts.Stops = append(ts.Stops, f)
+		f.Stops = append(f.Stops, stop)
 	}
-	return ts
+	return s.names.pack(f)
 }
 
 // tombstoneFinal are a tombstoned task's final changes — each container's STOPPED, then the
 // task's — as they were first reported (finalChanges, for the live task).
 func (s *State) tombstoneFinal(arn string, ts *Tombstone) []Change {
-	out := make([]Change, 0, len(ts.Stops)+1)
-	for _, f := range ts.Stops {
-		c := Change{ID: s.finalID(f.Seq, f.BareID), Seq: f.Seq, Task: arn, Container: f.Container,
-			Status: event.StatusStopped, Reason: f.Reason, At: fromNs(f.AtNs)}
-		if f.HasExit {
-			code := int(f.Exit)
+	f := s.names.unpack(ts)
+	out := make([]Change, 0, len(f.Stops)+1)
+	for _, stop := range f.Stops {
+		c := Change{ID: s.finalID(stop.Seq, stop.BareID), Seq: stop.Seq, Task: arn, Container: stop.Container,
+			Status: event.StatusStopped, Reason: stop.Reason, At: fromNs(stop.AtNs)}
+		if stop.HasExit {
+			code := int(stop.Exit)
 			c.ExitCode = &code
 		}
 		out = append(out, c)
 	}
-	return append(out, Change{ID: s.finalID(ts.StopSeq, ts.BareID), Seq: ts.StopSeq, Task: arn,
-		Status: event.StatusStopped, Reason: ts.Reason, At: ts.StoppedAt()})
+	return append(out, Change{ID: s.finalID(f.StopSeq, f.BareID), Seq: f.StopSeq, Task: arn,
+		Status: event.StatusStopped, Reason: f.Reason, At: fromNs(f.StoppedNs)})
 }
+
+// heldMessage says whether the payload of message id held task arn, live or tombstoned: a
+// payload's id leaves the table of ids when a task it held is cleaned (tombstoneFields.Messages),
+// and a re-send of it holds that task again.
+func (s *State) heldMessage(arn string, ids ...string) bool {
+	var held []string
+	if t, live := s.Tasks[arn]; live {
+		held = t.Messages
+	} else if ts, tomb := s.Tombstones[arn]; tomb {
+		held = s.names.unpack(ts).Messages
+	}
+	for _, id := range ids {
+		if id != "" && slices.Contains(held, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// TombstoneReason is the tombstoned task's final STOPPED reason.
+func (s *State) TombstoneReason(ts *Tombstone) string { return s.names.unpack(ts).Reason }
 
 // finalID is the id a final change was reported under.
 func (s *State) finalID(seq uint64, bare bool) string {
@@ -64,32 +78,10 @@ func (s *State) finalID(seq uint64, bare bool) string {
 	return s.ChangeID(seq)
 }
 
-// maxInterned bounds the intern table: reasons and container names repeat across tasks
-// ("exited", "app"), but one that embeds a task's own text must not grow the table forever.
-const maxInterned = 4096
-
-// intern returns the table's copy of v, so that tombstones share the few distinct reasons
-// and container names instead of each holding its own. Memory only: never serialised.
-func (s *State) intern(v string) string {
-	if v == "" {
-		return ""
-	}
-	if got, ok := s.interned[v]; ok {
-		return got
-	}
-	if s.interned == nil {
-		s.interned = map[string]string{}
-	}
-	if len(s.interned) < maxInterned {
-		s.interned[v] = v
-	}
-	return v
-}
-
 // tombstoneIn is a tombstone as a snapshot holds it: this shape, or the first one (snapshot
 // version 1, before issue 25), which kept every final change whole, with its id.
 type tombstoneIn struct {
-	Tombstone
+	tombstoneFields
 	ARN       string         `json:"arn"`
 	Family    string         `json:"family"`
 	StoppedAt time.Time      `json:"stopped_at"`
@@ -101,13 +93,9 @@ type tombstoneIn struct {
 // tombstone converts what the snapshot held; an id the tombstone cannot give back as it was
 // first reported is an error naming the task, and the snapshot is refused.
 func (in *tombstoneIn) tombstone(s *State, arn string) (*Tombstone, error) {
-	ts := in.Tombstone
-	ts.Reason = s.intern(ts.Reason)
-	for i := range ts.Stops {
-		ts.Stops[i].Container, ts.Stops[i].Reason = s.intern(ts.Stops[i].Container), s.intern(ts.Stops[i].Reason)
-	}
+	ts := in.tombstoneFields
 	if in.Final == nil && in.CleanedAt.IsZero() {
-		return &ts, nil
+		return s.names.pack(ts), nil
 	}
 	// The first shape: the last final change is the task's, the others its containers'.
 	if len(in.Final) == 0 || in.Final[len(in.Final)-1].Container != "" {
@@ -126,13 +114,13 @@ func (in *tombstoneIn) tombstone(s *State, arn string) (*Tombstone, error) {
 			}
 			break
 		}
-		f := FinalStop{Container: s.intern(c.Container), Reason: s.intern(c.Reason), Seq: c.Seq, AtNs: toNs(c.At), BareID: bare}
+		f := FinalStop{Container: c.Container, Reason: c.Reason, Seq: c.Seq, AtNs: toNs(c.At), BareID: bare}
 		if c.ExitCode != nil {
 			f.Exit, f.HasExit = int64(*c.ExitCode), true
 		}
 		ts.Stops = append(ts.Stops, f)
 	}
-	return &ts, nil
+	return s.names.pack(ts), nil
 }
 
 // bareID says whether a first-shape final change's id was made without the journal id; an id
@@ -145,4 +133,18 @@ func (s *State) bareID(c Change) (bool, error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("final change %q is not the id of record %d", c.ID, c.Seq)
+}
+
+// RememberedMessages are the ids of the payloads the projection recognises a re-send of, in
+// order: those in its table and those its tombstones hold.
+func (s *State) RememberedMessages() []string {
+	out := make([]string, 0, len(s.Messages))
+	for m := range s.Messages {
+		out = append(out, m)
+	}
+	for _, ts := range s.Tombstones {
+		out = append(out, s.names.unpack(ts).Messages...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

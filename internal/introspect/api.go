@@ -164,7 +164,7 @@ func Handler(e *engine.Engine, info Info, cfg fsm.Config) http.Handler {
 				out = v
 			} else if ts, ok := st.Tombstones[arn]; ok {
 				s := ts.StoppedAt()
-				out = TaskView{ARN: arn, KnownStatus: event.StatusCleaned, DesiredStatus: event.StatusStopped, SentStatus: event.StatusStopped, Reason: ts.Reason, StoppedAt: &s, Containers: []ContainerView{}}
+				out = TaskView{ARN: arn, KnownStatus: event.StatusCleaned, DesiredStatus: event.StatusStopped, SentStatus: event.StatusStopped, Reason: st.TombstoneReason(ts), StoppedAt: &s, Containers: []ContainerView{}}
 			}
 		}) {
 			return

@@ -5,10 +5,12 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,23 +56,44 @@ func oldJournal(t *testing.T) *journal.Journal {
 }
 
 // fullReplay is the projection rebuilt from the first record, no snapshot read.
-func fullReplay(t *testing.T, j *journal.Journal) []byte {
+func fullReplay(t *testing.T, j *journal.Journal) *fsm.State {
 	t.Helper()
 	st := fsm.New()
 	if err := j.IterateRange(1, j.LastSeq(), st.Apply); err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// withoutMessageIDs is st's snapshot without the ids of payloads it remembers, and those ids.
+// Where a payload's id is kept moved in issue 41 — from the table into the tombstone of a task
+// it held, when that task is cleaned — so a projection loaded from an older build's snapshot
+// holds in its table the ids a full replay holds in its tombstones; the rest is the same.
+func withoutMessageIDs(t *testing.T, st *fsm.State) (string, []string) {
+	t.Helper()
 	b, err := st.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	var snap struct {
+		Version int            `json:"version"`
+		State   map[string]any `json:"state"`
+	}
+	if err := json.Unmarshal(b, &snap); err != nil {
+		t.Fatal(err)
+	}
+	delete(snap.State, "messages")
+	for _, ts := range snap.State["tombstones"].(map[string]any) {
+		delete(ts.(map[string]any), "messages")
+	}
+	out, _ := json.Marshal(snap)
+	return string(out), st.RememberedMessages()
 }
 
 // loadFrom rebuilds the projection as recovery does — the newest sound snapshot, then the
 // records after it — and checks it started from the snapshot at want, having skipped
 // skipped damaged ones, and rebuilt exactly what a full replay does.
-func loadFrom(t *testing.T, j *journal.Journal, want uint64, skipped int, full []byte) *fsm.State {
+func loadFrom(t *testing.T, j *journal.Journal, want uint64, skipped int, full *fsm.State) *fsm.State {
 	t.Helper()
 	snap, passed, err := j.LatestSnapshot()
 	if err != nil || len(passed) != skipped || snap == nil || snap.AtSeq != want {
@@ -83,13 +106,19 @@ func loadFrom(t *testing.T, j *journal.Journal, want uint64, skipped int, full [
 	if err := j.IterateRange(st.LastSeq+1, j.LastSeq(), st.Apply); err != nil {
 		t.Fatal(err)
 	}
-	got, err := st.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, full) {
+	got, gotIDs := withoutMessageIDs(t, st)
+	replayed, replayedIDs := withoutMessageIDs(t, full)
+	if got != replayed {
 		t.Fatalf("the projection loaded from the snapshot at %d differs from a full replay", want)
 	}
+	// The older build's snapshot keeps ids in the table, which compaction forgets a retention
+	// after their payload came; a full replay keeps them with their tombstones: never fewer.
+	for _, id := range gotIDs {
+		if !slices.Contains(replayedIDs, id) {
+			t.Fatalf("the projection loaded from the snapshot at %d remembers payload %s, a full replay does not", want, id)
+		}
+	}
+	t.Logf("loaded from the snapshot at %d: %d payload ids remembered, a full replay %d", want, len(gotIDs), len(replayedIDs))
 	return st
 }
 
