@@ -3,6 +3,8 @@ package forensics_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,4 +91,39 @@ func countMarked[T any](items []T, mark func(T) string) int {
 		}
 	}
 	return n
+}
+
+// TestManyVersionsOfOneRecordAreMarkedBriefly: 2,000 different versions of one record (a
+// hostile file forges them cheaply) are each kept and marked, the mark naming a few sources and
+// how many more — not all 2,000, which made the output grow as the square of the input — while
+// the one warning names them all.
+func TestManyVersionsOfOneRecordAreMarkedBriefly(t *testing.T) {
+	const n = 2000
+	var in strings.Builder
+	in.WriteString(agentdResource)
+	for i := range n {
+		if i > 0 {
+			in.WriteString(",")
+		}
+		in.WriteString(otlpRecord(1, fmt.Sprintf("cleanup_started arn:task/x version %d", i)))
+	}
+	in.WriteString("]}]}]}\n")
+	var out bytes.Buffer
+	var warnings []string
+	got, err := forensics.ImportOTLP(strings.NewReader(in.String()), &out, func(s string) { warnings = append(warnings, s) })
+	if err != nil || got != n {
+		t.Fatalf("imported %d, %v; want all %d versions", got, err, n)
+	}
+	if len(warnings) != 1 || strings.Count(warnings[0], "line 1 record") != n {
+		t.Fatalf("%d warnings; want one naming all %d versions", len(warnings), n)
+	}
+	for line := range strings.Lines(out.String()) {
+		var e forensics.Entry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(e.Conflict, fmt.Sprintf("%d different records", n)) || !strings.Contains(e.Conflict, fmt.Sprintf("and %d more", n-3)) || len(e.Conflict) > 1024 {
+			t.Fatalf("a version's mark (%d bytes) %.200q; want under 1 KiB, counting the versions and naming a few", len(e.Conflict), e.Conflict)
+		}
+	}
 }

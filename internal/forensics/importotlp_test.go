@@ -217,3 +217,27 @@ func TestImportKeepsBothOfTwoConflictingRecords(t *testing.T) {
 		t.Fatalf("seq 1 marked versions %q, want the real one (no details) and the forged one, both marked", marked)
 	}
 }
+
+// TestImportRefusesASkippedValueOverTheBound: a value the import skips (a key it does not
+// read) is bounded as a record is: 8 MiB of nested arrays are refused after the bound's worth,
+// not held level by level (before: 50 MiB of '[' took 1.3 GiB).
+func TestImportRefusesASkippedValueOverTheBound(t *testing.T) {
+	in := &countingReader{r: io.MultiReader(strings.NewReader(`{"unknown":`), io.LimitReader(brackets{}, 8<<20), strings.NewReader("\n"))}
+	_, err := forensics.ImportOTLP(in, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "line 1") || !strings.Contains(err.Error(), "1 MiB") {
+		t.Fatalf("8 MiB of nested arrays under an unknown key: err %v, want it refused as over 1 MiB, named by line 1", err)
+	}
+	if in.n > 2*forensics.MaxOTLPRecord {
+		t.Fatalf("%d bytes read before refusing the skipped value, want at most the bound's worth", in.n)
+	}
+}
+
+// brackets reads as endless '['.
+type brackets struct{}
+
+func (brackets) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = '['
+	}
+	return len(p), nil
+}

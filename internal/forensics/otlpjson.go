@@ -143,14 +143,18 @@ func (l *jsonLine) members(what string, open json.Delim, next func() error) erro
 	return err
 }
 
-// skip passes over the next value token by token, so nothing it nests is held.
+// skip passes over the next value token by token, so nothing it nests is held; the whole
+// value is read within the bound (the decoder keeps a frame for each level it nests: a line of
+// nothing but '[' held 26 times its size).
 func (l *jsonLine) skip() error {
+	l.allow()
 	depth := 0
 	for {
-		tok, err := l.token()
+		tok, err := l.dec.Token()
 		if err != nil {
 			return err
 		}
+		l.started = true
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
 			depth++

@@ -28,22 +28,39 @@ func keyOf(e Entry) recordKey { return recordKey{e.Host, e.Seq, e.SeqFrom, e.Seq
 // record of the line (zero where it does not apply).
 type origin struct{ file, line, record int32 }
 
-// sameRecord reports whether two versions say the same of the record (severity is derived from
-// it, and a mark is the reader's, not the record's).
-func sameRecord(a, b Entry) bool {
-	sameTime, sameExit := a.Time.Equal(b.Time), (a.ExitCode == nil) == (b.ExitCode == nil) && (a.ExitCode == nil || *a.ExitCode == *b.ExitCode)
-	a.Severity, b.Severity, a.Conflict, b.Conflict = "", "", "", ""
-	a.ExitCode, b.ExitCode, a.Time, b.Time = nil, nil, time.Time{}, time.Time{}
-	return a == b && sameTime && sameExit
+// version is what a version of a record says (severity is derived from it, and a mark is the
+// reader's, not the record's), as a map key: versions that say the same are found in one
+// look-up however many a record has (a scan of each record's versions made n forged versions
+// of one record cost n² comparisons).
+type version struct {
+	e       Entry // without Severity, Conflict, ExitCode and Time
+	sec     int64 // Time as an instant
+	nsec    int
+	hasExit bool
+	exit    int64
 }
+
+func versionOf(e Entry) version {
+	v := version{sec: e.Time.Unix(), nsec: e.Time.Nanosecond(), hasExit: e.ExitCode != nil}
+	if v.hasExit {
+		v.exit = *e.ExitCode
+	}
+	e.Severity, e.Conflict, e.ExitCode, e.Time = "", "", nil, time.Time{}
+	v.e = e
+	return v
+}
+
+// markSources is how many sources a version's conflict mark names at most.
+const markSources = 3
 
 // recordSet keeps each record once, and every differing version of one.
 type recordSet struct {
-	first   map[recordKey]int   // the index of the record's first version
-	more    map[recordKey][]int // the versions that differ from it, if any
-	entries []Entry
-	origins []origin
-	dropped map[fileKey]bool // identical copies not kept, by where they were read
+	first    map[recordKey]int    // the index of the record's first version
+	versions map[version]struct{} // every version kept
+	more     map[recordKey][]int  // the versions that differ from it, if any
+	entries  []Entry
+	origins  []origin
+	dropped  map[fileKey]bool // identical copies not kept, by where they were read
 }
 
 type fileKey struct {
@@ -52,7 +69,7 @@ type fileKey struct {
 }
 
 func newRecordSet() *recordSet {
-	return &recordSet{first: map[recordKey]int{}, more: map[recordKey][]int{}, dropped: map[fileKey]bool{}}
+	return &recordSet{first: map[recordKey]int{}, versions: map[version]struct{}{}, more: map[recordKey][]int{}, dropped: map[fileKey]bool{}}
 }
 
 // grow makes room for n more versions.
@@ -63,14 +80,12 @@ func (s *recordSet) grow(n int) {
 // add keeps e unless a version read before says the same.
 func (s *recordSet) add(e Entry, o origin) {
 	k := keyOf(e)
-	i, seen := s.first[k]
-	if seen {
-		for _, v := range append([]int{i}, s.more[k]...) {
-			if sameRecord(s.entries[v], e) {
-				s.dropped[fileKey{o.file, k}] = true
-				return
-			}
-		}
+	if _, dup := s.versions[versionOf(e)]; dup {
+		s.dropped[fileKey{o.file, k}] = true
+		return
+	}
+	s.versions[versionOf(e)] = struct{}{}
+	if _, seen := s.first[k]; seen {
 		s.more[k] = append(s.more[k], len(s.entries))
 	} else {
 		s.first[k] = len(s.entries)
@@ -96,11 +111,17 @@ func (s *recordSet) result(where func(origin) string) ([]Entry, []string) {
 		if k.from != 0 || k.to != 0 {
 			name = fmt.Sprintf("gap %d-%d", k.from, k.to)
 		}
-		mark := fmt.Sprintf("%d different records of host %s %s: %s", len(versions), k.host, name, strings.Join(from, "; "))
+		head := fmt.Sprintf("%d different records of host %s %s: ", len(versions), k.host, name)
+		// Each version's mark names a few sources, not all: n versions each naming n sources
+		// made a 1 MB file of forged versions a 700 MB dump. The warning names them all.
+		mark := head + strings.Join(from[:min(len(from), markSources)], "; ")
+		if len(from) > markSources {
+			mark += fmt.Sprintf("; and %d more (see the warning)", len(from)-markSources)
+		}
 		for _, v := range versions {
 			s.entries[v].Conflict = mark
 		}
-		warnings = append(warnings, mark+" (all kept, marked CONFLICT: one may be forged)")
+		warnings = append(warnings, head+strings.Join(from, "; ")+" (all kept, marked CONFLICT: one may be forged)")
 	}
 	return s.entries, warnings
 }

@@ -80,6 +80,16 @@ func serverOf(c net.Conn) (uid int64, pid func() int, err error) {
 		if err != nil {
 			return -1, nil, err
 		}
+		if s.Inode == 0 {
+			// No process holds the server's end yet: sock_diag reports a request socket (a
+			// listener with TCP_DEFER_ACCEPT keeps one until the client writes) and a closed
+			// one as uid 0, so its uid says nothing. The listener that will accept it decides.
+			l, err := Listening(remote)
+			if err != nil {
+				return -1, nil, fmt.Errorf("the server's end of %s → %s is held by no process yet: %w", local, remote, err)
+			}
+			s.UID = l.UID
+		}
 		return s.UID, func() int {
 			if p := processOf(s.Inode); p != 0 {
 				return p
