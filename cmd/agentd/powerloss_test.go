@@ -22,7 +22,9 @@ import (
 // nothing durable lost); at the end every task is STOPPED at the control plane and cleaned,
 // and the control plane saw no protocol violation (a change re-reported, a status moved back:
 // what an agent that lost acknowledged records would do), nor a task cleaned before its
-// STOPPED was acknowledged (journal verify's rule).
+// STOPPED was acknowledged (journal verify's rule). The simulated engine keeps its file off
+// the mount, so after every cut each removal and start it made has its cause in the journal
+// (powerloss_effects_test.go).
 func TestPowerLossLoop(t *testing.T) {
 	if os.Getenv("AGENTD_POWERLOSS") != "1" {
 		t.Skip("the power-loss loop: run with make test-powerloss")
@@ -42,10 +44,12 @@ func TestPowerLossLoop(t *testing.T) {
 	}
 	t.Cleanup(func() { fsys.Close() }) // after the agent's own cleanup kills it (cleanups run last first)
 	data := filepath.Join(mnt, "data")
+	simDir := t.TempDir() // the engine's own store: off the mount, a cut leaves what it did
+	effects := newRuntimeEffects(simDir)
 	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json",
 		"--throttle-rps", "8", "--throttle-burst", "4", "--fail-rate", "0.05", "--drop-rate", "0.05", "--resend-acked")
 	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
-	agent, api := startAgentProc(t, data, cpURL)
+	agent, api := startAgentProc(t, data, cpURL, "--sim-dir", simDir)
 
 	rng := rand.New(rand.NewPCG(44, 44))
 	var runners []string
@@ -74,12 +78,13 @@ func TestPowerLossLoop(t *testing.T) {
 			t.Fatalf("power cut %d: %v", k+1, err)
 		}
 		lost += n
+		effects.check(t, data, k+1) // first: the most telling message when a commit was not durable
 		seq := verifyDurable(t, data, k+1)
 		if seq < lastSeq {
 			t.Fatalf("power cut %d: the journal ends at record %d, but %d were durable after the cut before", k+1, seq, lastSeq)
 		}
 		lastSeq = seq
-		agent, api = startAgentProc(t, data, cpURL)
+		agent, api = startAgentProc(t, data, cpURL, "--sim-dir", simDir)
 	}
 	for ; stopped < len(runners); stopped++ {
 		postJSON(t, cpURL+"/v1/tasks/"+runners[stopped]+"/stop", nil)
@@ -90,9 +95,14 @@ func TestPowerLossLoop(t *testing.T) {
 	if _, err := fsys.PowerCut(); err != nil {
 		t.Fatal(err)
 	}
+	effects.check(t, data, cuts+1)
 	verifyDurable(t, data, cuts+1)
-	t.Logf("%d power cuts under %d tasks in %v: %d unsynced operations dropped; every journal verified, nothing acknowledged lost, no violation",
-		cuts+1, next, time.Since(began).Round(time.Second), lost)
+	if effects.removals == 0 || effects.starts == 0 {
+		t.Fatalf("the runtime removed %d containers and started %d: the effects check checked nothing", effects.removals, effects.starts)
+	}
+	t.Logf("%d power cuts under %d tasks in %v: %d unsynced operations dropped; every journal verified, nothing acknowledged lost, no violation; "+
+		"%d removals and %d starts of the runtime each found their cause in the journal after every cut (%d of %d containers created were removed unseen)",
+		cuts+1, next, time.Since(began).Round(time.Second), lost, effects.removals, effects.starts, effects.unlearnt, effects.created)
 }
 
 // verifyDurable runs `agentd journal verify` on what a power cut left (in a process of its own:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +50,10 @@ type runCmd struct {
 	PullInactivityTimeout time.Duration `default:"1m" env:"AGENTD_PULL_INACTIVITY_TIMEOUT" help:"A pull that makes no progress for this long is abandoned and tried again (no deadline while it progresses)."`
 	OTLPEndpoint          string        `name:"otlp-endpoint" placeholder:"URL" env:"AGENTD_OTLP_ENDPOINT" help:"Ship every journal record as an OpenTelemetry log to this OTLP/HTTP base URL ({URL}/v1/logs, PROTOCOL.md §5). OTEL_EXPORTER_OTLP_ENDPOINT, _LOGS_ENDPOINT, _HEADERS, _CERTIFICATE and OTEL_RESOURCE_ATTRIBUTES work as the OpenTelemetry specification says."`
 	AllowBindRoot         []string      `name:"allow-bind-root" env:"AGENTD_ALLOW_BIND_ROOT" placeholder:"DIR" help:"A host directory under which tasks may bind-mount (repeatable; none by default: a task asking for a bind mount is invalid)."`
+	// SimDir: a real engine keeps its containers in a store of its own, not in the agent's data
+	// directory; the power-loss loop keeps the simulated one apart too, so a power cut of the
+	// agent's disk leaves what the runtime did (cmd/agentd/powerloss_test.go).
+	SimDir string `hidden:"" placeholder:"DIR" env:"AGENTD_SIM_DIR" help:"Directory of the simulated runtime's file (default: --data-dir)."`
 	trustFlags
 	logFlags
 	imageGCFlags
@@ -120,7 +125,7 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	}
 	a, err := startAgent(ctx, agentConfig{TaskRules: rules, BindRoots: roots,
 		DataDir: r.DataDir, Backend: r.Backend, TokenFile: r.TokenFile, CAFile: r.CAFile, AgentID: r.AgentID,
-		Runtime: r.Runtime, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags, OTLPEndpoint: r.OTLPEndpoint,
+		Runtime: r.Runtime, SimDir: r.SimDir, DockerHost: r.DockerHost, CleanupWait: r.CleanupWait, Listen: r.Listen, Trust: r.trustFlags, OTLPEndpoint: r.OTLPEndpoint,
 		MemoryLimit: memLimit,
 		Pulls:       pullSettings{AuthFile: r.RegistryAuthFile, Policy: r.PullPolicy, Inactivity: r.PullInactivityTimeout},
 		Engine:      engine.Config{SnapshotEvery: r.SnapshotEvery, Retention: r.Retention, JournalMaxBytes: r.JournalMaxBytes, Images: images},
@@ -145,6 +150,7 @@ func dockerSocketSetting(flag string) string {
 type agentConfig struct {
 	DataDir, Backend, TokenFile, CAFile, AgentID, Runtime, DockerHost, Listen string
 	OTLPEndpoint                                                              string // --otlp-endpoint (the OTEL_* variables also count)
+	SimDir                                                                    string // --sim-dir (empty: DataDir)
 	CleanupWait                                                               time.Duration
 	Engine                                                                    engine.Config
 	TaskRules                                                                 protocol.Rules // --allow-bind-root; the engine must decode tasks with it
@@ -227,7 +233,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	switch c.Runtime {
 	case "sim":
 		var sim *simruntime.Runtime
-		if sim, err = simruntime.Open(c.DataDir, id, nil); err == nil {
+		if sim, err = simruntime.Open(cmp.Or(c.SimDir, c.DataDir), id, nil); err == nil {
 			a.rt = sim
 			sim.SetBindRoots(c.BindRoots)
 			err = sim.SetDefaultPullPolicy(c.Pulls.Policy)
