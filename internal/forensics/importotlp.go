@@ -56,7 +56,8 @@ func ImportOTLP(r io.Reader, w io.Writer) (int, error) {
 						From: str(a, otlpship.AttrStatusFrom), To: str(a, otlpship.AttrStatusTo), Reason: str(a, otlpship.AttrReason),
 						ChangeID: str(a, otlpship.AttrChangeID), MessageID: str(a, otlpship.AttrMessageID), ImageDigest: str(a, otlpship.AttrImageDigest),
 						Severity: lr.SeverityText, SeqFrom: uint64(integer(a, otlpship.AttrSeqFrom)), SeqTo: uint64(integer(a, otlpship.AttrSeqTo)),
-						Text: lr.GetBody().GetStringValue()}
+					}
+					e.Text = otlpship.BodyDetails(lr.GetBody().GetStringValue(), e.Type, e.Task, e.Container)
 					if v, ok := attrOf(a, otlpship.AttrExitCode); ok {
 						c := v.GetIntValue()
 						e.ExitCode = &c
