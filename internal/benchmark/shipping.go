@@ -15,7 +15,9 @@ import (
 // shipping runs the OTLP shipper on a journal during a run, to a loopback endpoint that reads
 // and accepts every request: the journal's group commit measured with shipping on, against the
 // same contender with it off, in the same rounds (PROTOCOL.md §5: shipping never blocks a
-// commit). The endpoint does not decode: on a shared machine its CPU would be the journal's.
+// commit). The shipper reads only once the commits pause, or after MaxDefer (5 s) without a
+// pause, longer than a round: this measures that a burst of commits keeps the CPU. The
+// endpoint does not decode: on a shared machine its CPU would be the journal's.
 func shipping(ctx context.Context, j *journal.Journal) func() {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)

@@ -108,18 +108,10 @@ func RecordJSON(r event.Record) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// Line is a record on one human-readable line.
+// Line is a record on one human-readable line: its sequence and time, then event.Line in
+// columns (what an OTLP body carries, one space apart).
 func Line(r event.Record) string {
-	// What came from outside (ARNs, names, reasons) is escaped: a NUL or newline in it must not
-	// forge a line of this output.
-	subj := "-"
-	if r.Task != "" {
-		subj = event.Printable(r.Task)
-	}
-	if r.Container != "" {
-		subj += "/" + event.Printable(r.Container)
-	}
-	return strings.TrimRight(fmt.Sprintf("%8d  %s  %-22s %-28s %s", r.Seq, r.Time.UTC().Format("2006-01-02T15:04:05.000Z"), r.Type(), subj, event.PrintableText(event.Describe(r.Event))), " ")
+	return fmt.Sprintf("%8d  %s  %s", r.Seq, r.Time.UTC().Format("2006-01-02T15:04:05.000Z"), event.Line(r, 22, 28))
 }
 
 // Dump writes the records that pass the filter, one per line, human or JSON.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"time"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -17,7 +16,6 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/otlpship"
 )
 
@@ -178,33 +176,9 @@ func (imp *otlpImport) logRecord(l *jsonLine) (Entry, bool, error) {
 		c := v.GetIntValue()
 		e.ExitCode = &c
 	}
-	e.Text = detailsOf(lr.GetBody().GetStringValue(), e)
+	// An Entry's Text is the details, whichever agent shipped it (1.3 ships the whole dump line).
+	e.Text = otlpship.BodyDetails(lr.GetBody().GetStringValue(), e.Type, e.Task, e.Container)
 	return e, e.Type != "", nil
-}
-
-// detailsOf is what a body says after the record's type and subject (PROTOCOL.md 1.3 §5 ships
-// the whole line `journal dump` prints; 1.2 shipped the details alone): an Entry's Text is the
-// details, whichever agent shipped it.
-func detailsOf(body string, e Entry) string {
-	rest, ok := strings.CutPrefix(body, e.Type+" ")
-	if !ok {
-		if body == e.Type {
-			return ""
-		}
-		return body
-	}
-	subject := "-"
-	if e.Task != "" {
-		subject = event.Printable(e.Task)
-	}
-	if e.Container != "" {
-		subject += "/" + event.Printable(e.Container)
-	}
-	rest = strings.TrimLeft(rest, " ")
-	if d, ok := strings.CutPrefix(rest, subject); ok && (d == "" || d[0] == ' ') {
-		return strings.TrimLeft(d, " ")
-	}
-	return body
 }
 
 // nullAsEmpty reads a JSON null as an empty message, as protojson does for a field.

@@ -203,7 +203,7 @@ func (j *Journal) writer() {
 	expect := 1
 	var linger time.Duration
 	for {
-		j.q.waitFor(1, 0, j.stop)
+		j.waitForAppends()
 		if j.q.len() == 0 {
 			return // stopped, and Close holds off new senders: nothing is stranded
 		}

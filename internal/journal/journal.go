@@ -96,6 +96,8 @@ type Journal struct {
 	last     uint64        // last committed sequence number
 	changed  chan struct{} // closed and replaced after every commit
 	reached  []seqWaiter   // closed once last reaches their seq (NotifyAt)
+	idle     chan struct{} // closed while the writer is idle (Idle)
+	isIdle   bool          // nothing queued for idleAfter
 	holes    []hole        // compaction cuts, ascending
 	commitNs stats
 }
@@ -151,7 +153,8 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, fmt.Errorf("journal: open %s: %w", path, err)
 	}
 	j := &Journal{path: path, db: db, ro: opts.ReadOnly, maxBatch: opts.MaxBatch, changed: make(chan struct{}), beforeCommit: opts.BeforeCommit,
-		releaseEvery: opts.ReleaseEvery}
+		releaseEvery: opts.ReleaseEvery, idle: make(chan struct{}), isIdle: true}
+	close(j.idle) // nothing is queued yet
 	if err := j.init(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("journal: open %s: %w", path, err)

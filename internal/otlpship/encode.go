@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,7 @@ const (
 	fieldScopeLogsScope      = 1 // ScopeLogs.scope
 	fieldScopeLogsRecords    = 2 // ScopeLogs.log_records
 	fieldLogTime             = 1 // LogRecord.time_unix_nano (fixed64)
+	fieldLogBody             = 5 // LogRecord.body (AnyValue)
 	fieldLogAttributes       = 6 // LogRecord.attributes
 	fieldLogObserved         = 11
 	fieldKeyValueKey         = 1
@@ -43,11 +45,13 @@ const (
 	fieldAnyInt              = 3 // AnyValue.int_value
 )
 
-// eventPart is what one event contributes to its log record, encoded: severity and body
-// (fields 2, 3 and 5), the record type's attribute, and the event's own attributes, which
-// follow the task's and the container's (LogRecord's order).
+// eventPart is what one event contributes to its log record, encoded: severity (fields 2
+// and 3), the type name and details that frame the body around the record's subject, the
+// record type's attribute, and the event's own attributes, which follow the task's and the
+// container's (LogRecord's order).
 type eventPart struct {
-	head, typeAttr, tail []byte
+	severity, typeAttr, tail []byte
+	typeName, details        string // the body is typeName, " ", the subject, then details
 }
 
 // Bounds of the event parts kept: many records share a body (a transition without an exit code
@@ -63,6 +67,7 @@ type encoder struct {
 	parts map[string]*eventPart // by record type and body bytes
 	key   []byte
 	rec   []byte // the record being encoded
+	body  []byte // its body's text
 }
 
 func newEncoder() *encoder { return &encoder{parts: make(map[string]*eventPart)} }
@@ -91,8 +96,10 @@ func (e *encoder) part(r journal.RawRecord) (*eventPart, error) {
 // keeps the encoded pieces: whatever LogRecord ships of an event, and only that, is shipped.
 func newEventPart(ev event.Event) *eventPart {
 	lr := LogRecord(event.Record{Event: ev}, time.Time{})
-	p := &eventPart{}
-	p.head, _ = proto.Marshal(&logspb.LogRecord{SeverityNumber: lr.SeverityNumber, SeverityText: lr.SeverityText, Body: lr.Body})
+	p := &eventPart{typeName: ev.Type().String()}
+	p.severity, _ = proto.Marshal(&logspb.LogRecord{SeverityNumber: lr.SeverityNumber, SeverityText: lr.SeverityText})
+	// What event.Line puts after a record's subject, taken unclipped from a record without one.
+	p.details = strings.TrimPrefix(event.Line(event.Record{Event: ev}, 0, 0), p.typeName+" -")
 	for _, kv := range lr.Attributes {
 		b, _ := proto.Marshal(kv)
 		switch kv.Key {
@@ -118,7 +125,15 @@ func (e *encoder) appendRecord(dst []byte, r journal.RawRecord, observed time.Ti
 		b = protowire.AppendTag(b, fieldLogTime, protowire.Fixed64Type)
 		b = protowire.AppendFixed64(b, t)
 	}
-	b = append(b, p.head...)
+	b = append(b, p.severity...)
+	e.body = appendSubject(append(append(e.body[:0], p.typeName...), ' '), r.Task, r.Container)
+	e.body = append(e.body, p.details...)
+	if len(e.body) > maxField {
+		e.body = append(e.body[:0], clip(string(e.body))...)
+	}
+	b = protowire.AppendTag(b, fieldLogBody, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(protowire.SizeTag(fieldAnyString)+protowire.SizeBytes(len(e.body))))
+	b = appendBytesField(b, fieldAnyString, e.body)
 	b = appendIntAttr(b, AttrSeq, int64(r.Seq))
 	b = append(b, p.typeAttr...)
 	b = appendStrAttr(b, AttrTask, r.Task)
@@ -137,6 +152,30 @@ func (e *encoder) appendRecord(dst []byte, r journal.RawRecord, observed time.Ti
 func appendGap(dst []byte, m *logspb.LogRecord) []byte {
 	b, _ := proto.Marshal(m)
 	return appendBytesField(dst, fieldScopeLogsRecords, b)
+}
+
+// appendSubject appends event.Subject(task, container) without making strings of them: an
+// identifier of visible ASCII other than a quote or a backslash is printed as it is (the
+// records an agent writes); any other goes through event.Printable.
+func appendSubject(dst, task, container []byte) []byte {
+	if len(task) == 0 {
+		dst = append(dst, '-')
+	} else {
+		dst = appendPrintable(dst, task)
+	}
+	if len(container) > 0 {
+		dst = appendPrintable(append(dst, '/'), container)
+	}
+	return dst
+}
+
+func appendPrintable(dst, id []byte) []byte {
+	for _, c := range id {
+		if c <= ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			return append(dst, event.Printable(string(id))...)
+		}
+	}
+	return append(dst, id...)
 }
 
 // appendStrAttr appends a string attribute when v is not empty, clipped as LogRecord clips.

@@ -34,6 +34,8 @@ func TestEncodedRecordsAreLogRecordsMarshalled(t *testing.T) {
 		event.Record{Time: t0, Task: "arn:\xff\xfe-bad", Container: "w\xc3", Event: &event.TaskTransitioned{From: event.StatusRunning, To: event.StatusStopped, Reason: "bad \xff utf-8"}},
 		event.Record{Time: t0, Task: long, Container: long, Event: &event.CallEnded{Call: "start", Reason: long}},
 		event.Record{Time: t0, Event: &event.PayloadReceived{MessageID: "m-1"}},
+		event.Record{Time: t0, Task: "arn:t q", Event: &event.TaskCleaned{}},
+		event.Record{Time: t0, Task: `arn:t"q`, Container: `w\b`, Event: &event.CleanupStarted{}}, // a subject quoted in the body
 		event.Record{Time: t0, Task: "arn:t", Event: &event.StoppedAcked{ChangeID: "c-9", Rejected: "no"}},
 		event.Record{Time: time.Unix(0, 1).UTC(), Task: "arn:t", Container: "web", Event: &event.ImageRemoved{Digest: "sha256:ab", Reason: "unused"}},
 	)

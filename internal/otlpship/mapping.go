@@ -44,7 +44,7 @@ func LogRecord(r event.Record, observed time.Time) *logspb.LogRecord {
 	lr := &logspb.LogRecord{
 		TimeUnixNano:         unixNano(r.Time),
 		ObservedTimeUnixNano: unixNano(observed),
-		Body:                 str(clip(event.PrintableText(event.Describe(r.Event)))),
+		Body:                 str(clip(event.Line(r, 0, 0))), // never empty: type and subject lead
 	}
 	setSeverity(lr, warns(r.Event))
 	add := func(k string, v *commonpb.AnyValue) {
@@ -98,6 +98,20 @@ func LogRecord(r event.Record, observed time.Time) *logspb.LogRecord {
 		addStr(AttrReason, e.Reason)
 	}
 	return lr
+}
+
+// BodyDetails is what a shipped body says after the record's type and subject, given as its
+// attributes name them: the details `journal dump` prints after the subject. A body shipped
+// before PROTOCOL 1.3 held the details alone and is returned as it is.
+func BodyDetails(body, typ, task, container string) string {
+	head := typ + " " + event.Subject(task, container)
+	if body == head {
+		return ""
+	}
+	if d, ok := strings.CutPrefix(body, head+" "); ok {
+		return d
+	}
+	return body
 }
 
 // GapRecord announces that records from..to (inclusive) will never be shipped, and why.

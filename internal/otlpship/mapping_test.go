@@ -42,7 +42,7 @@ func TestLogRecordSeverityAndAttributes(t *testing.T) {
 			if got := lr.SeverityText == "WARN"; got != c.warn {
 				t.Fatalf("severity %s, want WARN=%v", lr.SeverityText, c.warn)
 			}
-			if want := event.PrintableText(event.Describe(c.rec.Event)); lr.Body.GetStringValue() != want {
+			if want := event.Line(c.rec, 0, 0); lr.Body.GetStringValue() != want {
 				t.Fatalf("body %q, want journal dump's %q", lr.Body.GetStringValue(), want)
 			}
 			if lr.TimeUnixNano != uint64(t0.UnixNano()) || lr.ObservedTimeUnixNano != uint64(t0.Add(time.Second).UnixNano()) {

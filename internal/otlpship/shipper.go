@@ -58,6 +58,11 @@ type Config struct {
 	// (1/CPUShare − 1). An agent committing faster than that is shipped with a lag that the
 	// lag metrics show, and its commits keep their CPU: shipping never costs the agent.
 	CPUShare float64
+	// MaxDefer bounds how long a batch waits for the journal's writer to pause before it is
+	// read (default 5 s; negative: it never waits). A burst of commits is shipped after it,
+	// not during it, so its appenders keep the CPU; a writer that has not paused for MaxDefer
+	// is shipped during its commits, at CPUShare: shipping falls behind a burst, never stops.
+	MaxDefer time.Duration
 	// PersistEvery bounds how often the position is written (default 1 s; negative: after
 	// every batch). Between writes a crash resends what was shipped: at least once.
 	PersistEvery time.Duration
@@ -91,6 +96,9 @@ type Shipper struct {
 	enc    *encoder     // Run's own
 	recs   []byte       // the batch being read: encoded log_records fields (Run's own)
 	body   *requestBody // the last batch's request, reused once the HTTP client is done with it
+	// busySince is when Run first found the writer busy without a pause since (zero: it
+	// paused); Run's own.
+	busySince time.Time
 	// wakeups counts the times Run woke up to look at the journal: once a batch while records
 	// come faster than Linger, never once a commit (TestTheShipperWakesOnceABatch).
 	wakeups atomic.Uint64
@@ -119,6 +127,9 @@ func New(j *journal.Journal, cfg Config) (*Shipper, error) {
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = time.Second
+	}
+	if cfg.MaxDefer == 0 {
+		cfg.MaxDefer = 5 * time.Second
 	}
 	if cfg.PersistEvery == 0 {
 		cfg.PersistEvery = time.Second
@@ -240,7 +251,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 				continue
 			}
 		}
-		if !s.linger(ctx, pos) {
+		if !s.linger(ctx, pos) || !s.yieldToCommits(ctx) {
 			return nil
 		}
 		began := time.Now()
@@ -293,6 +304,41 @@ func (s *Shipper) linger(ctx context.Context, pos uint64) bool {
 		return false
 	case <-t.C:
 	case <-full:
+	}
+	s.wakeups.Add(1)
+	return true
+}
+
+// yieldToCommits waits until the journal's writer pauses (journal.Idle), for at most what is
+// left of MaxDefer since it was first found busy; false when ctx ends. On a busy host the
+// reading and encoding of a batch are CPU its appenders would take: they come after the burst.
+func (s *Shipper) yieldToCommits(ctx context.Context) bool {
+	idle := s.j.Idle()
+	select {
+	case <-idle:
+		s.busySince = time.Time{}
+		return true
+	default:
+	}
+	if s.cfg.MaxDefer < 0 {
+		return true
+	}
+	now := time.Now()
+	if s.busySince.IsZero() {
+		s.busySince = now
+	}
+	left := s.busySince.Add(s.cfg.MaxDefer).Sub(now)
+	if left <= 0 {
+		return true // busy for MaxDefer without a pause: ship during the commits
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-idle:
+		s.busySince = time.Time{}
+	case <-t.C:
 	}
 	s.wakeups.Add(1)
 	return true
