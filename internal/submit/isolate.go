@@ -109,7 +109,6 @@ func (s *Submitter) refused(now time.Time, sent []protocol.StateChange, r protoc
 	}
 	h.tries++
 	h.until = now.Add(h.bo.NextBackOff())
-	s.Stats.Held = uint64(len(s.held))
 	msg := ""
 	if h.tries == 1 {
 		msg = "the control plane refuses change " + c.ID + " of task " + protocol.Quote(c.TaskARN) + " alone (" + string(r.Outcome) + ": " + errText(r.Err) +
@@ -131,22 +130,12 @@ func (s *Submitter) settledHeld(ids []string) {
 	for _, id := range ids {
 		delete(s.held, id)
 	}
-	s.Stats.Held = uint64(len(s.held))
 	s.limit = min(BatchSize, s.limit*2)
 }
 
 // Want is how many pending changes the engine should offer Begin: a report's worth beyond the
 // held ones, which may stand first and not be sendable.
 func (s *Submitter) Want() int { return BatchSize + len(s.held) }
-
-// Held is the ids of the changes held after the control plane refused each alone.
-func (s *Submitter) Held() []string {
-	out := make([]string, 0, len(s.held))
-	for id := range s.held {
-		out = append(out, id)
-	}
-	return out
-}
 
 // heldHealth names the held changes for /healthz: how many, and the oldest-held one's task.
 func (s *Submitter) heldHealth() string {

@@ -400,9 +400,6 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 // from where the throttle served it (0: no throttling seen).
 func (s *Submitter) Pace() time.Duration { return s.slot }
 
-// RetryWindow is how far past Retry-After the next retry after a 429 is spread.
-func (s *Submitter) RetryWindow() time.Duration { return s.window }
-
 // spread is a uniformly random point of d.
 func (s *Submitter) spread(d time.Duration) time.Duration {
 	return time.Duration(s.rng.Float64() * float64(d))

@@ -108,8 +108,7 @@ type Submitter struct {
 
 // Stats counts what the submitter saw, for metrics and the dev view.
 type Stats struct {
-	Requests, Settled, Accepted, Rejected, Throttled, Failed uint64
-	Held                                                     uint64 // changes held now, each refused alone
+	Requests, Accepted, Rejected, Throttled, Failed uint64
 }
 
 // New returns a submitter.
@@ -246,7 +245,6 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			for _, rj := range settled.Rejected {
 				s.settledHeld([]string{rj.ID})
 			}
-			s.Stats.Settled++
 			o.Settled = settled
 			if s.streak != "" {
 				o.Log = fmt.Sprintf("reports settle again after %d failed attempts (%s since %s)", s.streakTries, s.streak, s.streakSince.Format(time.RFC3339))
