@@ -129,19 +129,6 @@ func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
 	}
 }
 
-func TestParseRetryAfter(t *testing.T) {
-	for v, want := range map[string]time.Duration{
-		"": 0, "2": 2 * time.Second, "0.25": 250 * time.Millisecond, "-1": 0, "junk": 0,
-		"99999": protocol.MaxRetryAfter, t0.Add(90 * time.Second).Format(httpTime): 90 * time.Second,
-	} {
-		if got := protocol.ParseRetryAfter(v, t0); got != want {
-			t.Errorf("Retry-After %q: %v; want %v", v, got, want)
-		}
-	}
-}
-
-const httpTime = "Mon, 02 Jan 2006 15:04:05 GMT"
-
 // The submitter's one backoff shape: doubling from the first step to the cap, each step
 // jittered ±50% by the seeded generator (the same seed replays the same waits), and a reset
 // starts over.
