@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -19,10 +20,10 @@ import (
 // held is a change refused alone.
 type held struct {
 	task  string
-	since time.Time        // first refused alone
-	until time.Time        // not sent again before this
-	tries int              // refusals so far
-	bo    *jitteredBackOff // its lone retries' waits: SlowRetry, doubling to MaxHeldWait
+	since time.Time       // first refused alone
+	until time.Time       // not sent again before this
+	tries int             // refusals so far
+	bo    *jitter.Backoff // its lone retries' waits: SlowRetry, doubling to MaxHeldWait
 }
 
 // MaxHeldWait is the longest a held change waits between its lone retries.
@@ -104,7 +105,7 @@ func (s *Submitter) refused(now time.Time, sent []protocol.StateChange, r protoc
 	c := sent[0]
 	h := s.held[c.ID]
 	if h == nil {
-		h = &held{task: c.TaskARN, since: now, bo: newBackOff(s.p.SlowRetry, MaxHeldWait, s.rng)}
+		h = &held{task: c.TaskARN, since: now, bo: jitter.NewBackoff(s.p.SlowRetry, MaxHeldWait, s.rng)}
 		s.held[c.ID] = h
 	}
 	h.tries++

@@ -3,6 +3,7 @@ package submit
 import (
 	"time"
 
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -391,7 +392,7 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		return max(slot+s.spread(slot/20)+s.together(now), s.p.Initial)
 	}
 	if max(s.slot, s.depth) > 0 {
-		return s.jittered(s.p.Max)
+		return jitter.Spread(s.rng, s.p.Max)
 	}
 	return backoff
 }
