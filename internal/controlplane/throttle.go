@@ -105,9 +105,6 @@ func (t *Throttle) Take(now time.Time, client string) (bool, time.Duration) {
 	return false, turn.Sub(now)
 }
 
-// Turns is how many clients hold a turn not yet claimed.
-func (t *Throttle) Turns() int { return len(t.turns) }
-
 // sweep forgets turns not claimed within turnHold, at most once a second.
 func (t *Throttle) sweep(now time.Time) {
 	if len(t.turns) == 0 || now.Sub(t.swept) < time.Second {

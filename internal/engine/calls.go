@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/jitter"
 )
 
 // calls is the runtime calls the engine has made and not yet seen answered, and the failed
@@ -22,11 +23,11 @@ type calls struct {
 }
 
 // retry is a failed runtime call's backoff: when it may go again, how often it failed, and
-// its wait's shape (backoff.go).
+// its wait's shape (internal/jitter).
 type retry struct {
 	at    time.Time
 	tries int
-	bo    *seeded
+	bo    *jitter.Backoff
 }
 
 func newCalls(removalSlots int) calls {
@@ -69,7 +70,7 @@ func (c *calls) next() time.Time {
 func (c *calls) failed(now time.Time, key fsm.ActionKey, rng *rand.Rand) retry {
 	r := c.retryAt[key]
 	if r.bo == nil {
-		r.bo = newBackoff(200*time.Millisecond, 30*time.Second, rng)
+		r.bo = jitter.NewBackoff(200*time.Millisecond, 30*time.Second, rng)
 	}
 	r.tries++
 	r.at = now.Add(r.bo.NextBackOff())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/submit"
@@ -80,7 +81,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		clock = WallClock
 	}
 	e := &Engine{cfg: cfg, log: log, j: j, rt: rt, cp: cp, clock: clock, exec: exec,
-		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)),
+		rng:     jitter.Rand(cfg.Seed),
 		sched:   newSchedule(),
 		calls:   newCalls(cfg.CleanupWorkers),
 		exits:   exitHold{held: map[string]docker.Exit{}},

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/jitter"
 )
 
 // watchExits follows the runtime's exit stream and resubscribes at the last cursor when it
@@ -15,7 +16,7 @@ import (
 // RUNNING records nothing).
 func (e *Engine) watchExits(ctx context.Context) {
 	defer e.inbox.wg.Done()
-	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+3))
+	bo := jitter.NewBackoff(250*time.Millisecond, 30*time.Second, jitter.Rand(e.cfg.Seed+3))
 	mark := docker.ExitMark{Cursor: e.exits.from}
 	for ctx.Err() == nil {
 		began := e.clock.Now()
@@ -82,7 +83,7 @@ func healthWatcher(rt docker.Runtime) docker.HealthWatcher {
 // when it changed.
 func (e *Engine) watchHealth(ctx context.Context, hw docker.HealthWatcher) {
 	defer e.inbox.wg.Done()
-	bo := newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+4))
+	bo := jitter.NewBackoff(250*time.Millisecond, 30*time.Second, jitter.Rand(e.cfg.Seed+4))
 	for ctx.Err() == nil {
 		began := e.clock.Now()
 		ch, err := hw.Health(ctx)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -22,7 +24,8 @@ import (
 // a hang the control plane is in holds the poll begun in its place.
 func (e *Engine) poller(ctx context.Context) {
 	defer e.inbox.wg.Done()
-	s := pollStreak{e: e, bo: newBackoff(250*time.Millisecond, 30*time.Second, seededRand(e.cfg.Seed+2))}
+	rng := jitter.Rand(e.cfg.Seed + 2) // the poller's own: it runs on a goroutine of its own
+	s := pollStreak{e: e, rng: rng, bo: jitter.NewBackoff(250*time.Millisecond, 30*time.Second, rng)}
 	for ctx.Err() == nil {
 		wait := e.cfg.PollWait
 		if s.kind != "" {
@@ -123,7 +126,8 @@ const heldPoll = 100 * time.Millisecond
 // and the backoff between them.
 type pollStreak struct {
 	e        *Engine
-	bo       *seeded
+	bo       *jitter.Backoff
+	rng      *rand.Rand // bo's generator, for the waits it spreads outside the backoff
 	kind     string
 	failures int
 	held     bool // the last failed poll was held before it failed (heldPoll)
@@ -137,7 +141,7 @@ func (s *pollStreak) fail(ctx context.Context, err error, kind, what string) {
 		// While the control plane cannot be reached the poll is the fleet's cheap probe: each
 		// agent learns of the return within a few seconds and places its reports from then
 		// (submit.Answered), rather than a grown backoff — up to 30 s — later.
-		wait = s.bo.jittered(unreachablePoll)
+		wait = jitter.Spread(s.rng, unreachablePoll)
 	}
 	s.failures++
 	if kind != s.kind {

@@ -9,6 +9,7 @@ import (
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/jitter"
 )
 
 // reconciler is the state of reconciling the runtime after the runtime did not answer at
@@ -16,10 +17,10 @@ import (
 // (pending: dispatch, the image cycle and the hand-out of slots wait), that one question is
 // out at a time (asking), and that it is asked again with backoff until it answers.
 type reconciler struct {
-	pending bool      // the runtime is not reconciled yet
-	asking  bool      // a reconcile's question is out
-	at      time.Time // when to ask again
-	bo      *seeded   // the wait before asking again (backoff.go)
+	pending bool            // the runtime is not reconciled yet
+	asking  bool            // a reconcile's question is out
+	at      time.Time       // when to ask again
+	bo      *jitter.Backoff // the wait before asking again (internal/jitter)
 }
 
 // due reports whether the runtime should be asked again now.
@@ -37,7 +38,7 @@ func (r *reconciler) next() time.Time {
 func (r *reconciler) failed(now time.Time, rng *rand.Rand) {
 	r.asking = false
 	if r.bo == nil {
-		r.bo = newBackoff(time.Second, 30*time.Second, rng)
+		r.bo = jitter.NewBackoff(time.Second, 30*time.Second, rng)
 	}
 	r.at = now.Add(r.bo.NextBackOff())
 }

@@ -12,6 +12,44 @@ import (
 // or lifetime limit), so a client can tell that from the container's end.
 const FollowEndTrailer = "Agentd-Follow-End"
 
+// Pools of the API: a client may be slow or hostile, the agent must not care.
+const (
+	maxInFlight       = 64 // requests of callers with credentials served at once; more get 503
+	maxPublicInFlight = 16 // requests of callers without (the open pages on loopback) at once
+	maxExports        = 2  // /v1/journal/export copies at once
+)
+
+// Limits bound the requests that hold a connection for long: record long polls and followed
+// container logs each have their own pool, so no number of follows keeps a record poll out;
+// a follow that writes nothing for FollowIdle, or has run for FollowLifetime, is ended.
+// Zero fields take the defaults.
+type Limits struct {
+	LongPolls      int           // /v1/journal/records?wait=… at once (default 8)
+	Follows        int           // …/logs?follow=1 at once (default 8)
+	FollowIdle     time.Duration // a follow that wrote nothing for this long is ended (default 5m)
+	FollowLifetime time.Duration // a follow is ended after this long whatever it writes (default 1h)
+	OpenPagesEvery time.Duration // callers without credentials share each open page this long (default 1s)
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.LongPolls <= 0 {
+		l.LongPolls = 8
+	}
+	if l.Follows <= 0 {
+		l.Follows = 8
+	}
+	if l.FollowIdle <= 0 {
+		l.FollowIdle = 5 * time.Minute
+	}
+	if l.FollowLifetime <= 0 {
+		l.FollowLifetime = time.Hour
+	}
+	if l.OpenPagesEvery <= 0 {
+		l.OpenPagesEvery = time.Second
+	}
+	return l
+}
+
 // bounds are the pools of Wrap: requests at once (callers without credentials have their own,
 // smaller pool, so they cannot crowd out the rest), exports, record long polls, and followed
 // logs, each with its own pool: no kind of long request can take the slots of another.

@@ -18,49 +18,20 @@ import (
 	"github.com/agentd/agentd/internal/sockowner"
 )
 
-// Bounds of the API: a client may be slow or hostile, the agent must not care.
+// Who may reach the API, and where: Guard refuses an address beyond loopback without a token
+// file (or a unix socket instead), Listen opens the listener (a socket only its owner and
+// --api-group may use; a stale socket replaced, a live one never), and Server serves it with
+// timeouts a slow or hostile client cannot outlast. The pools of requests are in bounds.go.
+
+// Limits of a connection: a client may be slow or hostile, the agent must not care.
 const (
-	maxInFlight       = 64 // requests of callers with credentials served at once; more get 503
-	maxPublicInFlight = 16 // requests of callers without (the open pages on loopback) at once
-	maxExports        = 2  // /v1/journal/export copies at once
-	maxConnsPerUser   = 32 // connections open at once of one local user other than root and the agent's
-	readTimeout       = 30 * time.Second
-	writeTimeout      = 90 * time.Second // longer than the longest long poll (60 s)
-	idleTimeout       = 60 * time.Second
-	headerTimeout     = 10 * time.Second
-	apiTokenLimit     = 64 << 10 // bytes of --api-token-file at most
+	maxConnsPerUser = 32 // connections open at once of one local user other than root and the agent's
+	readTimeout     = 30 * time.Second
+	writeTimeout    = 90 * time.Second // longer than the longest long poll (60 s)
+	idleTimeout     = 60 * time.Second
+	headerTimeout   = 10 * time.Second
+	apiTokenLimit   = 64 << 10 // bytes of --api-token-file at most
 )
-
-// Limits bound the requests that hold a connection for long: record long polls and followed
-// container logs each have their own pool, so no number of follows keeps a record poll out;
-// a follow that writes nothing for FollowIdle, or has run for FollowLifetime, is ended.
-// Zero fields take the defaults.
-type Limits struct {
-	LongPolls      int           // /v1/journal/records?wait=… at once (default 8)
-	Follows        int           // …/logs?follow=1 at once (default 8)
-	FollowIdle     time.Duration // a follow that wrote nothing for this long is ended (default 5m)
-	FollowLifetime time.Duration // a follow is ended after this long whatever it writes (default 1h)
-	OpenPagesEvery time.Duration // callers without credentials share each open page this long (default 1s)
-}
-
-func (l Limits) withDefaults() Limits {
-	if l.LongPolls <= 0 {
-		l.LongPolls = 8
-	}
-	if l.Follows <= 0 {
-		l.Follows = 8
-	}
-	if l.FollowIdle <= 0 {
-		l.FollowIdle = 5 * time.Minute
-	}
-	if l.FollowLifetime <= 0 {
-		l.FollowLifetime = time.Hour
-	}
-	if l.OpenPagesEvery <= 0 {
-		l.OpenPagesEvery = time.Second
-	}
-	return l
-}
 
 // Options are the API's settings: --listen, --api-token-file, --api-host, --api-group.
 type Options struct {

@@ -23,16 +23,11 @@ type Snapshot struct {
 	Data  []byte
 }
 
-// AppendSnapshot is Append with a snapshot: data, the projection's state after record atSeq,
-// is stored in the same commit as recs (which carry its snapshot_taken record), so a burst's
-// records and the snapshot it ends with are durable together or not at all, in the one commit
-// path. atSeq is at most the number the last of recs gets.
-func (j *Journal) AppendSnapshot(ctx context.Context, atSeq uint64, data []byte, recs ...event.Record) ([]event.Record, error) {
-	return j.AppendPackedSnapshot(ctx, atSeq, packSnapshot(data), recs...)
-}
-
-// AppendPackedSnapshot is AppendSnapshot for a snapshot already in its stored form
-// (PackSnapshot's).
+// AppendPackedSnapshot is Append with a snapshot already in its stored form (PackSnapshot's):
+// data, the projection's state after record atSeq, is stored in the same commit as recs (which
+// carry its snapshot_taken record), so a burst's records and the snapshot it ends with are
+// durable together or not at all, in the one commit path. atSeq is at most the number the last
+// of recs gets.
 func (j *Journal) AppendPackedSnapshot(ctx context.Context, atSeq uint64, data []byte, recs ...event.Record) ([]event.Record, error) {
 	if last := j.LastSeq() + uint64(len(recs)); atSeq > last {
 		return nil, fmt.Errorf("journal: snapshot at %d: beyond the last record %d", atSeq, last)

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -33,27 +31,8 @@ type ReportResult struct {
 	ReceivedAt time.Time     // when the answer reached this host (zero: unknown or none came)
 }
 
-// MaxRetryAfter caps a Retry-After so an absurd value cannot park the reports for days.
+// MaxRetryAfter caps a report's Retry-After so an absurd value cannot park the reports for days.
 const MaxRetryAfter = 10 * time.Minute
-
-// ParseRetryAfter reads a Retry-After header: delay seconds or an HTTP date. Missing or
-// malformed gives 0; values are capped at MaxRetryAfter.
-func ParseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if n, err := strconv.ParseFloat(v, 64); err == nil {
-		if n <= 0 {
-			return 0
-		}
-		d = time.Duration(n * float64(time.Second))
-	} else if t, err := parseHTTPDate(v); err == nil {
-		d = t.Sub(now)
-	}
-	return min(max(d, 0), MaxRetryAfter)
-}
 
 // ClassifyReport reads an answer to POST /state-changes exactly as the table of PROTOCOL.md
 // §3 says. Only a 200 whose body reads as the protocol's answer settles anything; a 200 that
@@ -76,7 +55,7 @@ func ClassifyReport(status int, retryAfter string, body []byte, now time.Time) R
 		r.Outcome, r.Accepted, r.Rejected = Settled, ok.Accepted, ok.Rejected
 	case status == 429:
 		r.Outcome, r.Err = Throttled, errors.New("throttled")
-		r.RetryAfter = ParseRetryAfter(retryAfter, now)
+		r.RetryAfter = ParseRetryAfter(retryAfter, now, MaxRetryAfter)
 	case status == 400:
 		var e ErrorResponse
 		_ = json.Unmarshal(body, &e)
@@ -89,18 +68,4 @@ func ClassifyReport(status int, retryAfter string, body []byte, now time.Time) R
 		r.Outcome, r.Err = ServerError, fmt.Errorf("HTTP %d", status)
 	}
 	return r
-}
-
-// parseHTTPDate reads the three date forms HTTP/1.1 allows (RFC 9110 §5.6.7), as net/http's
-// ParseTime does — here so that the protocol's rules, which the pure projection uses, pull in
-// no networking package.
-func parseHTTPDate(v string) (time.Time, error) {
-	var err error
-	for _, layout := range []string{"Mon, 02 Jan 2006 15:04:05 GMT", time.RFC850, time.ANSIC} {
-		var t time.Time
-		if t, err = time.Parse(layout, v); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/submit"
 )
 
 // start opens the journal and runtime files and recovers an engine from them — at the
@@ -44,7 +45,7 @@ func (s *sim) start() error {
 	log := zerolog.New(nil).Level(zerolog.ErrorLevel).Hook(bugHook{s})
 	s.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Duration(s.rng.IntN(5)) * time.Second,
 		Seed: s.rng.Uint64() | 1, CleanupWorkers: 2, SnapshotEvery: uint64(50 + s.rng.IntN(200)),
-		Submit: engineSubmitPolicy(s.rng.Uint64() | 1),
+		Submit: submit.Policy{Seed: s.rng.Uint64() | 1, Max: 20 * time.Second, SlowRetry: 10 * time.Second},
 		Images: engine.ImageGC{Interval: 30 * time.Second, MinAge: time.Duration(s.pulls.IntN(90)) * time.Second, LowFreePercent: 10},
 	}, s.j, s.rt, cpClient{s}, s.clock, executor{s}, log)
 	if err := s.e.Recover(context.Background()); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -19,10 +20,10 @@ import (
 // held is a change refused alone.
 type held struct {
 	task  string
-	since time.Time        // first refused alone
-	until time.Time        // not sent again before this
-	tries int              // refusals so far
-	bo    *jitteredBackOff // its lone retries' waits: SlowRetry, doubling to MaxHeldWait
+	since time.Time       // first refused alone
+	until time.Time       // not sent again before this
+	tries int             // refusals so far
+	bo    *jitter.Backoff // its lone retries' waits: SlowRetry, doubling to MaxHeldWait
 }
 
 // MaxHeldWait is the longest a held change waits between its lone retries.
@@ -104,12 +105,11 @@ func (s *Submitter) refused(now time.Time, sent []protocol.StateChange, r protoc
 	c := sent[0]
 	h := s.held[c.ID]
 	if h == nil {
-		h = &held{task: c.TaskARN, since: now, bo: newBackOff(s.p.SlowRetry, MaxHeldWait, s.rng)}
+		h = &held{task: c.TaskARN, since: now, bo: jitter.NewBackoff(s.p.SlowRetry, MaxHeldWait, s.rng)}
 		s.held[c.ID] = h
 	}
 	h.tries++
 	h.until = now.Add(h.bo.NextBackOff())
-	s.Stats.Held = uint64(len(s.held))
 	msg := ""
 	if h.tries == 1 {
 		msg = "the control plane refuses change " + c.ID + " of task " + protocol.Quote(c.TaskARN) + " alone (" + string(r.Outcome) + ": " + errText(r.Err) +
@@ -131,22 +131,12 @@ func (s *Submitter) settledHeld(ids []string) {
 	for _, id := range ids {
 		delete(s.held, id)
 	}
-	s.Stats.Held = uint64(len(s.held))
 	s.limit = min(BatchSize, s.limit*2)
 }
 
 // Want is how many pending changes the engine should offer Begin: a report's worth beyond the
 // held ones, which may stand first and not be sendable.
 func (s *Submitter) Want() int { return BatchSize + len(s.held) }
-
-// Held is the ids of the changes held after the control plane refused each alone.
-func (s *Submitter) Held() []string {
-	out := make([]string, 0, len(s.held))
-	for id := range s.held {
-		out = append(out, id)
-	}
-	return out
-}
 
 // heldHealth names the held changes for /healthz: how many, and the oldest-held one's task.
 func (s *Submitter) heldHealth() string {

@@ -3,6 +3,7 @@ package submit
 import (
 	"time"
 
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -391,7 +392,7 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		return max(slot+s.spread(slot/20)+s.together(now), s.p.Initial)
 	}
 	if max(s.slot, s.depth) > 0 {
-		return s.jittered(s.p.Max)
+		return jitter.Spread(s.rng, s.p.Max)
 	}
 	return backoff
 }
@@ -399,9 +400,6 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 // Pace is the agent's learnt slot: how long after a burst begins its first report goes, learnt
 // from where the throttle served it (0: no throttling seen).
 func (s *Submitter) Pace() time.Duration { return s.slot }
-
-// RetryWindow is how far past Retry-After the next retry after a 429 is spread.
-func (s *Submitter) RetryWindow() time.Duration { return s.window }
 
 // spread is a uniformly random point of d.
 func (s *Submitter) spread(d time.Duration) time.Duration {

@@ -11,7 +11,7 @@
 // stop comes back in the order the throttle served it rather than at one instant, and, while the
 // agent meets the throttle (a 429 in one of its last ten bursts, or the agent is new: its first
 // ten), waits (at most 1.5 s) for the runtime calls still making the burst's changes, so it
-// carries them all in one request (Coming); one backoff shape (cenkalti/backoff/v4 with seeded
+// carries them all in one request (Coming); one backoff shape (internal/jitter: seeded
 // jitter, never giving up) that starts afresh when a failure streak changes kind, is replaced
 // by about the longest backoff while the control plane answers nothing (the poller probes its
 // return), and ends as soon as it answers anything
@@ -33,10 +33,9 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/protocol"
 )
 
@@ -63,7 +62,7 @@ type Policy struct {
 // Submitter decides when to report. Not safe for concurrent use: one engine loop owns it.
 type Submitter struct {
 	p        Policy
-	bo       *jitteredBackOff
+	bo       *jitter.Backoff
 	rng      *rand.Rand
 	inflight bool
 	next     time.Time
@@ -108,8 +107,7 @@ type Submitter struct {
 
 // Stats counts what the submitter saw, for metrics and the dev view.
 type Stats struct {
-	Requests, Settled, Accepted, Rejected, Throttled, Failed uint64
-	Held                                                     uint64 // changes held now, each refused alone
+	Requests, Accepted, Rejected, Throttled, Failed uint64
 }
 
 // New returns a submitter.
@@ -137,7 +135,7 @@ func New(p Policy) *Submitter {
 		seed = rand.Uint64()
 	}
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	s := &Submitter{p: p, bo: newBackOff(p.Initial, p.Max, rng), rng: rng, limit: BatchSize, held: map[string]*held{},
+	s := &Submitter{p: p, bo: jitter.NewBackoff(p.Initial, p.Max, rng), rng: rng, limit: BatchSize, held: map[string]*held{},
 		drained: true} // nothing reported yet: the first changes begin a burst
 	if p.Naive {
 		s.limit = 1
@@ -246,7 +244,6 @@ func (s *Submitter) Done(now time.Time, sent []protocol.StateChange, r protocol.
 			for _, rj := range settled.Rejected {
 				s.settledHeld([]string{rj.ID})
 			}
-			s.Stats.Settled++
 			o.Settled = settled
 			if s.streak != "" {
 				o.Log = fmt.Sprintf("reports settle again after %d failed attempts (%s since %s)", s.streakTries, s.streak, s.streakSince.Format(time.RFC3339))
@@ -335,37 +332,6 @@ func (s *Submitter) sinceOr(now time.Time, out protocol.Outcome) string {
 	}
 	return now.Format(time.RFC3339)
 }
-
-// jittered spreads a wait by ±50%, so a fleet throttled together does not retry together.
-func (s *Submitter) jittered(d time.Duration) time.Duration { return jitter(s.rng, d) }
-
-func jitter(rng *rand.Rand, d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.5 + rng.Float64()))
-}
-
-// jitteredBackOff is the submitter's one backoff shape (the report's failures, each held
-// change's lone retries): cenkalti/backoff's exponential growth — doubling from first to max,
-// never giving up (MaxElapsedTime 0: reports awaiting acknowledgement are never dropped) —
-// each step spread ±50% by the submitter's own seeded generator. The library's own jitter
-// draws from the global math/rand, which a seeded simulation could not replay
-// (LIBRARY-NOTES), so its randomization is off and this wrapper adds it.
-type jitteredBackOff struct {
-	exp *backoff.ExponentialBackOff
-	rng *rand.Rand
-}
-
-var _ backoff.BackOff = (*jitteredBackOff)(nil)
-
-func newBackOff(first, max time.Duration, rng *rand.Rand) *jitteredBackOff {
-	return &jitteredBackOff{rng: rng, exp: backoff.NewExponentialBackOff(backoff.WithInitialInterval(first), backoff.WithMaxInterval(max),
-		backoff.WithMultiplier(2), backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))}
-}
-
-// NextBackOff is the next step, jittered.
-func (b *jitteredBackOff) NextBackOff() time.Duration { return jitter(b.rng, b.exp.NextBackOff()) }
-
-// Reset starts over from the first step.
-func (b *jitteredBackOff) Reset() { b.exp.Reset() }
 
 // Health is "" when reporting works, else what is wrong (for /healthz and metrics), and
 // whether the problem is the agent's credentials rather than the reports themselves. A change

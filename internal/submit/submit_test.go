@@ -2,8 +2,6 @@ package submit
 
 import (
 	"errors"
-	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,50 +124,6 @@ func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
 	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.ServerError, Err: errors.New("x")})
 	if w := s.NextAttempt().Sub(now); w > 150*time.Millisecond {
 		t.Fatalf("backoff not reset by a success: %v", w)
-	}
-}
-
-func TestParseRetryAfter(t *testing.T) {
-	for v, want := range map[string]time.Duration{
-		"": 0, "2": 2 * time.Second, "0.25": 250 * time.Millisecond, "-1": 0, "junk": 0,
-		"99999": protocol.MaxRetryAfter, t0.Add(90 * time.Second).Format(httpTime): 90 * time.Second,
-	} {
-		if got := protocol.ParseRetryAfter(v, t0); got != want {
-			t.Errorf("Retry-After %q: %v; want %v", v, got, want)
-		}
-	}
-}
-
-const httpTime = "Mon, 02 Jan 2006 15:04:05 GMT"
-
-// The submitter's one backoff shape: doubling from the first step to the cap, each step
-// jittered ±50% by the seeded generator (the same seed replays the same waits), and a reset
-// starts over.
-func TestBackOffDoublesToItsCapJitteredAndReplays(t *testing.T) {
-	steps := func(seed uint64) []time.Duration {
-		b := newBackOff(100*time.Millisecond, time.Second, rand.New(rand.NewPCG(seed, 1)))
-		var out []time.Duration
-		for i := 0; i < 7; i++ {
-			out = append(out, b.NextBackOff())
-		}
-		b.Reset()
-		return append(out, b.NextBackOff())
-	}
-	got := steps(42)
-	base := []time.Duration{100, 200, 400, 800, 1000, 1000, 1000, 100}
-	jittered := false
-	for i, d := range got {
-		want := base[i] * time.Millisecond
-		if d < want/2 || d > want*3/2 {
-			t.Fatalf("step %d: %v; want %v ±50%% (steps %v)", i, d, want, got)
-		}
-		jittered = jittered || d != want
-	}
-	if !jittered {
-		t.Fatalf("no step jittered: %v", got)
-	}
-	if again := steps(42); !slices.Equal(again, got) {
-		t.Fatalf("the same seed gave %v, then %v: a seeded simulation would not replay", got, again)
 	}
 }
 
