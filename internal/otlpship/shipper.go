@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/protocol"
 )
 
 // §5's batch limits.
@@ -487,7 +488,7 @@ func (s *Shipper) post(ctx context.Context, body *requestBody) (status int, retr
 	defer resp.Body.Close()
 	// An answer is small; a hostile endpoint's endless one must not cost memory.
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now())
+	retryAfter = protocol.ParseRetryAfter(resp.Header.Get("Retry-After"), s.cfg.Now(), maxRetryAfter)
 	if resp.StatusCode/100 == 2 && len(raw) > 0 {
 		var out collogspb.ExportLogsServiceResponse
 		if proto.Unmarshal(raw, &out) == nil && out.GetPartialSuccess() != nil {
@@ -495,20 +496,6 @@ func (s *Shipper) post(ctx context.Context, body *requestBody) (status int, retr
 		}
 	}
 	return resp.StatusCode, retryAfter, rejected, nil
-}
-
-// parseRetryAfter reads delay-seconds or an HTTP date; 0 when absent or unreadable.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	var d time.Duration
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 {
-		d = time.Duration(min(n, int64(maxRetryAfter/time.Second))) * time.Second
-	} else if t, err := http.ParseTime(v); err == nil {
-		d = t.Sub(now)
-	}
-	return min(max(d, 0), maxRetryAfter)
 }
 
 // settle moves the position past a batch: delivered, or refused and to be announced as a gap
