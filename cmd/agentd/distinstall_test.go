@@ -298,6 +298,24 @@ func checkDebInstallUpgradePurge(t *testing.T, repo, oldDeb, newDeb string) {
 		t.Error("the install script ran /etc/agentd/agentd.env as shell")
 	}
 	checkDebHonoursPolicyRCD(t, must, c, newIn)
+	checkDebReinstallAfterRemove(t, must, c, newIn)
+}
+
+// checkDebReinstallAfterRemove: a removal (not a purge) masks the unit; installing the package
+// again unmasks it and gives back the enablement it had, so `systemctl enable --now` works.
+func checkDebReinstallAfterRemove(t *testing.T, must func(string, ...string) (string, string), c chrootRoot, deb string) {
+	t.Helper()
+	if !c.enabled() {
+		t.Fatal("the scenario wants an enabled agent to remove")
+	}
+	must("remove", "dpkg", "-r", "agentd")
+	must("install again after the removal", "dpkg", "-i", deb)
+	if target, err := os.Readlink(filepath.Join(c.root, "etc/systemd/system/agentd.service")); err == nil && target == "/dev/null" {
+		t.Error("a reinstall after a removal left the unit masked")
+	}
+	if !c.enabled() {
+		t.Error("a reinstall after a removal lost the unit's enablement")
+	}
 }
 
 // checkDebHonoursPolicyRCD: where an image build or chroot forbids starting services

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,6 +113,11 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	rules, err := protocol.NewRules(roots.Names())
 	if err != nil {
 		return err
+	}
+	if _, port, err := net.SplitHostPort(r.Listen); err == nil && !strings.HasPrefix(r.Listen, "unix:") {
+		if n, err := strconv.Atoi(port); err == nil && n > 0 {
+			rules.ReservedHostPorts = []int{n}
+		}
 	}
 	images, err := r.imageGCFlags.config()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/agentd/agentd/internal/event"
@@ -45,6 +46,10 @@ type Rules struct {
 	// AllowBindRoots are the host directories under which bind mount sources may lie
 	// (--allow-bind-root, repeatable). Each is absolute and clean.
 	AllowBindRoots []string
+	// ReservedHostPorts are the host ports the agent itself listens on (its API's TCP port): a
+	// task publishing one would take it while the agent is down, and the agent's own clients
+	// trust the root-owned docker-proxy that holds it, so it would receive their credentials.
+	ReservedHostPorts []int
 }
 
 // NewRules checks the configured bind roots: each must be an absolute path; they are kept
@@ -174,7 +179,7 @@ func (r Rules) validateContainer(c *Container) error {
 	if c.PidsLimit != 0 && (c.PidsLimit < 1 || c.PidsLimit > MaxPidsLimit) {
 		return fmt.Errorf("pids_limit: %d, want 1 to %d", c.PidsLimit, MaxPidsLimit)
 	}
-	if err := validatePorts(c.Ports); err != nil {
+	if err := r.validatePorts(c.Ports); err != nil {
 		return err
 	}
 	if err := r.validateMounts(c.Mounts); err != nil {
@@ -208,7 +213,7 @@ func (r Rules) validateContainer(c *Container) error {
 	return nil
 }
 
-func validatePorts(ports []event.PortMapping) error {
+func (r Rules) validatePorts(ports []event.PortMapping) error {
 	if len(ports) > MaxPorts {
 		return fmt.Errorf("ports: %d, at most %d", len(ports), MaxPorts)
 	}
@@ -229,6 +234,9 @@ func validatePorts(ports []event.PortMapping) error {
 		}
 		if p.HostPort == 0 {
 			continue
+		}
+		if protocolOf(p) == "tcp" && slices.Contains(r.ReservedHostPorts, p.HostPort) {
+			return fmt.Errorf("ports[%d].host_port: %d is the agent's own API port, reserved", i, p.HostPort)
 		}
 		for j, q := range ports[:i] {
 			if q.HostPort == p.HostPort && protocolOf(q) == protocolOf(p) && HostIPsOverlap(q.HostIP, p.HostIP) {

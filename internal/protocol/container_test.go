@@ -282,7 +282,7 @@ func TestHostPortConflicts(t *testing.T) {
 			{ContainerPort: 80, HostPort: 8080, Protocol: c.protoA, HostIP: c.ipA},
 			{ContainerPort: 81, HostPort: 8080, Protocol: c.protoB, HostIP: c.ipB},
 		}
-		err := validatePorts(ports)
+		err := Rules{}.validatePorts(ports)
 		if !c.conflict {
 			if err != nil {
 				t.Errorf("%q/%s and %q/%s: %v; want no conflict", c.ipA, c.protoA, c.ipB, c.protoB, err)
@@ -298,8 +298,32 @@ func TestHostPortConflicts(t *testing.T) {
 			t.Errorf("%q and %q: the rule is not symmetric", c.ipA, c.ipB)
 		}
 		ports[1].HostPort = 8081
-		if err := validatePorts(ports); err != nil {
+		if err := (Rules{}).validatePorts(ports); err != nil {
 			t.Errorf("%q and %q on two host ports: %v", c.ipA, c.ipB, err)
 		}
+	}
+}
+
+// A task may not publish the agent's own API port: it would hold it while the agent is down,
+// behind a root-owned docker-proxy that the agent's own clients trust.
+func TestTheAgentsAPIPortIsReserved(t *testing.T) {
+	r := Rules{ReservedHostPorts: []int{51678}}
+	for _, c := range []struct {
+		port   event.PortMapping
+		refuse bool
+	}{
+		{event.PortMapping{ContainerPort: 80, HostPort: 51678}, true},
+		{event.PortMapping{ContainerPort: 80, HostPort: 51678, Protocol: "tcp", HostIP: "127.0.0.1"}, true},
+		{event.PortMapping{ContainerPort: 80, HostPort: 51678, Protocol: "udp"}, false},
+		{event.PortMapping{ContainerPort: 80, HostPort: 51679}, false},
+		{event.PortMapping{ContainerPort: 51678}, false},
+	} {
+		err := r.validatePorts([]event.PortMapping{c.port})
+		if c.refuse != (err != nil) || (err != nil && !strings.Contains(err.Error(), "ports[0].host_port: 51678 is the agent's own API port")) {
+			t.Errorf("%+v: %v; want refused %v, naming the field", c.port, err, c.refuse)
+		}
+	}
+	if err := (Rules{}).validatePorts([]event.PortMapping{{ContainerPort: 80, HostPort: 51678}}); err != nil {
+		t.Errorf("without a reserved port: %v", err)
 	}
 }
