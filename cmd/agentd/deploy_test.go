@@ -54,6 +54,22 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 		t.Skip("spawns the agent")
 	}
 	t.Parallel()
+	alerts, ruleQueries := wellFormedRules(t)
+	panels, panelQueries := wellFormedDashboard(t)
+	deployFilesAreTheEmbeddedOnes(t)
+
+	s := startStatusScenario(t)
+	s.cp.hold.Store(false)
+	awaitKnown(t, s.api, "task/blocked", "STOPPED_ACKED", 30*time.Second)
+	named := everyMetricNamedIsServed(t, s.api, append(ruleQueries, panelQueries...))
+	t.Logf("%d alerts, %d dashboard panels, %d metrics named, all served", alerts, panels, named)
+}
+
+// wellFormedRules: every rule in deploy/prometheus-rules.yml has an alert, an expression, a
+// severity and a summary, and the alerts the manual names are there. It returns the number
+// of alerts and every query they make (annotations query metrics too).
+func wellFormedRules(t *testing.T) (alerts int, queries []string) {
+	t.Helper()
 	var rules struct {
 		Groups []struct {
 			Name  string
@@ -68,8 +84,6 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 	if err := yaml.Unmarshal(deploy.PrometheusRules, &rules); err != nil {
 		t.Fatalf("deploy/prometheus-rules.yml: %v", err)
 	}
-	var queries []string
-	alerts := 0
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
 			if r.Alert == "" || r.Expr == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
@@ -77,7 +91,7 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 			}
 			queries = append(queries, r.Expr)
 			for _, a := range r.Annotations {
-				queries = append(queries, a) // annotations query metrics too
+				queries = append(queries, a)
 			}
 			alerts++
 		}
@@ -87,6 +101,13 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 			t.Errorf("the rules lack the alert %s", want)
 		}
 	}
+	return alerts, queries
+}
+
+// wellFormedDashboard: deploy/grafana-dashboard.json has a uid and panels, each querying
+// something. It returns the number of panels and their queries.
+func wellFormedDashboard(t *testing.T) (panels int, queries []string) {
+	t.Helper()
 	var dash struct {
 		UID    string
 		Title  string
@@ -109,7 +130,13 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 			queries = append(queries, tg.Expr)
 		}
 	}
-	// The files on disk are the embedded ones (make dist copies the files).
+	return len(dash.Panels), queries
+}
+
+// deployFilesAreTheEmbeddedOnes: the files on disk are the embedded ones (make dist copies
+// the files).
+func deployFilesAreTheEmbeddedOnes(t *testing.T) {
+	t.Helper()
 	for name, embedded := range map[string][]byte{"prometheus-rules.yml": deploy.PrometheusRules, "grafana-dashboard.json": deploy.GrafanaDashboard, "agentd.service": deploy.Unit,
 		"agentd-bind-roots.conf": deploy.BindRootsDropIn} {
 		onDisk, err := os.ReadFile(filepath.Join("..", "..", "deploy", name))
@@ -117,11 +144,14 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 			t.Errorf("deploy/%s differs from the embedded copy (%v)", name, err)
 		}
 	}
+}
 
-	s := startStatusScenario(t)
-	s.cp.hold.Store(false)
-	awaitKnown(t, s.api, "task/blocked", "STOPPED_ACKED", 30*time.Second)
-	families := exposedMetrics(t, s.api)
+// everyMetricNamedIsServed: each metric the queries name (at least 10), the agent's own
+// footprint (issue 25) and the label values the rules select on are served at /metrics. It
+// returns how many metrics the queries name.
+func everyMetricNamedIsServed(t *testing.T, api string, queries []string) int {
+	t.Helper()
+	families := exposedMetrics(t, api)
 	var named []string
 	for _, q := range queries {
 		named = append(named, metricName.FindAllString(q, -1)...)
@@ -136,19 +166,18 @@ func TestDeployedRulesAndDashboardNameRealMetrics(t *testing.T) {
 			t.Errorf("%s is named by the rules or the dashboard but not served at /metrics", n)
 		}
 	}
-	// The agent's own footprint is served beside the tasks' (issue 25): heap, goroutines, RSS, fds.
+	// The agent's own footprint is served beside the tasks': heap, goroutines, RSS, fds.
 	for _, n := range []string{"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "process_open_fds"} {
 		if _, ok := families[n]; !ok {
 			t.Errorf("%s (the Go/process collectors) is not served at /metrics", n)
 		}
 	}
-	// The label values the rules select on are real too.
-	metrics := scrape(t, s.api)
+	metrics := scrape(t, api)
 	for _, series := range []string{`agentd_source_healthy{source="runtime"}`, `agentd_source_healthy{source="exit_stream"}`,
 		`agentd_source_healthy{source="credentials"}`, `agentd_source_healthy{source="core_refusals"}`, `agentd_reports_total{outcome="throttled"}`} {
 		if _, ok := metrics[series]; !ok {
 			t.Errorf("%s is selected by the rules but not served", series)
 		}
 	}
-	t.Logf("%d alerts, %d dashboard panels, %d metrics named, all served", alerts, len(dash.Panels), len(named))
+	return len(named)
 }

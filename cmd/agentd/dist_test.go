@@ -43,33 +43,68 @@ func TestDist(t *testing.T) {
 	}
 	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 	for arch, machine := range machines {
+		staticBinaryOfThisCommit(t, filepath.Join(dist, "agentd-"+describe+"-linux-"+arch), machine, head, describe)
+	}
+	versionNamesThisCommit(t, filepath.Join(dist, "agentd-"+describe+"-linux-amd64"), head, describe)
+	listed := everyFileSummed(t, dist)
+	hash := "" // what the package version names: the commit, unless HEAD is a tag
+	if exec.Command("git", "-C", root, "describe", "--tags", "--exact-match").Run() != nil {
+		hash = git("rev-parse", "--short", "HEAD")
+	}
+	for arch := range machines {
+		deb, rpm := distPackages(t, dist, arch)
 		bin := filepath.Join(dist, "agentd-"+describe+"-linux-"+arch)
-		f, err := elf.Open(bin)
-		if err != nil {
-			t.Fatalf("%s: %v", bin, err)
-		}
-		if f.Machine != machine {
-			t.Errorf("%s: ELF machine %v; want %v", bin, f.Machine, machine)
-		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				t.Errorf("%s: has a dynamic loader (PT_INTERP); want a static binary", bin)
+		for _, p := range []string{deb, rpm} {
+			if !listed[filepath.Base(p)] {
+				t.Errorf("%s is not in SHA256SUMS", filepath.Base(p))
+			}
+			if fi, err := os.Stat(p); err == nil {
+				t.Logf("%s: %d bytes", filepath.Base(p), fi.Size())
 			}
 		}
-		f.Close()
-		// -trimpath keeps -ldflags out of the build info; the stamped strings are in the data.
-		if _, err := buildinfo.ReadFile(bin); err != nil {
-			t.Fatalf("%s: not a Go binary: %v", bin, err)
-		}
-		b, err := os.ReadFile(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Contains(b, []byte(head)) || !bytes.Contains(b, []byte(describe)) {
-			t.Errorf("%s does not carry this commit %s and version %s", bin, head, describe)
+		t.Run("deb/"+arch, func(t *testing.T) { checkDeb(t, deb, arch, hash, bin) })
+		t.Run("rpm/"+arch, func(t *testing.T) { checkRPM(t, rpm, arch, hash, bin) })
+	}
+	deb, _ := distPackages(t, dist, "amd64")
+	t.Run("lintian", func(t *testing.T) { checkLintian(t, deb) })
+	t.Run("install-upgrade-purge", func(t *testing.T) { checkInstallUpgradePurge(t, root, dist, describe) })
+}
+
+// staticBinaryOfThisCommit: the release binary is a static Go binary for its machine that
+// carries the commit and the version it was built from.
+func staticBinaryOfThisCommit(t *testing.T, bin string, machine elf.Machine, head, describe string) {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatalf("%s: %v", bin, err)
+	}
+	if f.Machine != machine {
+		t.Errorf("%s: ELF machine %v; want %v", bin, f.Machine, machine)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s: has a dynamic loader (PT_INTERP); want a static binary", bin)
 		}
 	}
-	out, err := exec.Command(filepath.Join(dist, "agentd-"+describe+"-linux-amd64"), "version", "--json").Output()
+	f.Close()
+	// -trimpath keeps -ldflags out of the build info; the stamped strings are in the data.
+	if _, err := buildinfo.ReadFile(bin); err != nil {
+		t.Fatalf("%s: not a Go binary: %v", bin, err)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(head)) || !bytes.Contains(b, []byte(describe)) {
+		t.Errorf("%s does not carry this commit %s and version %s", bin, head, describe)
+	}
+}
+
+// versionNamesThisCommit: `agentd version --json` of the release names the commit, the
+// version, a date and the platform.
+func versionNamesThisCommit(t *testing.T, bin, head, describe string) {
+	t.Helper()
+	out, err := exec.Command(bin, "version", "--json").Output()
 	if err != nil {
 		t.Fatalf("agentd version --json: %v", err)
 	}
@@ -80,6 +115,12 @@ func TestDist(t *testing.T) {
 	if v.Commit != head || v.Version != describe || v.Date == "" || v.Platform != "linux/amd64" {
 		t.Errorf("version --json: %+v; want commit %s, version %s, a date", v, head, describe)
 	}
+}
+
+// everyFileSummed: SHA256SUMS lists every file of the release (the unit and its drop-in for
+// bind roots among them) with its right sum. It returns the names listed.
+func everyFileSummed(t *testing.T, dist string) map[string]bool {
+	t.Helper()
 	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)
@@ -111,27 +152,7 @@ func TestDist(t *testing.T) {
 	if !listed["agentd-bind-roots.conf"] {
 		t.Error("the unit's drop-in for bind roots is not in the release")
 	}
-	hash := "" // what the package version names: the commit, unless HEAD is a tag
-	if exec.Command("git", "-C", root, "describe", "--tags", "--exact-match").Run() != nil {
-		hash = git("rev-parse", "--short", "HEAD")
-	}
-	for arch := range machines {
-		deb, rpm := distPackages(t, dist, arch)
-		bin := filepath.Join(dist, "agentd-"+describe+"-linux-"+arch)
-		for _, p := range []string{deb, rpm} {
-			if !listed[filepath.Base(p)] {
-				t.Errorf("%s is not in SHA256SUMS", filepath.Base(p))
-			}
-			if fi, err := os.Stat(p); err == nil {
-				t.Logf("%s: %d bytes", filepath.Base(p), fi.Size())
-			}
-		}
-		t.Run("deb/"+arch, func(t *testing.T) { checkDeb(t, deb, arch, hash, bin) })
-		t.Run("rpm/"+arch, func(t *testing.T) { checkRPM(t, rpm, arch, hash, bin) })
-	}
-	deb, _ := distPackages(t, dist, "amd64")
-	t.Run("lintian", func(t *testing.T) { checkLintian(t, deb) })
-	t.Run("install-upgrade-purge", func(t *testing.T) { checkInstallUpgradePurge(t, root, dist, describe) })
+	return listed
 }
 
 // TestVersionFallsBackToBuildInfo: without ldflags the version says what the toolchain knows

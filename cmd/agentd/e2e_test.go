@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -276,83 +275,197 @@ func TestDockerEndToEndUnderFaultsAndKills(t *testing.T) {
 	}
 }
 
+// faultsEndToEnd is the scenario the three tests above share: start a faulty world, stream
+// the workload into it while the agent is killed, then check what the control plane saw,
+// that the agent stops cleanly, and that the journal shows nothing ran twice.
 func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runArgs ...string) {
-	runArgs = append(runArgs, "--agent-id", agentID)
-	dir := t.TempDir()
+	w := startFaultyWorld(t, agentID, runArgs...)
+	plan := planFaultWorkload(image, tasks)
+	w.streamUnderKills(t, plan, kills)
+	awaitSettled(t, w.cpURL, w.api, tasks, 120*time.Second, w.agent.log)
+	noViolations(t, w.cpURL)
+	plan.checkControlPlaneView(t, w.cpURL)
+	w.stopCleanly(t)
+	plan.checkJournal(t, w.data)
+}
+
+// taskKind is one kind of task in the fault workload: what its container runs and what the
+// control plane may see of it at the end.
+type taskKind struct {
+	name string
+	// command is what the nth task of the kind runs (nil: the task has no container).
+	command func(n int, rng *rand.Rand) []string
+	// stoppedByControlPlane: it runs until the control plane stops it, so it may be stopped
+	// before its container ever existed (STOPPED with a reason, no exit code, never created).
+	stoppedByControlPlane bool
+}
+
+var (
+	longRunner = taskKind{name: "long runner", stoppedByControlPlane: true,
+		command: func(int, *rand.Rand) []string { return []string{"run"} }}
+	quickExit = taskKind{name: "quick exit", // exit codes 0..4 in turn
+		command: func(n int, _ *rand.Rand) []string { return []string{"exit", fmt.Sprint(n % 5)} }}
+	sleeper = taskKind{name: "sleeper", // 0.2–1.7 s, then exit codes 0..2 in turn
+		command: func(n int, rng *rand.Rand) []string {
+			return []string{"sleep", fmt.Sprintf("%dms", 200+rng.IntN(1500)), fmt.Sprint(n % 3)}
+		}}
+	// invalid has no container: the agent records it STOPPED and never runs anything.
+	invalid = taskKind{name: "invalid"}
+)
+
+// faultWorkloadCycle is the stream of tasks: it repeats this pattern, except that
+// task/e2e-05 (a quick exit in the pattern) is invalid.
+var faultWorkloadCycle = []taskKind{longRunner, quickExit, sleeper, sleeper}
+
+const invalidTaskAt = 5
+
+type plannedTask struct {
+	arn  string
+	kind taskKind
+	body map[string]any
+}
+
+type faultWorkload struct{ tasks []plannedTask }
+
+func planFaultWorkload(image string, n int) faultWorkload {
+	rng := rand.New(rand.NewPCG(7, 7))
+	seen := map[string]int{}
+	var w faultWorkload
+	for i := range n {
+		kind := faultWorkloadCycle[i%len(faultWorkloadCycle)]
+		if i == invalidTaskAt {
+			kind = invalid
+		}
+		arn := fmt.Sprintf("task/e2e-%02d", i)
+		containers := []map[string]any{}
+		if kind.command != nil {
+			containers = append(containers, map[string]any{"name": "app", "image": image, "command": kind.command(seen[kind.name], rng)})
+		}
+		seen[kind.name]++
+		w.tasks = append(w.tasks, plannedTask{arn: arn, kind: kind, body: map[string]any{"arn": arn, "containers": containers}})
+	}
+	return w
+}
+
+// withContainer counts the tasks that have a container to create.
+func (w faultWorkload) withContainer() int {
+	n := 0
+	for _, p := range w.tasks {
+		if p.kind.command != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// longRunners counts the tasks the control plane stops.
+func (w faultWorkload) longRunners() int {
+	n := 0
+	for _, p := range w.tasks {
+		if p.kind.stoppedByControlPlane {
+			n++
+		}
+	}
+	return n
+}
+
+func (w faultWorkload) kindOf(arn string) taskKind {
+	for _, p := range w.tasks {
+		if p.arn == arn {
+			return p.kind
+		}
+	}
+	return taskKind{}
+}
+
+// faultyWorld is the reference control plane with throttling, 5xx, dropped connections and
+// re-sent acknowledged payloads, and the agent (the real binary) reporting to it.
+type faultyWorld struct {
+	cpURL, api, data, agentID string
+	agent                     *proc
+	runArgs                   []string
+}
+
+func startFaultyWorld(t *testing.T, agentID string, runArgs ...string) *faultyWorld {
 	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json",
 		"--throttle-rps", "4", "--throttle-burst", "2", "--fail-rate", "0.05", "--drop-rate", "0.05", "--resend-acked")
-	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
-	agent, api := startAgentProc(t, filepath.Join(dir, "data"), cpURL, runArgs...)
+	w := &faultyWorld{
+		cpURL:   "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string),
+		data:    filepath.Join(t.TempDir(), "data"),
+		agentID: agentID,
+		runArgs: append(runArgs, "--agent-id", agentID),
+	}
+	w.agent, w.api = startAgentProc(t, w.data, w.cpURL, w.runArgs...)
+	return w
+}
 
-	rng := rand.New(rand.NewPCG(7, 7))
-	wantContainers := 0
+// streamUnderKills assigns the workload in as many batches as there are kills; after each
+// batch the agent runs a random 0.3–1 s and is SIGKILLed while work is in flight and reports
+// are throttled. After every second kill, and at the end, the control plane stops the long
+// runners assigned so far.
+func (w *faultyWorld) streamUnderKills(t *testing.T, plan faultWorkload, kills int) {
+	rng := rand.New(rand.NewPCG(7, 8))
 	var runners []string
-	assign := func(i int) {
-		arn := fmt.Sprintf("task/e2e-%02d", i)
-		var cmd []string
-		switch i % 4 {
-		case 0:
-			cmd = []string{"run"}
-			runners = append(runners, arn)
-		case 1:
-			cmd = []string{"exit", fmt.Sprint(i % 5)}
-		default:
-			cmd = []string{"sleep", fmt.Sprintf("%dms", 200+rng.IntN(1500)), fmt.Sprint(i % 3)}
+	assign := func(p plannedTask) {
+		postJSON(t, w.cpURL+"/v1/tasks", map[string]any{"agent": w.agentID, "task": p.body})
+		if p.kind.stoppedByControlPlane {
+			runners = append(runners, p.arn)
 		}
-		task := map[string]any{"arn": arn, "containers": []map[string]any{{"name": "app", "image": image, "command": cmd}}}
-		if i == 5 {
-			task["containers"] = []map[string]any{} // invalid: recorded STOPPED, never run
-		} else {
-			wantContainers++
+	}
+	stopRunners := func() {
+		for _, arn := range runners {
+			postJSON(t, w.cpURL+"/v1/tasks/"+arn+"/stop", nil)
 		}
-		postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": task})
+		runners = nil
 	}
-	// Tasks arrive in a stream between the kills; the agent dies while work is in flight and
-	// reports are throttled; the control plane stops the long runners along the way.
-	next, stopped := 0, 0
-	for k := 0; k < kills; k++ {
-		for ; next < tasks*(k+1)/kills; next++ {
-			assign(next)
+	next := 0
+	for k := 1; k <= kills; k++ {
+		for ; next < len(plan.tasks)*k/kills; next++ {
+			assign(plan.tasks[next])
 		}
-		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
-		for ; stopped < len(runners) && k%2 == 1; stopped++ {
-			postJSON(t, cpURL+"/v1/tasks/"+runners[stopped]+"/stop", nil)
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond) // the kill lands at a random moment
+		if k%2 == 0 {
+			stopRunners()
 		}
-		agent.kill()
-		agent, api = startAgentProc(t, filepath.Join(dir, "data"), cpURL, runArgs...)
+		w.agent.kill()
+		w.agent, w.api = startAgentProc(t, w.data, w.cpURL, w.runArgs...)
 	}
-	for ; next < tasks; next++ {
-		assign(next)
+	for ; next < len(plan.tasks); next++ {
+		assign(plan.tasks[next])
 	}
-	for ; stopped < len(runners); stopped++ {
-		postJSON(t, cpURL+"/v1/tasks/"+runners[stopped]+"/stop", nil)
-	}
-	// Everything settles: the control plane knows every task STOPPED, the agent cleaned all.
-	awaitSettled(t, cpURL, api, tasks, 120*time.Second, agent.log)
-	noViolations(t, cpURL)
+	stopRunners()
+}
+
+// checkControlPlaneView: the invalid task reported no container; every other one reported
+// its container STOPPED with an exit code — also one whose container a killed agent was
+// creating and Docker rolled back after the next agent adopted it (it is created again) —
+// except a long runner the control plane stopped before its container ever ran.
+func (plan faultWorkload) checkControlPlaneView(t *testing.T, cpURL string) {
+	t.Helper()
 	var view struct{ Tasks []cpTask }
 	getJSON(t, cpURL+"/v1/tasks", &view)
 	for _, task := range view.Tasks {
-		if task.ARN == fmt.Sprintf("task/e2e-%02d", 5) {
+		kind := plan.kindOf(task.ARN)
+		if kind.command == nil {
 			if len(task.Containers) != 0 {
-				t.Fatalf("invalid task reported containers: %+v", task)
+				t.Fatalf("%s task reported containers: %+v", kind.name, task)
 			}
 			continue
 		}
 		app, ok := task.Containers["app"]
-		// A task the control plane stops may be stopped before its container ever ran: then
-		// it is STOPPED with a reason and no exit code. Every other one ran and exited — also
-		// one whose container a killed agent was creating and Docker rolled back after the
-		// next agent adopted it: that container is created again (container_rolled_back).
-		stoppedEarly := slices.Contains(runners, task.ARN) && app.ExitCode == nil
+		stoppedEarly := kind.stoppedByControlPlane && app.ExitCode == nil
 		if !ok || app.Status != "STOPPED" || (app.ExitCode == nil && !stoppedEarly) {
-			t.Fatalf("task %s: container not reported STOPPED with an exit code: %+v", task.ARN, task)
+			t.Fatalf("task %s (%s): container not reported STOPPED with an exit code: %+v", task.ARN, kind.name, task)
 		}
 	}
-	// SIGTERM: a clean stop, exit 0.
-	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// stopCleanly: SIGTERM stops the agent cleanly, exit 0, with its clean-stop line.
+func (w *faultyWorld) stopCleanly(t *testing.T) {
+	t.Helper()
+	_ = w.agent.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
-	go func() { done <- agent.cmd.Wait() }()
+	go func() { done <- w.agent.cmd.Wait() }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -361,14 +474,18 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 	case <-time.After(10 * time.Second):
 		t.Fatal("agent did not exit within 10 s of SIGTERM")
 	}
-	if !strings.Contains(agent.log(), `"agent stopped"`) {
+	if !strings.Contains(w.agent.log(), `"agent stopped"`) {
 		t.Fatal("no clean-stop line in the agent's log")
 	}
-	// Nothing ran twice: the journal holds one creation per container — two for one Docker
-	// rolled back before it ever started (container_rolled_back between them) — and (on the
-	// simulated runtime, which numbers every container it ever made) the runtime agrees.
-	created, rolledBack := map[string]int{}, map[string]int{}
-	j, err := journal.Open(filepath.Join(dir, "data", journal.FileName), journal.Options{ReadOnly: true})
+}
+
+// checkJournal: the journal verifies and agrees with the model, and nothing ran twice: one
+// creation per container — two for one Docker rolled back before it ever started
+// (container_rolled_back between them) — and (on the simulated runtime, which numbers every
+// container it ever made) the runtime agrees.
+func (plan faultWorkload) checkJournal(t *testing.T, data string) {
+	t.Helper()
+	j, err := journal.Open(filepath.Join(data, journal.FileName), journal.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,6 +496,7 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 	if err := model.Check(j); err != nil {
 		t.Fatal(err)
 	}
+	created, rolledBack := map[string]int{}, map[string]int{}
 	err = j.Iterate(1, func(r event.Record) error {
 		switch ev := r.Event.(type) {
 		case *event.ContainerTransitioned:
@@ -393,10 +511,11 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 	if err != nil {
 		t.Fatal(err)
 	}
+	runners := plan.longRunners()
 	for k, n := range created {
 		// A long runner the control plane stopped between the rollback and the next create is
 		// not made again: it is STOPPED without having run (seen once in CI: task/e2e-16).
-		stoppedFirst := n == rolledBack[k] && slices.Contains(runners, strings.TrimSuffix(k, "/app"))
+		stoppedFirst := n == rolledBack[k] && plan.kindOf(strings.TrimSuffix(k, "/app")).stoppedByControlPlane
 		if (n != 1+rolledBack[k] && !stoppedFirst) || rolledBack[k] > 1 {
 			t.Fatalf("%s created %d times, rolled back by the runtime %d times", k, n, rolledBack[k])
 		}
@@ -405,11 +524,11 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 		}
 	}
 	// Tasks the control plane stopped may have been stopped before their container existed.
-	if len(created) > wantContainers || len(created) < wantContainers-len(runners) {
-		t.Fatalf("%d containers created; want %d, less at most the %d stopped by the control plane", len(created), wantContainers, len(runners))
+	if want := plan.withContainer(); len(created) > want || len(created) < want-runners {
+		t.Fatalf("%d containers created; want %d, less at most the %d stopped by the control plane", len(created), want, runners)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "data", simruntime.FileName)); err == nil {
-		made, left, err := simruntime.Stats(filepath.Join(dir, "data"))
+	if _, err := os.Stat(filepath.Join(data, simruntime.FileName)); err == nil {
+		made, left, err := simruntime.Stats(data)
 		if err != nil {
 			t.Fatal(err)
 		}

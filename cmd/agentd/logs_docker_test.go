@@ -28,42 +28,78 @@ func TestDockerLogsCommand(t *testing.T) {
 	api := "http://" + a.await(t, "agent running", 60*time.Second)["listen"].(string)
 	postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": map[string]any{"arn": "task/logs-1",
 		"containers": []map[string]any{{"name": "app", "image": cmp.Or(os.Getenv("AGENTD_TESTBOX_IMAGE"), "agentd-testbox:latest"), "command": []string{"spew", "2"}}}}})
-	logs := func(args ...string) (string, string, error) {
-		cmd := exec.Command(agentdBinary(t), append([]string{"logs", "--api", api, "task/logs-1"}, args...)...)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		return out.String(), errOut.String(), err
+	logs := taskLogs{bin: agentdBinary(t), api: api, arn: "task/logs-1"}
+
+	logs.awaitLastLine(t, a)
+	logs.splitsStdoutFromStderr(t)
+	logs.tailsAndNamesAnUnknownContainer(t)
+	logs.followsUntilTheContainerStops(t, func() { postJSON(t, cpURL+"/v1/tasks/task/logs-1/stop", nil) })
+	bindOfEtcNeverRuns(t, cpURL, agentID)
+	awaitSettled(t, cpURL, api, 2, 120*time.Second, a.log)
+	bindOfEtcStoppedNamingTheField(t, cpURL)
+	if _, stderr, err := logs.read("app"); err == nil || !strings.Contains(stderr, "cleaned up") {
+		t.Fatalf("logs after cleanup: %v %q; want an error saying the task is cleaned up", err, stderr)
 	}
+}
+
+// taskLogs runs `agentd logs` against the agent for one task.
+type taskLogs struct{ bin, api, arn string }
+
+func (l taskLogs) read(args ...string) (string, string, error) {
+	cmd := exec.Command(l.bin, append([]string{"logs", "--api", l.api, l.arn}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// awaitLastLine waits for testbox's last lines: "spewed" on stderr, then its start line on
+// stdout (the engine may log them in either order: it reads the two pipes apart).
+func (l taskLogs) awaitLastLine(t *testing.T, agent *proc) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		// testbox's last lines: "spewed" on stderr, then its start line on stdout (the engine
-		// may log them in either order: it reads the two pipes apart).
-		stdout, stderr, err := logs("app")
+		stdout, stderr, err := l.read("app")
 		if stderr == "testbox: spewed 2 KiB\n" && strings.HasSuffix(stdout, "testbox: [spew 2]\n") {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the container's last line never showed: %v %q %q\n%s", err, stdout, stderr, a.log())
+			t.Fatalf("the container's last line never showed: %v %q %q\n%s", err, stdout, stderr, agent.log())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	stdout, stderr, err := logs("app")
+}
+
+// splitsStdoutFromStderr: stdout goes to stdout from its first line, stderr to stderr.
+func (l taskLogs) splitsStdoutFromStderr(t *testing.T) {
+	t.Helper()
+	stdout, stderr, err := l.read("app")
 	if err != nil || !strings.HasPrefix(stdout, "line 00000000 ") || !strings.HasSuffix(stdout, "testbox: [spew 2]\n") ||
 		strings.Contains(stdout, "spewed") || stderr != "testbox: spewed 2 KiB\n" {
 		t.Fatalf("agentd logs: %v\nstdout %q\nstderr %q", err, stdout[:min(len(stdout), 200)], stderr)
 	}
-	if stdout, stderr, _ := logs("app", "--tail", "3"); strings.Count(stdout, "\n")+strings.Count(stderr, "\n") != 3 {
+}
+
+// tailsAndNamesAnUnknownContainer: --tail 3 prints three lines; a container the task does not
+// have fails, naming it.
+func (l taskLogs) tailsAndNamesAnUnknownContainer(t *testing.T) {
+	t.Helper()
+	if stdout, stderr, _ := l.read("app", "--tail", "3"); strings.Count(stdout, "\n")+strings.Count(stderr, "\n") != 3 {
 		t.Fatalf("--tail 3: stdout %q stderr %q", stdout, stderr)
 	}
-	if _, _, err := logs("ghost"); err == nil {
+	if _, _, err := l.read("ghost"); err == nil {
 		t.Fatal("logs of a container the task does not have succeeded")
-	} else if _, stderr, _ := logs("ghost"); !strings.Contains(stderr, "task task/logs-1 has no container ghost") {
+	} else if _, stderr, _ := l.read("ghost"); !strings.Contains(stderr, "task task/logs-1 has no container ghost") {
 		t.Fatalf("logs of an unknown container: %q", stderr)
 	}
-	// --follow keeps the stream open while the container runs.
+}
+
+// followsUntilTheContainerStops: --follow keeps the stream open while the container runs,
+// and stopping the task ends the container and with it the followed stream.
+func (l taskLogs) followsUntilTheContainerStops(t *testing.T, stopTask func()) {
+	t.Helper()
 	// --tail 2: the engine orders the last stdout and stderr lines by when it read them.
-	follow := exec.Command(agentdBinary(t), "logs", "--api", api, "task/logs-1", "app", "--tail", "2", "--follow")
+	follow := exec.Command(l.bin, "logs", "--api", l.api, l.arn, "app", "--tail", "2", "--follow")
 	pipe, _ := follow.StdoutPipe()
 	if err := follow.Start(); err != nil {
 		t.Fatal(err)
@@ -82,9 +118,9 @@ func TestDockerLogsCommand(t *testing.T) {
 		_, _ = io.Copy(io.Discard, pipe)
 	}()
 	select {
-	case l := <-line:
-		if l != "testbox: [spew 2]" {
-			t.Fatalf("--follow printed %q", l)
+	case got := <-line:
+		if got != "testbox: [spew 2]" {
+			t.Fatalf("--follow printed %q", got)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("--follow printed nothing")
@@ -96,19 +132,26 @@ func TestDockerLogsCommand(t *testing.T) {
 		t.Fatalf("--follow returned while the container runs: %v", err)
 	case <-time.After(500 * time.Millisecond): // still following: what we want to see
 	}
-	// Stopping the task ends the container, and with it the followed stream.
-	postJSON(t, cpURL+"/v1/tasks/task/logs-1/stop", nil)
+	stopTask()
 	select {
 	case <-exited:
 	case <-time.After(60 * time.Second):
 		t.Fatal("--follow did not end when the container stopped")
 	}
-	// A bind mount outside the allowed roots (none given here) never runs: the task is
-	// STOPPED with a reason naming the field, and no container is made.
+}
+
+// bindOfEtcNeverRuns assigns a task binding /etc, outside the allowed roots (none given).
+func bindOfEtcNeverRuns(t *testing.T, cpURL, agentID string) {
+	t.Helper()
 	postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": map[string]any{"arn": "task/bind-etc",
 		"containers": []map[string]any{{"name": "app", "image": "agentd-testbox:latest", "command": []string{"write", "/host/x", "owned"},
 			"mounts": []map[string]any{{"type": "bind", "source": "/etc", "target": "/host"}}}}}})
-	awaitSettled(t, cpURL, api, 2, 120*time.Second, a.log)
+}
+
+// bindOfEtcStoppedNamingTheField: the task binding /etc is STOPPED with a reason naming the
+// field, and no container is made.
+func bindOfEtcStoppedNamingTheField(t *testing.T, cpURL string) {
+	t.Helper()
 	var bind cpTask
 	getJSON(t, cpURL+"/v1/tasks/task/bind-etc", &bind)
 	if bind.Status != "STOPPED" || !strings.Contains(bind.Reason, "containers[0].mounts[0].source") || len(bind.Containers) != 0 {
@@ -116,8 +159,5 @@ func TestDockerLogsCommand(t *testing.T) {
 	}
 	if ps := dockerPS(t, "label=io.agentd.task-arn=task/bind-etc"); len(ps) != 0 {
 		t.Fatalf("a bind of /etc made containers %v", ps)
-	}
-	if _, stderr, err := logs("app"); err == nil || !strings.Contains(stderr, "cleaned up") {
-		t.Fatalf("logs after cleanup: %v %q; want an error saying the task is cleaned up", err, stderr)
 	}
 }

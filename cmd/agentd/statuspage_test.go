@@ -230,81 +230,139 @@ func TestStatusPageInABrowser(t *testing.T) {
 		t.Skip("status page browser test skipped: no chromium on PATH (Debian: apt-get install -y chromium; .ci/run installs it)")
 	}
 	s := startStatusScenario(t)
+	page := openStatusPage(t, browser, s.api)
 
+	// While the control plane throttles, nothing moves but the retry counters, so the page's
+	// numbers can be compared with the API's exactly.
+	page.showsTheAPIsNumbers(t, s.api)
+	page.opensTheTimelineOfTheBlockedTask(t, s.api)
+	page.screenshot(t, "status-page-throttled.png")
+	page.browserReportedNothing(t, "loading the page and a timeline")
+
+	// Tasks change state: the control plane lets reports through (task/blocked is
+	// acknowledged) and stops task/running. The page follows by itself.
+	s.cp.hold.Store(false)
+	if err := s.cp.cp.StopTask("task/running"); err != nil {
+		t.Fatal(err)
+	}
+	page.followsTheChangeWithoutReloading(t, s.api)
+	page.screenshot(t, "status-page-settled.png")
+	page.browserReportedNothing(t, "updating the page")
+}
+
+// statusPage is the status page open in headless Chromium, with what the browser reported
+// (console errors and warnings, exceptions, failed loads, CSP violations) gathered as it runs.
+type statusPage struct {
+	ctx      context.Context
+	mu       sync.Mutex
+	problems []string
+	shots    string // where screenshots go
+}
+
+// openStatusPage starts the browser on the agent's page and waits until the page shows the
+// counts and, filled in by its script, the tasks; then marks the document, so a page that
+// reloads itself instead of updating loses the mark.
+func openStatusPage(t *testing.T, browser, api string) *statusPage {
+	t.Helper()
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
 			chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 1400))...)
-	defer cancelAlloc()
-	var mu sync.Mutex
-	var problems []string
-	note := func(s string) { mu.Lock(); problems = append(problems, s); mu.Unlock() }
-	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithListener(func(ev any) {
-		switch ev := ev.(type) {
-		case *runtime.EventConsoleAPICalled:
-			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
-				var args []string
-				for _, a := range ev.Args {
-					args = append(args, string(a.Value))
-				}
-				note(fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
-			}
-		case *runtime.EventExceptionThrown:
-			note("exception: " + (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
-		case *log.EventEntryAdded:
-			if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
-				note(fmt.Sprintf("log %s (%s): %s %s", ev.Entry.Level, ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
-			}
-		}
-	}))
-	defer cancel()
-	consoleClean := func(when string) {
-		t.Helper()
-		mu.Lock()
-		defer mu.Unlock()
-		if len(problems) > 0 {
-			t.Fatalf("%s: the browser reported:\n  %s", when, strings.Join(problems, "\n  "))
-		}
-	}
-	bounded := func(d time.Duration) context.Context {
-		c, cancel := context.WithTimeout(ctx, d)
-		t.Cleanup(cancel)
-		return c
-	}
+	t.Cleanup(cancelAlloc)
+	p := &statusPage{shots: artifactDir(t)}
+	ctx, cancel := chromedp.NewContext(allocCtx, chromedp.WithListener(p.listen))
+	t.Cleanup(cancel)
+	p.ctx = ctx
 	// The first Run starts the browser: no timeout on it (it would end the browser).
-	if err := chromedp.Do(ctx, chromedp.Navigate(s.api+"/")); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(api+"/")); err != nil {
 		t.Fatalf("navigate to the status page: %v", err)
 	}
-	if _, err := chromedp.Run(bounded(20*time.Second), chromedp.Poll[bool](`document.querySelector("#count-RUNNING") !== null`)); err != nil {
+	if _, err := chromedp.Run(p.within(t, 20*time.Second), chromedp.Poll[bool](`document.querySelector("#count-RUNNING") !== null`)); err != nil {
 		t.Fatalf("the status page shows no task counts: %v", err)
 	}
 	// Root's browser navigates without Agentd-Client, so the page arrives with counts only;
 	// its script (which sends the header) fills in the tasks at once.
-	if _, err := chromedp.Run(bounded(20*time.Second), chromedp.Poll[bool](`document.querySelector("#tasks tr[data-arn]") !== null && document.querySelector("#tasks-limited") === null`)); err != nil {
+	if _, err := chromedp.Run(p.within(t, 20*time.Second), chromedp.Poll[bool](`document.querySelector("#tasks tr[data-arn]") !== null && document.querySelector("#tasks-limited") === null`)); err != nil {
 		t.Fatalf("the status page shows no tasks to root's browser: %v", err)
 	}
-	// Mark the document: if the page reloads itself instead of updating, the mark is gone.
 	if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](`window.agentdNotReloaded = true`)); err != nil {
 		t.Fatal(err)
 	}
-	pageNumbers := func() map[string]string {
-		t.Helper()
-		v, err := chromedp.Run(bounded(10*time.Second), chromedp.Evaluate[map[string]string](`(() => {
-			const out = {};
-			for (const el of document.querySelectorAll("[data-value]")) out[el.id] = el.dataset.value;
-			out["health-overall"] = document.querySelector("#health-overall").textContent;
-			for (const tr of document.querySelectorAll("#tasks tr[data-arn]")) out["task:" + tr.dataset.arn] = tr.dataset.known;
-			return out;
-		})()`))
-		if err != nil {
-			t.Fatalf("reading the page: %v", err)
-		}
-		return v
-	}
+	return p
+}
 
-	// The numbers on the page are the API's numbers. While the control plane throttles,
-	// nothing moves but the retry counters, so they can be compared exactly.
-	page := pageNumbers()
-	byState, blocked, metrics := apiCounts(t, s.api)
+func (p *statusPage) listen(ev any) {
+	note := func(s string) { p.mu.Lock(); p.problems = append(p.problems, s); p.mu.Unlock() }
+	switch ev := ev.(type) {
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+			var args []string
+			for _, a := range ev.Args {
+				args = append(args, string(a.Value))
+			}
+			note(fmt.Sprintf("console.%s: %s", ev.Type, strings.Join(args, " ")))
+		}
+	case *runtime.EventExceptionThrown:
+		note("exception: " + (&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+	case *log.EventEntryAdded:
+		if ev.Entry.Level == log.EntryLevelError || ev.Entry.Level == log.EntryLevelWarning {
+			note(fmt.Sprintf("log %s (%s): %s %s", ev.Entry.Level, ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+		}
+	}
+}
+
+// within bounds one browser step; the bound ends with the test.
+func (p *statusPage) within(t *testing.T, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(p.ctx, d)
+	t.Cleanup(cancel)
+	return c
+}
+
+func (p *statusPage) browserReportedNothing(t *testing.T, when string) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.problems) > 0 {
+		t.Fatalf("%s: the browser reported:\n  %s", when, strings.Join(p.problems, "\n  "))
+	}
+}
+
+func (p *statusPage) screenshot(t *testing.T, name string) {
+	t.Helper()
+	png, err := chromedp.Run(p.within(t, 20*time.Second), chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(p.shots, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// numbers reads what the page shows: every [data-value] by id, the overall health, and each
+// task's known status as "task:<arn>".
+func (p *statusPage) numbers(t *testing.T) map[string]string {
+	t.Helper()
+	v, err := chromedp.Run(p.within(t, 10*time.Second), chromedp.Evaluate[map[string]string](`(() => {
+		const out = {};
+		for (const el of document.querySelectorAll("[data-value]")) out[el.id] = el.dataset.value;
+		out["health-overall"] = document.querySelector("#health-overall").textContent;
+		for (const tr of document.querySelectorAll("#tasks tr[data-arn]")) out["task:" + tr.dataset.arn] = tr.dataset.known;
+		return out;
+	})()`))
+	if err != nil {
+		t.Fatalf("reading the page: %v", err)
+	}
+	return v
+}
+
+// showsTheAPIsNumbers: the counts by state, tombstones, tasks blocked on their
+// acknowledgement, the outbox and the reporting streak are the ones /v1/tasks and /metrics
+// give, and each task's row shows its resting state.
+func (p *statusPage) showsTheAPIsNumbers(t *testing.T, api string) {
+	t.Helper()
+	page := p.numbers(t)
+	byState, blocked, metrics := apiCounts(t, api)
 	for _, st := range []string{"NONE", "PULLED", "CREATED", "RUNNING", "STOPPED", "STOPPED_ACKED", "CLEANING"} {
 		if page["count-"+st] != strconv.Itoa(byState[st]) {
 			t.Errorf("page shows %s tasks %s; /v1/tasks has %d", st, page["count-"+st], byState[st])
@@ -341,12 +399,17 @@ func TestStatusPageInABrowser(t *testing.T) {
 			t.Errorf("page shows %s as %q; want %s", arn, page["task:"+arn], want)
 		}
 	}
+}
 
-	// A task's timeline: opened, it loads the SVG `agentd journal timeline --svg` draws.
-	if err := chromedp.Do(bounded(10*time.Second), chromedp.Click(chromedp.CSS(`details[data-arn="task/blocked"] summary`))); err != nil {
+// opensTheTimelineOfTheBlockedTask: opened, a task's timeline loads the SVG `agentd journal
+// timeline --svg` draws; for a task blocked on its acknowledgement it shows that the task
+// ran, stopped, and its reports were throttled (the red bar), and no acknowledgement.
+func (p *statusPage) opensTheTimelineOfTheBlockedTask(t *testing.T, api string) {
+	t.Helper()
+	if err := chromedp.Do(p.within(t, 10*time.Second), chromedp.Click(chromedp.CSS(`details[data-arn="task/blocked"] summary`))); err != nil {
 		t.Fatalf("opening the timeline of task/blocked: %v", err)
 	}
-	size, err := chromedp.Run(bounded(15*time.Second), chromedp.Poll[[]int](`(() => {
+	size, err := chromedp.Run(p.within(t, 15*time.Second), chromedp.Poll[[]int](`(() => {
 		const img = document.querySelector('details[data-arn="task/blocked"] img');
 		return img && img.complete && img.naturalWidth > 0 ? [img.naturalWidth, img.naturalHeight] : null;
 	})()`))
@@ -356,9 +419,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if size[0] < 400 || size[1] < 100 {
 		t.Errorf("timeline drawn %dx%d; want a real drawing", size[0], size[1])
 	}
-	// The drawing of a task blocked on its acknowledgement: it ran, stopped, and its reports
-	// were throttled (the red bar).
-	svg := fetch(t, s.api+"/status/timeline.svg?task="+url.QueryEscape("task/blocked"))
+	svg := fetch(t, api+"/status/timeline.svg?task="+url.QueryEscape("task/blocked"))
 	for _, want := range []string{"<svg", "task/blocked", "RUNNING", "STOPPED", `fill="#d62728"`} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("timeline SVG lacks %q", want)
@@ -367,57 +428,40 @@ func TestStatusPageInABrowser(t *testing.T) {
 	if strings.Contains(svg, "STOPPED_ACKED") {
 		t.Error("timeline SVG of a blocked task shows STOPPED_ACKED")
 	}
-	dir := artifactDir(t)
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(bounded(20*time.Second), chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot: %v", err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot: %s", path)
-	}
-	shot("status-page-throttled.png")
-	consoleClean("loading the page and a timeline")
+}
 
-	// Tasks change state: the control plane lets reports through (task/blocked is
-	// acknowledged) and stops task/running. The page follows by itself.
-	s.cp.hold.Store(false)
-	if err := s.cp.cp.StopTask("task/running"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := chromedp.Run(bounded(45*time.Second), chromedp.Poll[bool](`(() => {
+// followsTheChangeWithoutReloading: after the change the page, by itself and in place (the
+// mark set at load survives, the open timeline stays open), shows both tasks
+// STOPPED_ACKED, nothing blocked, no throttled streak; the open timeline is redrawn and
+// shows the acknowledgement; and the page's count agrees with the API's.
+func (p *statusPage) followsTheChangeWithoutReloading(t *testing.T, api string) {
+	t.Helper()
+	if _, err := chromedp.Run(p.within(t, 45*time.Second), chromedp.Poll[bool](`(() => {
 		const known = (arn) => { const tr = document.querySelector('#tasks tr[data-arn="' + arn + '"]'); return tr && tr.dataset.known; };
 		return known("task/blocked") === "STOPPED_ACKED" && known("task/running") === "STOPPED_ACKED" &&
 			document.querySelector("#blocked-count").dataset.value === "0" && document.querySelector("#reports-streak").dataset.value === "" &&
 			Number(document.body.dataset.refreshed) >= 2;
 	})()`, chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
-		t.Fatalf("the page did not show the tasks' new states by itself: %v\npage: %v", err, pageNumbers())
+		t.Fatalf("the page did not show the tasks' new states by itself: %v\npage: %v", err, p.numbers(t))
 	}
-	if kept, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.agentdNotReloaded === true && document.querySelector('details[data-arn="task/blocked"]').open`)); err != nil || !kept {
+	if kept, err := chromedp.Run(p.ctx, chromedp.Evaluate[bool](`window.agentdNotReloaded === true && document.querySelector('details[data-arn="task/blocked"]').open`)); err != nil || !kept {
 		t.Errorf("the page reloaded or closed the open timeline instead of updating in place (%v)", err)
 	}
-	// The open timeline is still drawn after the refreshes, and now shows the acknowledgement.
-	src, err := chromedp.Run(bounded(15*time.Second), chromedp.Poll[string](`(() => {
+	src, err := chromedp.Run(p.within(t, 15*time.Second), chromedp.Poll[string](`(() => {
 		const img = document.querySelector('details[data-arn="task/blocked"] img');
 		return img && img.complete && img.naturalWidth > 0 && img.dataset.shown === img.dataset.src ? img.dataset.shown : "";
 	})()`))
 	if err != nil {
 		t.Fatalf("the open timeline is not drawn after the page refreshed: %v", err)
 	}
-	if svg := fetch(t, s.api+src); !strings.Contains(svg, "STOPPED_ACKED") {
+	if svg := fetch(t, api+src); !strings.Contains(svg, "STOPPED_ACKED") {
 		t.Errorf("the open timeline (%s) does not show the acknowledgement", src)
 	}
-	page = pageNumbers()
-	byState, _, _ = apiCounts(t, s.api)
+	page := p.numbers(t)
+	byState, _, _ := apiCounts(t, api)
 	if page["count-STOPPED_ACKED"] != strconv.Itoa(byState["STOPPED_ACKED"]) || byState["STOPPED_ACKED"] != 4 {
 		t.Errorf("after the change: page shows %s STOPPED_ACKED, API %d; want 4", page["count-STOPPED_ACKED"], byState["STOPPED_ACKED"])
 	}
-	shot("status-page-settled.png")
-	consoleClean("updating the page")
 }
 
 func fetch(t *testing.T, u string) string {
