@@ -303,20 +303,26 @@ func TestDockerUnusedBindVolumesAreSweptAtStart(t *testing.T) {
 		}
 	}
 	dangling, other := BindVolumePrefix+"dead"+r.agent[len(r.agent)-6:], BindVolumePrefix+"other"+r.agent[len(r.agent)-6:]
+	// Another agent's id holding this one's, and one held by it: neither is this agent's,
+	// whatever the engine's filter lets through (Podman ORs it with dangling).
+	partial := BindVolumePrefix + "partial" + r.agent[len(r.agent)-6:]
 	mk(dangling, r.agent)
 	mk(other, r.agent+"-other")
-	defer exec.Command("docker", "volume", "rm", "-f", other).Run()
+	mk(partial, r.agent[:len(r.agent)-1])
+	defer exec.Command("docker", "volume", "rm", "-f", other, partial).Run()
 	later, err := NewEngine(ctx, "", r.agent, PullConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer later.Close()
 	vols := map[string]bool{}
-	for _, v := range append(agentVolumes(t, r.agent), agentVolumes(t, r.agent+"-other")...) {
-		vols[v] = true
+	for _, a := range []string{r.agent, r.agent + "-other", r.agent[:len(r.agent)-1]} {
+		for _, v := range agentVolumes(t, a) {
+			vols[v] = true
+		}
 	}
-	if vols[dangling] || !vols[other] || len(inUse) != 1 || !vols[inUse[0]] {
-		t.Fatalf("after the sweep: %v; want %s gone, %s and the in-use %v kept", vols, dangling, other, inUse)
+	if vols[dangling] || !vols[other] || !vols[partial] || len(inUse) != 1 || !vols[inUse[0]] {
+		t.Fatalf("after the sweep: %v; want %s gone, %s, %s and the in-use %v kept", vols, dangling, other, partial, inUse)
 	}
 	must(t, r.e.Remove(ctx, id))
 }

@@ -14,6 +14,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
@@ -49,6 +50,9 @@ type Engine struct {
 	bindMu      sync.Mutex
 	bindVols    map[string]*os.File
 	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace, its data root beneath no bind root
+	// probes runs the containers' health checks in the agent, for an engine that runs none
+	// (Podman: healthprobe.go); nil where the engine runs them (Docker).
+	probes *probes
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
@@ -75,10 +79,25 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}
+	if runsNoHealthChecks(pctx, cli) {
+		e.probes = newProbes()
+	}
 	// Bind volumes an earlier process left unused name its dead descriptors: best effort (none
 	// of them is ever started, checkBindMounts).
 	_ = e.sweepBindVolumes(pctx)
 	return e, nil
+}
+
+// runsNoHealthChecks tells Podman from Docker by the components /version names: Podman runs
+// health checks only from systemd timers, which a host without systemd as PID 1 lacks, and the
+// agent cannot tell whether they run; the agent runs them itself there. An engine whose
+// version cannot be read is taken for Docker.
+func runsNoHealthChecks(ctx context.Context, cli *client.Client) bool {
+	v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(v.Components, func(c system.ComponentVersion) bool { return c.Name == "Podman Engine" })
 }
 
 // newClient is a client of the engine at host (empty: the client's environment — DOCKER_HOST
@@ -182,10 +201,16 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	if cfg == nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
-	if cerrdefs.IsConflict(err) {
+	if nameConflict(err) {
 		return e.nameTaken(ctx, spec, name)
 	}
 	return "", e.wrap("create", name, err)
+}
+
+// nameConflict says whether the engine refused a create because the name is taken: Docker's
+// 409, or Podman's 500 saying so ("that name is already in use").
+func nameConflict(err error) bool {
+	return cerrdefs.IsConflict(err) || err != nil && strings.Contains(err.Error(), "that name is already in use")
 }
 
 // nameTaken settles a create the engine refused because the name is taken, by the labels of
@@ -246,6 +271,9 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		}
 	}
 	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	if err == nil && e.probes != nil {
+		e.ensureProbe(id)
+	}
 	return e.wrap("start", id, err)
 }
 
@@ -256,11 +284,7 @@ func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) err
 	if err != nil {
 		return err
 	}
-	var own *int
-	if c.Config != nil {
-		own = c.Config.StopTimeout
-	}
-	secs := int(math.Ceil(StopTimeout(own, timeout).Seconds()))
+	secs := int(math.Ceil(StopTimeout(ownStopTimeout(c.Config), timeout).Seconds()))
 	_, err = e.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
 	return e.wrap("stop", id, err)
 }
@@ -281,11 +305,7 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 		}
 		vols = bindVolumesOf(c.Mounts)
 	}
-	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true, Force: true})
-	if cerrdefs.IsNotFound(err) {
-		err = nil
-	}
-	if err != nil {
+	if err := e.forceRemove(ctx, id); err != nil {
 		return e.wrap("remove", id, err)
 	}
 	e.fresh.Delete(id)
@@ -298,6 +318,31 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 	e.ours.Delete(id)
 	return nil
 }
+
+// forceRemove removes the container, running or not; gone already is success. Podman's forced
+// remove of a container exiting at that moment fails ("container state improper"), as can
+// Docker's while another removal of it is under way (a 409): both are asked again, a bounded
+// number of times, a little later each time.
+func (e *Engine) forceRemove(ctx context.Context, id string) error {
+	var err error
+	for try := 0; ; try++ {
+		_, err = e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true, Force: true})
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if err == nil || try == removeTries-1 || !(cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "container state improper")) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try+1) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// removeTries bounds forceRemove: its waits add up to 1.5 s, far beyond the race it outlasts.
+const removeTries = 6
 
 // own inspects a container and refuses one that does not carry this agent's id.
 func (e *Engine) own(ctx context.Context, id string) (State, error) {
@@ -335,6 +380,9 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 		}
 		if s.Running {
 			st.Health = healthOf(s.Health)
+			if e.probes != nil {
+				st.Health = e.probes.verdict(c.ID)
+			}
 			if c.NetworkSettings != nil {
 				st.Bindings = bindingsOf(c.NetworkSettings.Ports)
 			}
@@ -398,6 +446,9 @@ func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
 
 // Close releases the client's connections and the descriptors of bind volumes.
 func (e *Engine) Close() error {
+	if e.probes != nil {
+		e.probes.stop()
+	}
 	e.closeBindVolumes()
 	return e.cli.Close()
 }

@@ -278,7 +278,7 @@ func (e *Engine) sweepBindVolumes(ctx context.Context) error {
 	}
 	var errs []error
 	for _, v := range res.Items {
-		if !strings.HasPrefix(v.Name, BindVolumePrefix) {
+		if !e.sweepable(v.Name, v.Labels) {
 			continue
 		}
 		e.bindMu.Lock()
@@ -292,6 +292,13 @@ func (e *Engine) sweepBindVolumes(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sweepable says whether the sweep may remove a listed volume: a bind volume by its name and
+// this agent's by its label. The server's filter is not trusted for either: Podman ORs filters
+// of different kinds, so its answer holds every dangling volume, any agent's.
+func (e *Engine) sweepable(name string, labels map[string]string) bool {
+	return strings.HasPrefix(name, BindVolumePrefix) && labels[LabelAgent] == e.agent
 }
 
 // closeBindVolumes closes every held descriptor (the engine is closing).

@@ -52,7 +52,7 @@ const catchUpSlack = time.Minute
 // stream resumed at an exit's cursor gives again only the dies of that nanosecond, which the
 // reader drops as taken (docker.ExitMark) — one of them may be another container's.
 func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
-	f := client.Filters{}.Add("type", "container").Add("event", "die", "oom").Add("label", LabelAgent+"="+e.agent)
+	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("event", "oom").Add("label", LabelAgent+"="+e.agent)
 	opts := client.EventsListOptions{Filters: f}
 	if cursor > 0 {
 		opts.Since = stamp(cursor)
@@ -95,6 +95,11 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 	}()
 	return out, nil
 }
+
+// dieEvents are the names a container's end is filtered by: Docker's "die", and Podman's
+// "died", which its Docker API filters by though it sends the event as "die". Each engine
+// matches nothing by the other's name, so asking for both is safe on either.
+var dieEvents = []string{"die", "died"}
 
 // exitStream orders and completes the exits of one subscription.
 type exitStream struct {
@@ -257,11 +262,11 @@ func memoryLimited(c container.InspectResponse) bool {
 // have been logged before it and pushed out. No such die (pushed out, or the engine restarted
 // since) says it may not; so does
 // no answer within a few seconds (a cursor ahead of the engine's clock makes it wait for
-// dies to come).
+// dies to come), and so does Podman, which replays nothing up to an end in the past.
 func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	f := client.Filters{}.Add("type", "container").Add("event", "die").Add("label", LabelAgent+"="+e.agent)
+	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("label", LabelAgent+"="+e.agent)
 	res := e.cli.Events(rctx, client.EventsListOptions{Until: stamp(cursor), Filters: f})
 	select {
 	case m := <-res.Messages:
@@ -278,15 +283,19 @@ func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
 func stamp(ns int64) string { return fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9) }
 
 // pastExits is every container of this agent that has run and stopped, inspected (the list
-// gives no exit code nor end time).
+// gives no exit code nor end time). The list is not filtered by status: Podman refuses the
+// status "dead" (a 500), which Docker's exited containers may have; phase picks them out.
 func (e *Engine) pastExits(ctx context.Context) ([]pastExit, error) {
-	f := client.Filters{}.Add("label", LabelAgent+"="+e.agent).Add("status", string(container.StateExited), string(container.StateDead))
+	f := client.Filters{}.Add("label", LabelAgent+"="+e.agent)
 	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, e.wrap("list", "exited containers", err)
 	}
 	out := make([]pastExit, 0, len(res.Items))
 	for _, item := range res.Items {
+		if _, exited := phase(item.State); !exited {
+			continue
+		}
 		c, st, err := e.inspect(ctx, item.ID)
 		if errors.Is(err, ErrNotFound) {
 			continue // removed since the list

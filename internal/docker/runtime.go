@@ -36,6 +36,8 @@ const (
 	LabelAgent     = "io.agentd.agent"
 	LabelTask      = "io.agentd.task-arn"
 	LabelContainer = "io.agentd.container"
+	// LabelStopTimeout holds the container's own stop_timeout_s, on a container that has one.
+	LabelStopTimeout = "io.agentd.stop-timeout-s"
 )
 
 // ErrNotFound is returned (wrapped) for a container the runtime does not have.
