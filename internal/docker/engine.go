@@ -53,6 +53,10 @@ type Engine struct {
 	// probes runs the containers' health checks in the agent, for an engine that runs none
 	// (Podman: healthprobe.go); nil where the engine runs them (Docker).
 	probes *probes
+	// limited holds the containers this process created under a memory limit; oom the ones
+	// whose cgroup the kernel's OOM notification showed killed (oomwatch.go).
+	limited sync.Map // id → struct{}
+	oom     oomKills
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
@@ -186,6 +190,9 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 			}
 			e.ours.Store(res.ID, list)
 			e.fresh.Store(res.ID, struct{}{})
+			if spec.Container.MemoryMiB > 0 {
+				e.limited.Store(res.ID, struct{}{})
+			}
 			return res.ID, nil
 		}
 	}
@@ -269,12 +276,31 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		if err := e.checkBindMounts(c); err != nil { // engine_binds.go
 			return err
 		}
+		if memoryLimited(c) {
+			e.limited.Store(id, struct{}{})
+		}
+	}
+	_, limited := e.limited.Load(id)
+	if limited && e.probes != nil { // Podman: its process made, and watched, before it runs
+		if err := e.podmanInit(ctx, id); err == nil {
+			e.watchStarting(ctx, id)
+		}
 	}
 	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
 	if err == nil && e.probes != nil {
 		e.ensureProbe(id)
 	}
+	if err == nil && limited {
+		e.watchStarting(ctx, id)
+	}
 	return e.wrap("start", id, err)
+}
+
+// watchStarting watches the memory cgroup of the container's process for an OOM kill, once.
+func (e *Engine) watchStarting(ctx context.Context, id string) {
+	if c, _, err := e.inspect(ctx, id); err == nil && c.State != nil {
+		e.watchOOM(id, c.State.Pid) // oomwatch.go: the kernel's word on an OOM kill
+	}
 }
 
 // Stop sends the container's stop signal (SIGTERM unless its spec named another) and kills
@@ -309,6 +335,8 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 		return e.wrap("remove", id, err)
 	}
 	e.fresh.Delete(id)
+	e.limited.Delete(id)
+	e.oom.forget(id)
 	for _, v := range vols {
 		if err := e.releaseVolume(ctx, v); err != nil {
 			e.ours.Store(id, vols) // the next removal tries again (the container is gone)
@@ -368,7 +396,7 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
 	if s := c.State; s != nil {
 		st.Running, st.Exited = phase(s.Status)
-		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled
+		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled || e.oom.seen(c.ID)
 		st.FinishedAt, _ = time.Parse(time.RFC3339Nano, s.FinishedAt)
 		// Docker's "never" is 0001-01-01T00:00:00Z, which parses to the zero time.
 		st.StartedAt, _ = time.Parse(time.RFC3339Nano, s.StartedAt)

@@ -127,7 +127,7 @@ type heldExit struct {
 // pastExit is a container the catch-up found exited, with what the exit stream asks of it.
 type pastExit struct {
 	State
-	memoryLimited bool
+	memoryLimited, kernelKnows bool
 }
 
 // start catches up on a subscription with a cursor whose replay may miss dies: every
@@ -155,7 +155,7 @@ func (s *exitStream) start(ctx context.Context, cursor int64) error {
 	for _, p := range past {
 		s.caught[p.ID] = p.FinishedAt.UnixNano()
 		x := Exit{ID: p.ID, Task: p.Task, Container: p.Container, ExitCode: p.ExitCode, At: p.FinishedAt.UTC(), Cursor: cursor}
-		s.queueExit(x, exitState{oomKilled: p.OOMKilled, memoryLimited: p.memoryLimited})
+		s.queueExit(x, exitState{oomKilled: p.OOMKilled, memoryLimited: p.memoryLimited, kernelKnows: p.kernelKnows})
 	}
 	return nil
 }
@@ -213,6 +213,17 @@ func (s *exitStream) event(ctx context.Context, m events.Message) {
 func (s *exitStream) queueExit(x Exit, st exitState) {
 	x.OOMKilled = x.OOMKilled || st.oomKilled
 	s.queue = append(s.queue, heldExit{x: x, known: x.ExitCode != 137 || x.OOMKilled || !st.memoryLimited, until: time.Now().Add(s.wait)})
+	if s.queue[len(s.queue)-1].known {
+		s.name(&s.queue[len(s.queue)-1].x, st)
+	}
+}
+
+// name words the cause of a known exit where no one could tell it: a 137 under a memory limit
+// that is no OOM kill by the engine's word, with the kernel's unheard.
+func (s *exitStream) name(x *Exit, st exitState) {
+	if x.ExitCode == 137 && !x.OOMKilled && st.memoryLimited && !st.kernelKnows {
+		x.Reason = OOMUnknown
+	}
 }
 
 // expire settles the held head whose oom did not come in time by asking the engine again.
@@ -220,6 +231,9 @@ func (s *exitStream) expire(ctx context.Context) {
 	h := &s.queue[0]
 	if st, err := s.inspect(ctx, h.x.ID); err == nil {
 		h.x.OOMKilled = st.oomKilled
+		s.name(&h.x, st)
+	} else {
+		s.name(&h.x, exitState{memoryLimited: true})
 	}
 	h.known = true
 }
@@ -239,8 +253,9 @@ func (s *exitStream) flush(ctx context.Context, out chan<- Exit) bool {
 
 // exitState is what the exit stream asks of an exited container.
 type exitState struct {
-	oomKilled     bool // Docker has recorded the kernel's OOM kill
+	oomKilled     bool // Docker has recorded the kernel's OOM kill (or the kernel told the agent)
 	memoryLimited bool // it runs under a memory limit: an OOM kill of its own is possible
+	kernelKnows   bool // the kernel's OOM notification was watched: no kill heard is none
 }
 
 func (e *Engine) exitState(ctx context.Context, id string) (exitState, error) {
@@ -248,7 +263,7 @@ func (e *Engine) exitState(ctx context.Context, id string) (exitState, error) {
 	if err != nil {
 		return exitState{}, err
 	}
-	return exitState{oomKilled: st.OOMKilled, memoryLimited: memoryLimited(c)}, nil
+	return exitState{oomKilled: st.OOMKilled, memoryLimited: memoryLimited(c), kernelKnows: e.oom.knows(id)}, nil
 }
 
 func memoryLimited(c container.InspectResponse) bool {
@@ -303,7 +318,7 @@ func (e *Engine) pastExits(ctx context.Context) ([]pastExit, error) {
 			return nil, err
 		}
 		if st.Exited {
-			out = append(out, pastExit{State: st, memoryLimited: memoryLimited(c)})
+			out = append(out, pastExit{State: st, memoryLimited: memoryLimited(c), kernelKnows: e.oom.knows(item.ID)})
 		}
 	}
 	return out, nil

@@ -88,7 +88,7 @@ func (e *Engine) probeLoop(id string) {
 	if started.IsZero() {
 		started = time.Now()
 	}
-	failures := 0
+	count := probeCount{retries: retries, startPeriodEnds: started.Add(h.StartPeriod)}
 	for {
 		select {
 		case <-p.ctx.Done():
@@ -99,20 +99,33 @@ func (e *Engine) probeLoop(id string) {
 		if err != nil {
 			return // not running any more (or the Engine closed)
 		}
-		var verdict event.Health
-		switch {
-		case pass:
-			failures, verdict = 0, event.HealthHealthy
-		case time.Since(started) < h.StartPeriod:
-			continue // failures in the start period count for nothing
-		default:
-			if failures++; failures < retries {
-				continue
-			}
-			verdict = event.HealthUnhealthy
+		if verdict, ok := count.after(pass, time.Now()); ok {
+			p.publish(HealthChange{ID: id, Task: st.Task, Container: st.Container, Health: verdict, At: time.Now().UTC()})
 		}
-		p.publish(HealthChange{ID: id, Task: st.Task, Container: st.Container, Health: verdict, At: time.Now().UTC()})
 	}
+}
+
+// probeCount is Docker's rule over a container's probes: a pass is healthy, retries failures
+// in a row unhealthy, and a failure before the start period ends counts for nothing.
+type probeCount struct {
+	retries         int
+	startPeriodEnds time.Time
+	failures        int
+}
+
+// after takes the outcome of the probe that ended at: the verdict it reaches, if any.
+func (c *probeCount) after(pass bool, at time.Time) (event.Health, bool) {
+	switch {
+	case pass:
+		c.failures = 0
+		return event.HealthHealthy, true
+	case at.Before(c.startPeriodEnds):
+		return event.HealthUnknown, false
+	}
+	if c.failures++; c.failures < c.retries {
+		return event.HealthUnknown, false
+	}
+	return event.HealthUnhealthy, true
 }
 
 // checks says whether the config asks for a check at all ("NONE" and an empty test do not).
