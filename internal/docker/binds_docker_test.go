@@ -35,6 +35,7 @@ type bindRig struct {
 func newBindRig(t *testing.T) *bindRig {
 	t.Helper()
 	e, agent := dockerEngine(t)
+	differsOnPodman(t, e, "--allow-bind-root is refused (TestDockerBindRootsAreRefusedOnPodman)")
 	base := t.TempDir()
 	r := &bindRig{e: e, agent: agent, root: filepath.Join(base, "root"), outside: filepath.Join(base, "outside")}
 	must(t, os.MkdirAll(r.root+"/shared", 0o755))
@@ -395,5 +396,21 @@ func TestDockerANamedVolumeThatIsAHostDirectoryIsRefused(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("docker", "volume", "rm", "-f", plain).Run() })
 	if got := r.seen(t, mustCreate(t, r.e, volSpec("plain", plain))); !strings.Contains(got, "exit") {
 		t.Fatalf("a fresh plain volume: the container saw %q; want cat's failure (an empty volume)", got)
+	}
+}
+
+// Bind roots are refused on Podman: its bind volumes are not proven to stay beneath the root.
+func TestDockerBindRootsAreRefusedOnPodman(t *testing.T) {
+	e, _ := dockerEngine(t)
+	if !e.podman {
+		t.Skip("on Docker bind roots are taken (the bind rig's tests)")
+	}
+	roots, err := OpenBindRoots([]string{t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	if err := e.SetBindRoots(roots); err == nil || !strings.Contains(err.Error(), "not on Podman") {
+		t.Fatalf("bind roots on Podman: %v; want refused, naming Podman", err)
 	}
 }

@@ -50,8 +50,10 @@ type Engine struct {
 	bindMu      sync.Mutex
 	bindVols    map[string]*os.File
 	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace, its data root beneath no bind root
-	// probes runs the containers' health checks in the agent, for an engine that runs none
-	// (Podman: healthprobe.go); nil where the engine runs them (Docker).
+	// podman: the engine is Podman (isPodman). probes runs the containers' health checks in
+	// the agent, for an engine that runs none (Podman: healthprobe.go); nil where the engine
+	// runs them (Docker).
+	podman bool
 	probes *probes
 	// limited holds the containers this process created under a memory limit; oom the ones
 	// whose cgroup the kernel's OOM notification showed killed (oomwatch.go).
@@ -83,7 +85,7 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}
-	if runsNoHealthChecks(pctx, cli) {
+	if e.podman = isPodman(pctx, cli); e.podman {
 		e.probes = newProbes()
 	}
 	// Bind volumes an earlier process left unused name its dead descriptors: best effort (none
@@ -92,11 +94,11 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 	return e, nil
 }
 
-// runsNoHealthChecks tells Podman from Docker by the components /version names: Podman runs
-// health checks only from systemd timers, which a host without systemd as PID 1 lacks, and the
-// agent cannot tell whether they run; the agent runs them itself there. An engine whose
-// version cannot be read is taken for Docker.
-func runsNoHealthChecks(ctx context.Context, cli *client.Client) bool {
+// isPodman tells Podman from Docker by the components /version names. Podman runs health
+// checks only from systemd timers, which a host without systemd as PID 1 lacks, and the agent
+// cannot tell whether they run: the agent runs them itself there. An engine whose version
+// cannot be read is taken for Docker.
+func isPodman(ctx context.Context, cli *client.Client) bool {
 	v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
 		return false
@@ -281,7 +283,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		}
 	}
 	_, limited := e.limited.Load(id)
-	if limited && e.probes != nil { // Podman: its process made, and watched, before it runs
+	if limited && e.podman { // Podman: its process made, and watched, before it runs
 		if err := e.podmanInit(ctx, id); err == nil {
 			e.watchStarting(ctx, id)
 		}
