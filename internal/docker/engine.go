@@ -85,12 +85,18 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}
-	if e.podman = isPodman(pctx, cli); e.podman {
+	// Each with a time of its own: Podman's /version runs conmon and the OCI runtime, which a
+	// loaded host makes slow, and Podman taken for Docker would run no health checks.
+	vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer vcancel()
+	if e.podman = isPodman(vctx, cli); e.podman {
 		e.probes = newProbes()
 	}
 	// Bind volumes an earlier process left unused name its dead descriptors: best effort (none
 	// of them is ever started, checkBindMounts).
-	_ = e.sweepBindVolumes(pctx)
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	_ = e.sweepBindVolumes(sctx)
 	return e, nil
 }
 
