@@ -260,6 +260,7 @@ func TestDockerPublishedPortAnswersOnTheReportedHostPort(t *testing.T) {
 
 func TestDockerBindMountWritesReachTheHostOnlyUnderAllowedRoots(t *testing.T) {
 	e, _ := dockerEngine(t)
+	differsOnPodman(t, e, "--allow-bind-root is refused (TestDockerBindRootsAreRefusedOnPodman)")
 	root := t.TempDir()
 	dir := filepath.Join(root, "data")
 	if err := os.Mkdir(dir, 0o777); err != nil {
