@@ -39,7 +39,9 @@ export CONTAINERS_CONF="$dir/containers.conf" CONTAINERS_STORAGE_CONF="$dir/stor
 export CONTAINERS_REGISTRIES_CONF="$PWD/$here/registries.conf" XDG_RUNTIME_DIR="$dir/xdg"
 mkdir -p "$dir/xdg" "$dir/tmp"
 sock="$dir/podman.sock"
-podman --tmpdir "$dir/tmp" system service --time=0 "unix://$sock" >"$dir/service.log" 2>&1 &
+# In the temporary directory: conmon writes a file "oom" into its working directory when a
+# container is OOM-killed (and Podman then does not read it: OOMKilled stays false).
+(cd "$dir" && exec podman --tmpdir "$dir/tmp" system service --time=0 "unix://$sock") >"$dir/service.log" 2>&1 &
 pid=$!
 export DOCKER_HOST="unix://$sock"
 for _ in $(seq 100); do
