@@ -24,7 +24,8 @@ cleanup() {
     wait "$pid" 2>/dev/null || true
     podman --root "$dir/storage" --runroot "$dir/run" --tmpdir "$dir/tmp" rm -a -f >/dev/null 2>&1 || true
   fi
-  umount -R "$dir/storage" 2>/dev/null || true
+  # Whatever the storage left mounted beneath the directory (overlay mounts its own dir), deepest first.
+  awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do umount "$m" 2>/dev/null || true; done
   rm -rf "$dir"
 }
 trap cleanup EXIT
