@@ -54,6 +54,13 @@ test-dist:
 test-docker: testbox-image
 	AGENTD_DOCKER_TESTS=1 $(GO) test -count=1 -run Docker ./internal/docker ./internal/benchmark ./cmd/agentd ./cmd/agentd-bench
 
+## test-podman: the runtime contract and the end-to-end Docker tests against Podman's Docker
+## API, on a Podman API service of the test's own (installed with apt when missing; its
+## settings in testdata/podman; the host's Docker untouched). README "On Podman".
+.PHONY: test-podman
+test-podman:
+	testdata/podman/test-podman.sh
+
 ## test-sim: the deterministic simulation over SEEDS seeds, starting at a fresh random offset
 ## every run so each run explores seeds no run tried before (the first line names them;
 ## SIM_OFFSET=K, or AGENTD_SIM_OFFSET=K, runs K+1 … K+SEEDS again; replay one: -seed N); the

@@ -35,6 +35,7 @@ type bindRig struct {
 func newBindRig(t *testing.T) *bindRig {
 	t.Helper()
 	e, agent := dockerEngine(t)
+	differsOnPodman(t, e, "--allow-bind-root is refused (TestDockerBindRootsAreRefusedOnPodman)")
 	base := t.TempDir()
 	r := &bindRig{e: e, agent: agent, root: filepath.Join(base, "root"), outside: filepath.Join(base, "outside")}
 	must(t, os.MkdirAll(r.root+"/shared", 0o755))
@@ -303,20 +304,26 @@ func TestDockerUnusedBindVolumesAreSweptAtStart(t *testing.T) {
 		}
 	}
 	dangling, other := BindVolumePrefix+"dead"+r.agent[len(r.agent)-6:], BindVolumePrefix+"other"+r.agent[len(r.agent)-6:]
+	// Another agent's id holding this one's, and one held by it: neither is this agent's,
+	// whatever the engine's filter lets through (Podman ORs it with dangling).
+	partial := BindVolumePrefix + "partial" + r.agent[len(r.agent)-6:]
 	mk(dangling, r.agent)
 	mk(other, r.agent+"-other")
-	defer exec.Command("docker", "volume", "rm", "-f", other).Run()
+	mk(partial, r.agent[:len(r.agent)-1])
+	defer exec.Command("docker", "volume", "rm", "-f", other, partial).Run()
 	later, err := NewEngine(ctx, "", r.agent, PullConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer later.Close()
 	vols := map[string]bool{}
-	for _, v := range append(agentVolumes(t, r.agent), agentVolumes(t, r.agent+"-other")...) {
-		vols[v] = true
+	for _, a := range []string{r.agent, r.agent + "-other", r.agent[:len(r.agent)-1]} {
+		for _, v := range agentVolumes(t, a) {
+			vols[v] = true
+		}
 	}
-	if vols[dangling] || !vols[other] || len(inUse) != 1 || !vols[inUse[0]] {
-		t.Fatalf("after the sweep: %v; want %s gone, %s and the in-use %v kept", vols, dangling, other, inUse)
+	if vols[dangling] || !vols[other] || !vols[partial] || len(inUse) != 1 || !vols[inUse[0]] {
+		t.Fatalf("after the sweep: %v; want %s gone, %s, %s and the in-use %v kept", vols, dangling, other, partial, inUse)
 	}
 	must(t, r.e.Remove(ctx, id))
 }
@@ -389,5 +396,21 @@ func TestDockerANamedVolumeThatIsAHostDirectoryIsRefused(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("docker", "volume", "rm", "-f", plain).Run() })
 	if got := r.seen(t, mustCreate(t, r.e, volSpec("plain", plain))); !strings.Contains(got, "exit") {
 		t.Fatalf("a fresh plain volume: the container saw %q; want cat's failure (an empty volume)", got)
+	}
+}
+
+// Bind roots are refused on Podman: its bind volumes are not proven to stay beneath the root.
+func TestDockerBindRootsAreRefusedOnPodman(t *testing.T) {
+	e, _ := dockerEngine(t)
+	if !e.podman {
+		t.Skip("on Docker bind roots are taken (the bind rig's tests)")
+	}
+	roots, err := OpenBindRoots([]string{t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer roots.Close()
+	if err := e.SetBindRoots(roots); err == nil || !strings.Contains(err.Error(), "not on Podman") {
+		t.Fatalf("bind roots on Podman: %v; want refused, naming Podman", err)
 	}
 }

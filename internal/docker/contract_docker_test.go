@@ -16,11 +16,30 @@ func TestDockerKeepsTheRuntimeContract(t *testing.T) {
 	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
-	runtimetest.Run(t, func(t *testing.T) runtimetest.Engine {
+	runtimetest.Run(t, contractEngine(false))
+}
+
+// The health checks the agent runs itself (an engine that runs none: Podman) keep the health
+// contract on any engine: on Docker, beside the engine's own checks, the verdicts reported are
+// the agent's.
+func TestDockerAgentsOwnHealthChecksKeepTheContract(t *testing.T) {
+	if os.Getenv("AGENTD_DOCKER_TESTS") != "1" {
+		t.Skip("Docker Engine tests: run with make test-docker")
+	}
+	runtimetest.RunHealth(t, contractEngine(true))
+}
+
+// contractEngine opens this machine's engine for the contract, with the agent's own health
+// checks when probe says so.
+func contractEngine(probe bool) func(t *testing.T) runtimetest.Engine {
+	return func(t *testing.T) runtimetest.Engine {
 		return runtimetest.Engine{Image: docker.Testbox, Open: func(t *testing.T, agent string) docker.Full {
 			e, err := docker.NewEngine(context.Background(), "", agent, docker.PullConfig{})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if probe {
+				e.ProbeHealthItself()
 			}
 			t.Cleanup(func() {
 				docker.RemoveAgentContainers(t, agent)
@@ -28,5 +47,5 @@ func TestDockerKeepsTheRuntimeContract(t *testing.T) {
 			})
 			return e
 		}}
-	})
+	}
 }

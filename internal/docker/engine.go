@@ -14,6 +14,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
@@ -54,6 +55,15 @@ type Engine struct {
 	// (imageclaims.go); followed until Close.
 	claims        *imageClaims
 	stopFollowing context.CancelFunc
+	// podman: the engine is Podman (isPodman). probes runs the containers' health checks in
+	// the agent, for an engine that runs none (Podman: healthprobe.go); nil where the engine
+	// runs them (Docker).
+	podman bool
+	probes *probes
+	// limited holds the containers this process created under a memory limit; oom the ones
+	// whose cgroup the kernel's OOM notification showed killed (oomwatch.go).
+	limited sync.Map // id → struct{}
+	oom     oomKills
 }
 
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
@@ -81,10 +91,31 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 		e.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}
+	// Each with a time of its own: Podman's /version runs conmon and the OCI runtime, which a
+	// loaded host makes slow, and Podman taken for Docker would run no health checks.
+	vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer vcancel()
+	if e.podman = isPodman(vctx, cli); e.podman {
+		e.probes = newProbes()
+	}
 	// Bind volumes an earlier process left unused name its dead descriptors: best effort (none
 	// of them is ever started, checkBindMounts).
-	_ = e.sweepBindVolumes(pctx)
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	_ = e.sweepBindVolumes(sctx)
 	return e, nil
+}
+
+// isPodman tells Podman from Docker by the components /version names. Podman runs health
+// checks only from systemd timers, which a host without systemd as PID 1 lacks, and the agent
+// cannot tell whether they run: the agent runs them itself there. An engine whose version
+// cannot be read is taken for Docker.
+func isPodman(ctx context.Context, cli *client.Client) bool {
+	v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(v.Components, func(c system.ComponentVersion) bool { return c.Name == "Podman Engine" })
 }
 
 // newClient is a client of the engine at host (empty: the client's environment — DOCKER_HOST
@@ -173,6 +204,9 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 			}
 			e.ours.Store(res.ID, list)
 			e.fresh.Store(res.ID, struct{}{})
+			if spec.Container.MemoryMiB > 0 {
+				e.limited.Store(res.ID, struct{}{})
+			}
 			return res.ID, nil
 		}
 	}
@@ -188,10 +222,16 @@ func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
 	if cfg == nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
-	if cerrdefs.IsConflict(err) {
+	if nameConflict(err) {
 		return e.nameTaken(ctx, spec, name)
 	}
 	return "", e.wrap("create", name, err)
+}
+
+// nameConflict says whether the engine refused a create because the name is taken: Docker's
+// 409, or Podman's 500 saying so ("that name is already in use").
+func nameConflict(err error) bool {
+	return cerrdefs.IsConflict(err) || err != nil && strings.Contains(err.Error(), "that name is already in use")
 }
 
 // nameTaken settles a create the engine refused because the name is taken, by the labels of
@@ -250,10 +290,32 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		if err := e.checkBindMounts(c); err != nil { // engine_binds.go
 			return err
 		}
+		if memoryLimited(c) {
+			e.limited.Store(id, struct{}{})
+		}
+	}
+	_, limited := e.limited.Load(id)
+	if limited && e.podman { // Podman: its process made, and watched, before it runs
+		if err := e.podmanInit(ctx, id); err == nil {
+			e.watchStarting(ctx, id)
+		}
 	}
 	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
 	e.startAnswered(id, err) // engine_binds.go: the bind descriptors are needed no longer
+	if err == nil && e.probes != nil {
+		e.ensureProbe(id)
+	}
+	if err == nil && limited {
+		e.watchStarting(ctx, id)
+	}
 	return e.wrap("start", id, err)
+}
+
+// watchStarting watches the memory cgroup of the container's process for an OOM kill, once.
+func (e *Engine) watchStarting(ctx context.Context, id string) {
+	if c, _, err := e.inspect(ctx, id); err == nil && c.State != nil {
+		e.watchOOM(id, c.State.Pid) // oomwatch.go: the kernel's word on an OOM kill
+	}
 }
 
 // Stop sends the container's stop signal (SIGTERM unless its spec named another) and kills
@@ -263,11 +325,7 @@ func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) err
 	if err != nil {
 		return err
 	}
-	var own *int
-	if c.Config != nil {
-		own = c.Config.StopTimeout
-	}
-	secs := int(math.Ceil(StopTimeout(own, timeout).Seconds()))
+	secs := int(math.Ceil(StopTimeout(ownStopTimeout(c.Config), timeout).Seconds()))
 	_, err = e.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
 	return e.wrap("stop", id, err)
 }
@@ -288,14 +346,12 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 		}
 		vols = bindVolumesOf(c.Mounts)
 	}
-	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true, Force: true})
-	if cerrdefs.IsNotFound(err) {
-		err = nil
-	}
-	if err != nil {
+	if err := e.forceRemove(ctx, id); err != nil {
 		return e.wrap("remove", id, err)
 	}
 	e.fresh.Delete(id)
+	e.limited.Delete(id)
+	e.oom.forget(id)
 	for _, v := range vols {
 		if err := e.releaseVolume(ctx, v); err != nil {
 			e.ours.Store(id, vols) // the next removal tries again (the container is gone)
@@ -305,6 +361,31 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 	e.ours.Delete(id)
 	return nil
 }
+
+// forceRemove removes the container, running or not; gone already is success. Podman's forced
+// remove of a container exiting at that moment fails ("container state improper"), as can
+// Docker's while another removal of it is under way (a 409): both are asked again, a bounded
+// number of times, a little later each time.
+func (e *Engine) forceRemove(ctx context.Context, id string) error {
+	var err error
+	for try := 0; ; try++ {
+		_, err = e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true, Force: true})
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if err == nil || try == removeTries-1 || !(cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "container state improper")) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try+1) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// removeTries bounds forceRemove: its waits add up to 1.5 s, far beyond the race it outlasts.
+const removeTries = 6
 
 // own inspects a container and refuses one that does not carry this agent's id.
 func (e *Engine) own(ctx context.Context, id string) (State, error) {
@@ -330,7 +411,7 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
 	if s := c.State; s != nil {
 		st.Running, st.Exited = phase(s.Status)
-		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled
+		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled || e.oom.seen(c.ID)
 		st.FinishedAt, _ = time.Parse(time.RFC3339Nano, s.FinishedAt)
 		// Docker's "never" is 0001-01-01T00:00:00Z, which parses to the zero time.
 		st.StartedAt, _ = time.Parse(time.RFC3339Nano, s.StartedAt)
@@ -342,6 +423,9 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 		}
 		if s.Running {
 			st.Health = healthOf(s.Health)
+			if e.probes != nil {
+				st.Health = e.probes.verdict(c.ID)
+			}
 			if c.NetworkSettings != nil {
 				st.Bindings = bindingsOf(c.NetworkSettings.Ports)
 			}
@@ -406,6 +490,9 @@ func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
 // Close releases the client's connections and the descriptors of bind volumes.
 func (e *Engine) Close() error {
 	e.unfollowClaims()
+	if e.probes != nil {
+		e.probes.stop()
+	}
 	e.closeBindVolumes()
 	return e.cli.Close()
 }

@@ -16,6 +16,9 @@ import (
 // that has a verdict, then the engine's health_status events. It subscribes before it lists,
 // so no change falls between the two.
 func (e *Engine) Health(ctx context.Context) (<-chan HealthChange, error) {
+	if e.probes != nil {
+		return e.probeHealth(ctx) // the engine runs no checks: the agent's own (healthprobe.go)
+	}
 	f := client.Filters{}.Add("type", "container").Add("event", "health_status").Add("label", LabelAgent+"="+e.agent)
 	ctx, cancel := context.WithCancel(ctx)
 	res := e.cli.Events(ctx, client.EventsListOptions{Filters: f})

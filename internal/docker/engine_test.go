@@ -61,6 +61,15 @@ func removeAgentContainers(t *testing.T, agent string) {
 	}
 }
 
+// differsOnPodman skips the rest of a test on Podman, saying why: what it checks is a documented
+// difference of Podman's (README "On Podman"), not a promise the agent keeps there.
+func differsOnPodman(t *testing.T, e *Engine, why string) {
+	t.Helper()
+	if e.podman {
+		t.Skip("on Podman: " + why)
+	}
+}
+
 // testbox is the test image (make testbox-image); AGENTD_TESTBOX_IMAGE names another build
 // of it, for a machine where several checkouts share the engine.
 var testbox = cmp.Or(os.Getenv("AGENTD_TESTBOX_IMAGE"), "agentd-testbox:latest")

@@ -52,7 +52,7 @@ const catchUpSlack = time.Minute
 // stream resumed at an exit's cursor gives again only the dies of that nanosecond, which the
 // reader drops as taken (docker.ExitMark) — one of them may be another container's.
 func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
-	f := client.Filters{}.Add("type", "container").Add("event", "die", "oom").Add("label", LabelAgent+"="+e.agent)
+	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("event", "oom").Add("label", LabelAgent+"="+e.agent)
 	opts := client.EventsListOptions{Filters: f}
 	if cursor > 0 {
 		opts.Since = stamp(cursor)
@@ -96,6 +96,11 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 	return out, nil
 }
 
+// dieEvents are the names a container's end is filtered by: Docker's "die", and Podman's
+// "died", which its Docker API filters by though it sends the event as "die". Each engine
+// matches nothing by the other's name, so asking for both is safe on either.
+var dieEvents = []string{"die", "died"}
+
 // exitStream orders and completes the exits of one subscription.
 type exitStream struct {
 	from    int64 // the subscription's cursor: what came before it is not this subscription's
@@ -122,7 +127,7 @@ type heldExit struct {
 // pastExit is a container the catch-up found exited, with what the exit stream asks of it.
 type pastExit struct {
 	State
-	memoryLimited bool
+	memoryLimited, kernelKnows bool
 }
 
 // start catches up on a subscription with a cursor whose replay may miss dies: every
@@ -150,7 +155,7 @@ func (s *exitStream) start(ctx context.Context, cursor int64) error {
 	for _, p := range past {
 		s.caught[p.ID] = p.FinishedAt.UnixNano()
 		x := Exit{ID: p.ID, Task: p.Task, Container: p.Container, ExitCode: p.ExitCode, At: p.FinishedAt.UTC(), Cursor: cursor}
-		s.queueExit(x, exitState{oomKilled: p.OOMKilled, memoryLimited: p.memoryLimited})
+		s.queueExit(x, exitState{oomKilled: p.OOMKilled, memoryLimited: p.memoryLimited, kernelKnows: p.kernelKnows})
 	}
 	return nil
 }
@@ -208,6 +213,17 @@ func (s *exitStream) event(ctx context.Context, m events.Message) {
 func (s *exitStream) queueExit(x Exit, st exitState) {
 	x.OOMKilled = x.OOMKilled || st.oomKilled
 	s.queue = append(s.queue, heldExit{x: x, known: x.ExitCode != 137 || x.OOMKilled || !st.memoryLimited, until: time.Now().Add(s.wait)})
+	if s.queue[len(s.queue)-1].known {
+		s.name(&s.queue[len(s.queue)-1].x, st)
+	}
+}
+
+// name words the cause of a known exit where no one could tell it: a 137 under a memory limit
+// that is no OOM kill by the engine's word, with the kernel's unheard.
+func (s *exitStream) name(x *Exit, st exitState) {
+	if x.ExitCode == 137 && !x.OOMKilled && st.memoryLimited && !st.kernelKnows {
+		x.Reason = OOMUnknown
+	}
 }
 
 // expire settles the held head whose oom did not come in time by asking the engine again.
@@ -215,6 +231,9 @@ func (s *exitStream) expire(ctx context.Context) {
 	h := &s.queue[0]
 	if st, err := s.inspect(ctx, h.x.ID); err == nil {
 		h.x.OOMKilled = st.oomKilled
+		s.name(&h.x, st)
+	} else {
+		s.name(&h.x, exitState{memoryLimited: true})
 	}
 	h.known = true
 }
@@ -234,8 +253,9 @@ func (s *exitStream) flush(ctx context.Context, out chan<- Exit) bool {
 
 // exitState is what the exit stream asks of an exited container.
 type exitState struct {
-	oomKilled     bool // Docker has recorded the kernel's OOM kill
+	oomKilled     bool // Docker has recorded the kernel's OOM kill (or the kernel told the agent)
 	memoryLimited bool // it runs under a memory limit: an OOM kill of its own is possible
+	kernelKnows   bool // the kernel's OOM notification was watched: no kill heard is none
 }
 
 func (e *Engine) exitState(ctx context.Context, id string) (exitState, error) {
@@ -243,7 +263,7 @@ func (e *Engine) exitState(ctx context.Context, id string) (exitState, error) {
 	if err != nil {
 		return exitState{}, err
 	}
-	return exitState{oomKilled: st.OOMKilled, memoryLimited: memoryLimited(c)}, nil
+	return exitState{oomKilled: st.OOMKilled, memoryLimited: memoryLimited(c), kernelKnows: e.oom.knows(id)}, nil
 }
 
 func memoryLimited(c container.InspectResponse) bool {
@@ -257,11 +277,11 @@ func memoryLimited(c container.InspectResponse) bool {
 // have been logged before it and pushed out. No such die (pushed out, or the engine restarted
 // since) says it may not; so does
 // no answer within a few seconds (a cursor ahead of the engine's clock makes it wait for
-// dies to come).
+// dies to come), and so does Podman, which replays nothing up to an end in the past.
 func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	f := client.Filters{}.Add("type", "container").Add("event", "die").Add("label", LabelAgent+"="+e.agent)
+	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("label", LabelAgent+"="+e.agent)
 	res := e.cli.Events(rctx, client.EventsListOptions{Until: stamp(cursor), Filters: f})
 	select {
 	case m := <-res.Messages:
@@ -278,15 +298,19 @@ func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
 func stamp(ns int64) string { return fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9) }
 
 // pastExits is every container of this agent that has run and stopped, inspected (the list
-// gives no exit code nor end time).
+// gives no exit code nor end time). The list is not filtered by status: Podman refuses the
+// status "dead" (a 500), which Docker's exited containers may have; phase picks them out.
 func (e *Engine) pastExits(ctx context.Context) ([]pastExit, error) {
-	f := client.Filters{}.Add("label", LabelAgent+"="+e.agent).Add("status", string(container.StateExited), string(container.StateDead))
+	f := client.Filters{}.Add("label", LabelAgent+"="+e.agent)
 	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, e.wrap("list", "exited containers", err)
 	}
 	out := make([]pastExit, 0, len(res.Items))
 	for _, item := range res.Items {
+		if _, exited := phase(item.State); !exited {
+			continue
+		}
 		c, st, err := e.inspect(ctx, item.ID)
 		if errors.Is(err, ErrNotFound) {
 			continue // removed since the list
@@ -294,7 +318,7 @@ func (e *Engine) pastExits(ctx context.Context) ([]pastExit, error) {
 			return nil, err
 		}
 		if st.Exited {
-			out = append(out, pastExit{State: st, memoryLimited: memoryLimited(c)})
+			out = append(out, pastExit{State: st, memoryLimited: memoryLimited(c), kernelKnows: e.oom.knows(item.ID)})
 		}
 	}
 	return out, nil

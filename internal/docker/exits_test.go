@@ -35,8 +35,8 @@ func TestExitStreamWaitsForTheOOMOfA137(t *testing.T) {
 			want: []Exit{{ID: "d", ExitCode: 137, OOMKilled: true}}},
 		{name: "a 137 whose oom never comes: held until the wait ends", events: []events.Message{die("e", "137", 5)},
 			want: nil},
-		{name: "the wait ends: inspected again, a kill for another cause", expire: true,
-			want: []Exit{{ID: "e", ExitCode: 137}}},
+		{name: "the wait ends: inspected again, no OOM kill by the engine's word and the kernel unheard: cause unknown", expire: true,
+			want: []Exit{{ID: "e", ExitCode: 137, Reason: OOMUnknown}}},
 		{name: "a 137 the inspect at die already shows OOM-killed", events: []events.Message{die("f", "137", 6)}, oomSays: map[string]bool{"f": true},
 			want: []Exit{{ID: "f", ExitCode: 137, OOMKilled: true}}},
 		{name: "another 137 held", events: []events.Message{die("g", "137", 7)},
@@ -45,10 +45,14 @@ func TestExitStreamWaitsForTheOOMOfA137(t *testing.T) {
 			want: []Exit{{ID: "g", ExitCode: 137, OOMKilled: true}}},
 		{name: "a 137 of a container without a memory limit leaves at once", events: []events.Message{die("h", "137", 8)},
 			want: []Exit{{ID: "h", ExitCode: 137}}},
+		{name: "a 137 whose kernel notification was watched, held", events: []events.Message{die("i", "137", 9)},
+			want: nil},
+		{name: "its wait ends, no kill heard from the kernel: a kill for another cause", expire: true,
+			want: []Exit{{ID: "i", ExitCode: 137}}},
 	}
 	inspectSays := map[string]bool{}
 	s := exitStream{wait: time.Hour, ooms: map[string]time.Time{}, inspect: func(_ context.Context, id string) (exitState, error) {
-		return exitState{oomKilled: inspectSays[id], memoryLimited: id != "h"}, nil
+		return exitState{oomKilled: inspectSays[id], memoryLimited: id != "h", kernelKnows: id == "i"}, nil
 	}}
 	ctx := context.Background()
 	for _, st := range steps {
@@ -66,7 +70,7 @@ func TestExitStreamWaitsForTheOOMOfA137(t *testing.T) {
 			t.Fatalf("%s: sent %+v; want %+v", st.name, got, st.want)
 		}
 		for i, w := range st.want {
-			if g := got[i]; g.ID != w.ID || g.ExitCode != w.ExitCode || g.OOMKilled != w.OOMKilled || g.Task != "task/"+w.ID {
+			if g := got[i]; g.ID != w.ID || g.ExitCode != w.ExitCode || g.OOMKilled != w.OOMKilled || g.Reason != w.Reason || g.Task != "task/"+w.ID {
 				t.Fatalf("%s: exit %d is %+v; want %+v", st.name, i, g, w)
 			}
 		}

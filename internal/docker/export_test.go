@@ -10,3 +10,7 @@ var Testbox = testbox
 
 // RemoveAgentContainers removes every container and bind volume of an agent id.
 var RemoveAgentContainers = removeAgentContainers
+
+// ProbeHealthItself makes the engine run its containers' health checks in the agent, as it
+// does on Podman, so the agent's own checks are tested on Docker too.
+func (e *Engine) ProbeHealthItself() { e.probes = newProbes() }

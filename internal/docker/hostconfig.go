@@ -60,6 +60,10 @@ func containerConfig(spec CreateSpec, agentLabels map[string]string, bindVolumes
 			return &s
 		}(),
 	}
+	delete(labels, LabelStopTimeout) // the agent's alone (validation refuses the prefix too)
+	if c.StopTimeoutS != nil {
+		labels[LabelStopTimeout] = strconv.Itoa(*c.StopTimeoutS) // ownStopTimeout
+	}
 	if h := c.HealthCheck; h != nil {
 		cfg.Healthcheck = &container.HealthConfig{
 			Test:        h.Command,
@@ -213,4 +217,25 @@ func healthOf(h *container.Health) event.Health {
 		return event.HealthUnhealthy
 	}
 	return event.HealthUnknown
+}
+
+// ownStopTimeout is the container's own stop_timeout_s, as its create recorded it in
+// LabelStopTimeout: Podman reports a container made without one as having 0 (an immediate
+// kill), so the engine's StopTimeout alone cannot tell "none" from 0. A container made before
+// the label (by an older agent) has its engine's StopTimeout when that is above 0; a 0 of such
+// a container waits the caller's timeout instead, the kinder reading.
+func ownStopTimeout(cfg *container.Config) *int {
+	if cfg == nil {
+		return nil
+	}
+	if v, ok := cfg.Labels[LabelStopTimeout]; ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			return &n
+		}
+		return nil // not what a create wrote: the caller's timeout
+	}
+	if cfg.StopTimeout != nil && *cfg.StopTimeout > 0 {
+		return cfg.StopTimeout
+	}
+	return nil
 }

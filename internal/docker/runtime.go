@@ -36,6 +36,8 @@ const (
 	LabelAgent     = "io.agentd.agent"
 	LabelTask      = "io.agentd.task-arn"
 	LabelContainer = "io.agentd.container"
+	// LabelStopTimeout holds the container's own stop_timeout_s, on a container that has one.
+	LabelStopTimeout = "io.agentd.stop-timeout-s"
 )
 
 // ErrNotFound is returned (wrapped) for a container the runtime does not have.
@@ -132,9 +134,17 @@ type Exit struct {
 	Container string
 	ExitCode  int
 	OOMKilled bool // killed for going over its memory limit: report a reason starting OutOfMemory
-	At        time.Time
-	Cursor    int64 // the stream's position at this exit: it resumes here (ExitMark)
+	// Reason says what is known of an exit's cause where that matters ("": nothing to add):
+	// a SIGKILL under a memory limit that neither the engine nor the kernel's OOM
+	// notification could be asked about is said to be of unknown cause (OOMUnknown).
+	Reason string
+	At     time.Time
+	Cursor int64 // the stream's position at this exit: it resumes here (ExitMark)
 }
+
+// OOMUnknown is the reason of an exit 137 under a memory limit whose cause no one could tell:
+// the engine did not say OOM and the kernel's OOM notification was not watched (oomwatch.go).
+const OOMUnknown = "killed (SIGKILL) under a memory limit: whether for going over it is unknown (neither the engine nor the kernel's OOM notification could be read)"
 
 // ExitMark is how far a reader of the exit stream has come: the cursor of the exits it took
 // last, and which containers' exits it took at exactly that cursor. Two containers can exit in

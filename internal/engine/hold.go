@@ -88,5 +88,5 @@ func (e *Engine) handleRefusedExits(now time.Time) {
 
 // exitInput is the core's input for an exit from the runtime's stream.
 func exitInput(x docker.Exit) fsm.ContainerExited {
-	return fsm.ContainerExited{Task: x.Task, Container: x.Container, RuntimeID: x.ID, ExitCode: x.ExitCode, OOMKilled: x.OOMKilled, Cursor: x.Cursor}
+	return fsm.ContainerExited{Task: x.Task, Container: x.Container, RuntimeID: x.ID, ExitCode: x.ExitCode, OOMKilled: x.OOMKilled, Reason: x.Reason, Cursor: x.Cursor}
 }

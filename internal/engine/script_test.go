@@ -42,7 +42,8 @@ import (
 //	outcome remove-image ID [ok|failed|vanished]
 //	space free=N total=M                  the runtime's disk, as a collection cycle asked
 //	verify                                journal verify's findings (ok: none)
-//	exit TASK/CTR [code=N] [oom]          an exit from the runtime's event stream (oom: the kernel killed it)
+//	exit TASK/CTR [code=N] [oom|oom-unknown] an exit from the runtime's event stream (oom: the kernel
+//	                                      killed it; oom-unknown: a 137 whose cause no one could tell)
 //	health TASK/CTR HEALTHY|UNHEALTHY     a verdict from the runtime's health stream
 //	answer [accept=all|ID,..] [reject=ID,..] | answer status=429|500|400
 //	tick DURATION                         time passes; the engine does what is due
@@ -164,7 +165,11 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		d.MaybeScanArgs(t, "code", &code)
 		c := s.e.State().Tasks[task].Container(ctr)
 		s.cursor++
-		return s.step(engine.ExitInput{Exit: docker.Exit{ID: c.RuntimeID, Task: task, Container: ctr, ExitCode: code, Cursor: s.cursor, OOMKilled: d.HasArg("oom")}})
+		x := docker.Exit{ID: c.RuntimeID, Task: task, Container: ctr, ExitCode: code, Cursor: s.cursor, OOMKilled: d.HasArg("oom")}
+		if d.HasArg("oom-unknown") {
+			x.Reason = docker.OOMUnknown
+		}
+		return s.step(engine.ExitInput{Exit: x})
 	case "answer":
 		return s.answer(t, d)
 	case "health":

@@ -150,7 +150,7 @@ func (s *State) exited(x ContainerExited) Verdict {
 	switch c.Known {
 	case event.StatusRunning:
 		v.Records = []event.Record{{Task: x.Task, Container: x.Container,
-			Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(x.ExitCode), Reason: oomReason(x.OOMKilled, ""), Cursor: x.Cursor}}}
+			Event: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(x.ExitCode), Reason: oomReason(x.OOMKilled, x.Reason), Cursor: x.Cursor}}}
 	case event.StatusCreated:
 		v.Hold = true
 	}

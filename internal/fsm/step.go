@@ -70,8 +70,9 @@ type Result struct {
 type ContainerExited struct {
 	Task, Container, RuntimeID string
 	ExitCode                   int
-	OOMKilled                  bool  // killed for going over its memory limit
-	Cursor                     int64 // the stream's position, journaled so a restart resumes there
+	OOMKilled                  bool   // killed for going over its memory limit
+	Reason                     string // what the runtime says of the cause ("": nothing)
+	Cursor                     int64  // the stream's position, journaled so a restart resumes there
 }
 
 // HealthObserved is a verdict of a container's health check, from the runtime's stream of

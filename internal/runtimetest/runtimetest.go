@@ -44,6 +44,12 @@ func Run(t *testing.T, newEngine func(t *testing.T) Engine) {
 	}
 }
 
+// RunHealth runs the health contract alone: for a runtime's second way of checking health (the
+// agent's own checks, on an engine that runs them too), beside Run of its first.
+func RunHealth(t *testing.T, newEngine func(t *testing.T) Engine) {
+	healthChecksReachTheirVerdicts(t, newSubject(t, newEngine(t)))
+}
+
 // contract is every promise, by name; each test is in contract.go.
 var contract = []struct {
 	name string

@@ -1,0 +1,86 @@
+package docker
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/moby/moby/api/types/container"
+
+	"github.com/agentd/agentd/internal/event"
+)
+
+// Where Docker and Podman answer the same question differently, the engine reads both the one
+// way (issue 46); these are the readings, without an engine.
+
+// The start-up sweep removes a bind volume only when it carries this agent's id exactly,
+// whatever the server's filter let through: Podman ORs the dangling and label filters.
+func TestTheSweepTakesOnlyThisAgentsBindVolumes(t *testing.T) {
+	e := &Engine{agent: "agent-1"}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   bool
+	}{
+		{BindVolumePrefix + "a", map[string]string{LabelAgent: "agent-1"}, true},
+		{BindVolumePrefix + "b", map[string]string{LabelAgent: "agent-1-other"}, false},
+		{BindVolumePrefix + "c", map[string]string{LabelAgent: "agent-"}, false},
+		{BindVolumePrefix + "d", map[string]string{"io.agentd.agent.x": "agent-1"}, false},
+		{BindVolumePrefix + "e", nil, false},
+		{"pgdata", map[string]string{LabelAgent: "agent-1"}, false},
+	} {
+		if got := e.sweepable(c.name, c.labels); got != c.want {
+			t.Errorf("volume %s labelled %v: sweepable %v; want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+// A container's own stop timeout is the one its create recorded; Podman's 0 for "none" is
+// not taken for an immediate kill.
+func TestTheOwnStopTimeoutIsWhatTheCreateRecorded(t *testing.T) {
+	n := func(v int) *int { return &v }
+	for _, c := range []struct {
+		why  string
+		cfg  *container.Config
+		want *int
+	}{
+		{"none given, Podman's 0", &container.Config{StopTimeout: n(0), Labels: map[string]string{}}, nil},
+		{"none given, Docker's nil", &container.Config{}, nil},
+		{"30 given", &container.Config{StopTimeout: n(30), Labels: map[string]string{LabelStopTimeout: "30"}}, n(30)},
+		{"0 given", &container.Config{StopTimeout: n(0), Labels: map[string]string{LabelStopTimeout: "0"}}, n(0)},
+		{"made before the label, 5", &container.Config{StopTimeout: n(5)}, n(5)},
+		{"a label no create wrote", &container.Config{StopTimeout: n(5), Labels: map[string]string{LabelStopTimeout: "soon"}}, nil},
+		{"no config", nil, nil},
+	} {
+		got := ownStopTimeout(c.cfg)
+		if (got == nil) != (c.want == nil) || got != nil && *got != *c.want {
+			t.Errorf("%s: own stop timeout %v; want %v", c.why, show(got), show(c.want))
+		}
+	}
+	// The label is the agent's: a task's own is dropped, the spec's is written.
+	sec := 7
+	spec := CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "app", Image: "i", Labels: map[string]string{LabelStopTimeout: "0"}, StopTimeoutS: &sec}}
+	cfg, _, err := containerConfig(spec, map[string]string{LabelAgent: "a"}, nil)
+	if err != nil || cfg.Labels[LabelStopTimeout] != "7" {
+		t.Fatalf("labels %v, %v; want the spec's 7", cfg.Labels, err)
+	}
+	spec.Container.StopTimeoutS = nil
+	if cfg, _, _ := containerConfig(spec, map[string]string{LabelAgent: "a"}, nil); cfg.Labels[LabelStopTimeout] != "" {
+		t.Fatalf("labels %v; want no stop timeout label without one in the spec", cfg.Labels)
+	}
+}
+
+// A name conflict is Docker's 409 or Podman's 500 saying so.
+func TestANameConflictIsReadFromEitherEngine(t *testing.T) {
+	podman := errors.New(`Error response from daemon: container create: creating container storage: the container name "x" is already in use by 27b3. You have to remove that container to be able to reuse that name: that name is already in use`)
+	if !nameConflict(podman) || nameConflict(errors.New("no such image")) || nameConflict(nil) {
+		t.Fatal("Podman's name conflict not read as one, or another error read as one")
+	}
+}
+
+func show(p *int) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
+}
