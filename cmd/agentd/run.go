@@ -218,6 +218,11 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	}
 	var sockAPI *introspect.API // the trusted local socket (--api-socket); none when --listen is one
 	if sock := c.Trust.apiSocket(c.DataDir); sock != "" && !strings.HasPrefix(c.Listen, "unix:") {
+		if c.Trust.APISocket != "" { // the default lies in the data directory, checked as it opens
+			if err := checkAPISocketDir(sock); err != nil {
+				return nil, err
+			}
+		}
 		if sockAPI, err = introspect.Guard(introspect.Options{Listen: "unix:" + sock, Flag: "--api-socket", TokenFile: c.Trust.APITokenFile, Limits: limits}); err != nil {
 			return nil, err
 		}

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/agentd/agentd/internal/datadir"
@@ -34,6 +36,25 @@ func (f trustFlags) apiSocket(dataDir string) string {
 		return filepath.Join(dataDir, apiSocketName)
 	}
 	return f.APISocket
+}
+
+// checkAPISocketDir refuses a socket directory that someone other than root and the agent
+// could write to, or redirect: there they could take the socket's name before the agent and
+// keep its trusted socket from being served (the clients would refuse theirs, but the agent
+// would stay degraded for good). The data directory passes: it is checked to be 0700.
+func checkAPISocketDir(sock string) error {
+	dir := filepath.Dir(sock)
+	if err := datadir.CheckPathTrusted(dir); err != nil {
+		return fmt.Errorf("--api-socket %s: %w", sock, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("--api-socket %s: %w", sock, err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (fi.Mode().Perm()&0o022 != 0 || (st.Uid != 0 && int(st.Uid) != os.Geteuid())) {
+		return fmt.Errorf("--api-socket %s: directory %s (mode %04o, uid %d) may be written by others, who could take the socket's name first; give it a directory only root or the agent's user may write", sock, dir, fi.Mode().Perm(), st.Uid)
+	}
+	return nil
 }
 
 // apiSocketName is the trusted local socket's name in the data directory.

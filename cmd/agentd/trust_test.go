@@ -433,3 +433,24 @@ func TestMigrationLeavesNoClearByte(t *testing.T) {
 		t.Fatalf("second start uses key %s, first %s", key2.ID(), key.ID())
 	}
 }
+
+// A --api-socket in a directory others may write is refused at start, naming the flag: there
+// anyone could take the socket's name first and keep the trusted socket down for good.
+func TestAPISocketDirectoryOthersCanWriteIsRefused(t *testing.T) {
+	for _, c := range []struct {
+		mode   os.FileMode
+		refuse bool
+	}{{0o700, false}, {0o755, false}, {0o777, true}, {0o1777, true}, {0o770, true}} {
+		dir := filepath.Join(t.TempDir(), "run")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		err := checkAPISocketDir(filepath.Join(dir, "api.sock"))
+		if c.refuse != (err != nil) || (err != nil && !strings.Contains(err.Error(), "--api-socket "+dir)) {
+			t.Errorf("directory mode %04o: %v; want refused %v, naming the flag and the path", c.mode, err, c.refuse)
+		}
+	}
+}
