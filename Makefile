@@ -64,27 +64,24 @@ test-podman:
 ## test-sim: the deterministic simulation over SEEDS seeds, starting at a fresh random offset
 ## every run so each run explores seeds no run tried before (the first line names them;
 ## SIM_OFFSET=K, or AGENTD_SIM_OFFSET=K, runs K+1 … K+SEEDS again; replay one: -seed N); the
-## named regression seeds; and the proof that it and the engine's scripts find the seed's bug
-## when the guard is compiled out (-tags simbug), a container reported STOPPED while it runs
-## when the in-flight guard is (-tags startbug), and a container run twice when starts are
-## neither journaled as intents nor refused by the runtime (-tags 'startbug runtimebug'), and an
-## image of a task not yet cleaned removed when image collection ignores live tasks (-tags imagebug);
-## a container STOPPED while it runs, or a start ended twice, when the core lets an inspect
-## overtake its start (-tags waitsbug: the simulation and the core's property test both);
-## and, with a core that makes a record the projection refuses (-tags corebug), that the record
-## is never journaled: the agent stays up with the task quarantined, restarts, and verifies.
+## named regression seeds; and the proof that each planted bug is found: test binaries built with
+## -tags plantedbugs, each run with AGENTD_PLANTED_BUGS naming the guard switched off
+## (internal/guard: the one place guards are, and what each one's tests are). The seed's bug
+## (cleanup-after-ack: the simulation and the engine's scripts), a container STOPPED while it runs
+## (start-in-flight), a container run twice (start-in-flight with runtime-start-check), an image of
+## a live task removed (image-in-use), an inspect overtaking its start (call-waits: the simulation
+## and the core's property test), and a record the projection refuses never journaled
+## (settle-rule: the agent stays up with the task quarantined, restarts, and verifies).
 SEEDS ?= 1000
 SIM_OFFSET ?= $(or $(AGENTD_SIM_OFFSET),random)
 test-sim:
 	$(GO) test -count=1 -timeout 0 -run 'TestSim$$|TestSimIsDeterministic|TestSimRegressions' ./internal/simulation -seeds $(SEEDS) -seed-offset $(SIM_OFFSET) -v
-	$(GO) test -count=1 -tags simbug -run TestSimFindsTheSeedBug -v ./internal/simulation
-	$(GO) test -count=1 -tags simbug -run TestScriptsFailWithoutTheGuard -v ./internal/engine
-	$(GO) test -count=1 -tags startbug -run TestSimFindsTheStartBug -v ./internal/simulation
-	$(GO) test -count=1 -tags 'startbug runtimebug' -run TestSimFindsTheRerunBug -v ./internal/simulation
-	$(GO) test -count=1 -tags imagebug -run TestSimFindsTheImageBug -v ./internal/simulation
-	$(GO) test -count=1 -tags waitsbug -run TestSimFindsTheWaitsBug -v ./internal/simulation
-	$(GO) test -count=1 -tags waitsbug -run TestPropertyFindsTheWaitsBug -v ./internal/fsm
-	$(GO) test -count=1 -tags corebug -run 'TestRefusedRecordIsNeverJournaled|TestAQuarantinedTaskIsShownAndNamed' -v ./internal/engine ./internal/introspect
+	AGENTD_PLANTED_BUGS=cleanup-after-ack $(GO) test -count=1 -tags plantedbugs -run 'TestSimFindsTheSeedBug|TestScriptsFailWithoutTheGuard' -v ./internal/simulation ./internal/engine
+	AGENTD_PLANTED_BUGS=start-in-flight $(GO) test -count=1 -tags plantedbugs -run TestSimFindsTheStartBug -v ./internal/simulation
+	AGENTD_PLANTED_BUGS=start-in-flight,runtime-start-check $(GO) test -count=1 -tags plantedbugs -run 'TestSimFindsTheRerunBug|TestRuntimeBugStartsAnExitedContainerAgain' -v ./internal/simulation ./internal/simruntime
+	AGENTD_PLANTED_BUGS=image-in-use $(GO) test -count=1 -tags plantedbugs -run TestSimFindsTheImageBug -v ./internal/simulation
+	AGENTD_PLANTED_BUGS=call-waits $(GO) test -count=1 -tags plantedbugs -run 'TestSimFindsTheWaitsBug|TestPropertyFindsTheWaitsBug' -v ./internal/simulation ./internal/fsm
+	AGENTD_PLANTED_BUGS=settle-rule $(GO) test -count=1 -tags plantedbugs -run 'TestRefusedRecordIsNeverJournaled|TestAQuarantinedTaskIsShownAndNamed' -v ./internal/engine ./internal/introspect
 
 ## test-otel: three agents (simulated runtime, one control plane) ship their journals through a
 ## real OpenTelemetry Collector built from testdata/otelcol (a module of its own: the Collector's

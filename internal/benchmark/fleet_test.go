@@ -18,7 +18,7 @@ import (
 // (refused, then hanging) while their tasks stop, under a control plane whose Retry-After
 // names turns and one whose names the next token: every STOPPED is settled exactly once by id,
 // nothing is cleaned before the control plane accepted its task's STOPPED, and every journal
-// verifies. With the ack guard planted off (-tags simbug) the early cleanups show.
+// verifies. With the ack guard planted off (AGENTD_PLANTED_BUGS=cleanup-after-ack, -tags plantedbugs) the early cleanups show.
 //
 // The two Retry-After modes are two fleets, each with its own control plane, agents and
 // journals, as Fleet runs them one after the other; here they run at once, each mode playing

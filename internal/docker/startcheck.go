@@ -1,19 +1,22 @@
-//go:build !runtimebug
-
 package docker
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/agentd/agentd/internal/guard"
 )
 
-// CheckStart (built without the runtimebug tag; startcheck_runtimebug.go has Docker's
-// behaviour instead, so a test run with -tags runtimebug shows what finds the guard missing)
-// is the start guard both runtimes apply, from a fresh inspect of the container
+// CheckStart is the start guard both runtimes apply, from a fresh inspect of the container
 // just before their start call: a container never started may be started; a running one needs
 // nothing (the start already happened — it is the same incarnation); one that has run and
 // stopped is refused with ErrAlreadyStarted.
+// With the RuntimeStartCheck guard off (internal/guard) it is Docker's own behaviour: a
+// container that has run is started again.
 func CheckStart(st State) (alreadyRunning bool, err error) {
+	if !guard.On(guard.RuntimeStartCheck) {
+		return st.Running, nil
+	}
 	switch {
 	case st.Running:
 		return true, nil

@@ -1,4 +1,4 @@
-//go:build corebug
+//go:build plantedbugs
 
 package engine_test
 
@@ -8,14 +8,18 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/guard"
 )
 
-// With -tags corebug the core makes a stopped_acked for a STOPPED task whose change the
+// With the SettleRule guard off (internal/guard) the core makes a stopped_acked for a STOPPED task whose change the
 // control plane has not settled, and the projection refuses it. The refused record must never
 // reach the journal (today's shape journaled it, and every later start failed on it): the
 // task is quarantined and named in health, the rest of the agent goes on, a restart succeeds
 // and `journal verify` finds nothing.
 func TestRefusedRecordIsNeverJournaled(t *testing.T) {
+	if why := guard.SkipUnlessOff(guard.SettleRule); why != "" {
+		t.Skip(why)
+	}
 	r := newRig(t, time.Hour)
 	r.cp.answer = throttle // the STOPPED is never settled: the planted rule fires on every decision
 	r.assign("task/bad", "RUNNING", ctr("app", "sleep", "1s", "0"))

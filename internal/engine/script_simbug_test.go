@@ -1,4 +1,4 @@
-//go:build simbug
+//go:build plantedbugs
 
 package engine_test
 
@@ -12,11 +12,15 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/guard"
 )
 
-// With the guard compiled out of the core (-tags simbug), the seed's race script must fail: a
+// With the CleanupAfterAck guard off (internal/guard), the seed's race script must fail: a
 // script that still passed would prove nothing about the guard.
 func TestScriptsFailWithoutTheGuard(t *testing.T) {
+	if why := guard.SkipUnlessOff(guard.CleanupAfterAck); why != "" {
+		t.Skip(why)
+	}
 	rec := &failureRecorder{TB: t}
 	s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]docker.State{}}}
 	done := make(chan struct{})

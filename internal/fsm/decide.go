@@ -90,7 +90,7 @@ func (a Action) Intent() []event.Record {
 }
 
 // CleanupAllowed reports whether a task may enter CLEANING: it is STOPPED_ACKED (and, in a
-// -tags simbug build only, STOPPED).
+// with the CleanupAfterAck guard off only, STOPPED).
 func (t *Task) CleanupAllowed() bool {
 	return t.Known == event.StatusStoppedAcked || (!ackGuard && t.Known == event.StatusStopped)
 }
@@ -149,10 +149,10 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 		}
 	case event.StatusStopped:
 		// The only door to cleanup: the task's STOPPED change settled by the control plane.
-		if t.Sent == event.StatusStopped || !settleRule { // !settleRule: -tags corebug only
+		if t.Sent == event.StatusStopped || !settleRule { // !settleRule: with the SettleRule guard off only
 			rec("", &event.StoppedAcked{ChangeID: s.ChangeID(t.StopSeq)})
 		} else if t.CleanupAllowed() && !now.Before(t.CleanupDue(cfg)) {
-			rec("", &event.CleanupStarted{}) // the seed's bug: reachable in -tags simbug builds only
+			rec("", &event.CleanupStarted{}) // the seed's bug: reachable with the CleanupAfterAck guard off only
 		}
 	case event.StatusCleaned:
 		// Gone from Tasks once applied; nothing to do.

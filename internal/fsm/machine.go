@@ -68,7 +68,7 @@ func upSteps(evs lfsm.Events) map[event.Status]event.Status {
 
 func cleaningSources() []string {
 	if !ackGuard {
-		return []string{"STOPPED_ACKED", "STOPPED"} // the seed's bug, in -tags simbug builds only
+		return []string{"STOPPED_ACKED", "STOPPED"} // the seed's bug: with the CleanupAfterAck guard off only
 	}
 	return []string{"STOPPED_ACKED"}
 }

@@ -1,4 +1,4 @@
-//go:build corebug
+//go:build plantedbugs
 
 package introspect_test
 
@@ -13,13 +13,17 @@ import (
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/guard"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
-// With -tags corebug the core makes a stopped_acked the projection refuses for a STOPPED task
+// With the SettleRule guard off (internal/guard) the core makes a stopped_acked the projection refuses for a STOPPED task
 // whose change is not settled: the API shows the task quarantined, /healthz names it.
 func TestAQuarantinedTaskIsShownAndNamed(t *testing.T) {
+	if why := guard.SkipUnlessOff(guard.SettleRule); why != "" {
+		t.Skip(why)
+	}
 	j, dir := journalWith(t, event.Record{Time: time.Now(), Task: "task/gone", Event: &event.TaskRejected{Reason: "containers: none"}})
 	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, nil, zerolog.Nop())

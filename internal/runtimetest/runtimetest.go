@@ -6,7 +6,7 @@
 // A behaviour belongs here when the agent relies on it whichever runtime it drives: the
 // projection and the simulation are only as true as the simulated runtime is to Docker, so
 // every test of this package must pass on both, and fail on either when the promise breaks
-// (with -tags runtimebug, which removes the start guard, AContainerThatRanIsNeverStartedAgain
+// (with the RuntimeStartCheck guard off, internal/guard, AContainerThatRanIsNeverStartedAgain
 // fails on both). What only one runtime can show (Docker's kernel limits, the simulation's
 // planted faults) stays with that runtime's own tests.
 //

@@ -13,7 +13,7 @@
 //     (docker.Name, docker.CheckStart, docker.StopTimeout, docker.BindRoots): containers
 //     carry the agent's id and only the agent's are touched; Create is idempotent by task and
 //     container; a container that has run is never started again (ErrAlreadyStarted), and
-//     with -tags runtimebug the guard goes as it goes in the Docker runtime.
+//     with the RuntimeStartCheck guard off (internal/guard) it goes as in the Docker runtime.
 //   - Docker's sharp edges, where the agent's correctness depends on them: a stop before the
 //     start does nothing, so a start landing after it runs the container; Docker's own start
 //     runs an exited container again (StartUnguarded, in tests); with SetFaults a call can be

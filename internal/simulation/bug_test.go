@@ -1,4 +1,4 @@
-//go:build simbug
+//go:build plantedbugs
 
 package simulation
 
@@ -6,13 +6,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentd/agentd/internal/guard"
 	"github.com/agentd/agentd/internal/model"
 )
 
-// Built with -tags simbug, the projection lacks the stopped-acked guard (the seed's bug). The
+// With the CleanupAfterAck guard off (internal/guard), the projection lacks the stopped-acked guard (the seed's bug). The
 // simulation must find it — a cleanup before the control plane accepted the task's STOPPED —
 // within a bounded number of seeds, or it proves nothing by passing.
 func TestSimFindsTheSeedBug(t *testing.T) {
+	if why := guard.SkipUnlessOff(guard.CleanupAfterAck); why != "" {
+		t.Skip(why)
+	}
 	const bound = 200
 	for s := uint64(1); s <= bound; s++ {
 		r := runSeed(t, s)

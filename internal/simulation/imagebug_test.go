@@ -1,10 +1,22 @@
-//go:build imagebug
+//go:build plantedbugs
 
 package simulation
 
-import "testing"
+import (
+	"testing"
 
-// Built with -tags imagebug, image collection may choose an image that a task not yet cleaned
+	"github.com/agentd/agentd/internal/guard"
+)
+
+// With the ImageInUse guard off (internal/guard), image collection may choose an image that a task not yet cleaned
 // uses. The simulation must find it — an image of a live task gone from the runtime — within a
 // bounded number of seeds.
-func TestSimFindsTheImageBug(t *testing.T) { findsPlantedBug(t, "IMAGE OF A LIVE TASK REMOVED", 200) }
+func TestSimFindsTheImageBug(t *testing.T) {
+	if why := guard.SkipUnlessOff(guard.ImageInUse); why != "" {
+		t.Skip(why)
+	}
+	if why := guard.SkipUnlessOff(guard.ImageInUse); why != "" {
+		t.Skip(why)
+	}
+	findsPlantedBug(t, "IMAGE OF A LIVE TASK REMOVED", 200)
+}

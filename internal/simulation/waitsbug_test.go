@@ -1,12 +1,24 @@
-//go:build waitsbug
+//go:build plantedbugs
 
 package simulation
 
-import "testing"
+import (
+	"testing"
 
-// Built with -tags waitsbug, the core lets an inspect go while the start it settles is out
+	"github.com/agentd/agentd/internal/guard"
+)
+
+// With the CallWaits guard off (internal/guard), the core lets an inspect go while the start it settles is out
 // (and a removal while a create is): the inspect finds the container not started yet, the
 // start's intent ends, a stopping task records it STOPPED "not started" — and the start then
 // runs it. The simulation must find a container STOPPED in the journal that the runtime runs
 // within a bounded number of seeds.
-func TestSimFindsTheWaitsBug(t *testing.T) { findsPlantedBug(t, "STOPPED BUT RUNNING", 300) }
+func TestSimFindsTheWaitsBug(t *testing.T) {
+	if why := guard.SkipUnlessOff(guard.CallWaits); why != "" {
+		t.Skip(why)
+	}
+	if why := guard.SkipUnlessOff(guard.CallWaits); why != "" {
+		t.Skip(why)
+	}
+	findsPlantedBug(t, "STOPPED BUT RUNNING", 300)
+}
