@@ -1,0 +1,81 @@
+package explore
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The bounds of `make check-model` and of .ci/run, as flags (go test ./internal/explore
+// -run TestCheckModel -explore.model -explore.tasks=3 …).
+var (
+	checkModel = flag.Bool("explore.model", false, "run TestCheckModel: the exhaustive search within the bounds below")
+	flagTasks  = flag.Int("explore.tasks", 3, "tasks")
+	flagCtrs   = flag.Int("explore.containers", 2, "containers a task")
+	flagDepth  = flag.Int("explore.depth", 40, "moves on a path at most")
+	flagFaults = flag.Int("explore.faults", 2, "fault moves on a path at most")
+	flagCrash  = flag.Int("explore.crashes", 1, "crashes on a path at most")
+	flagStates = flag.Int("explore.states", 1_000_000, "distinct states at most (0: no bound)")
+	flagTime   = flag.Duration("explore.timeout", 10*time.Minute, "time at most")
+	flagLive   = flag.Int("explore.liveness-every", 64, "a fair run from one new state in this many")
+)
+
+// Within small bounds the search is complete: every state of one task of one container,
+// through any two faults and a crash, keeps every safety property, reaches no state where
+// nothing can progress, and from every state checked a fair world cleans every task and
+// settles every change. (make check-model searches wider bounds; these keep make test quick.)
+func TestEveryStateWithinSmallBoundsIsSafe(t *testing.T) {
+	r := Search(Bounds{Tasks: 1, Containers: 1, Depth: 40, Faults: 2, Crashes: 1, LivenessEvery: 4, Timeout: 30 * time.Second})
+	t.Log(r)
+	if r.Violation != "" {
+		t.Fatalf("%s\n%s\n%s", r.Violation, r.End, Script(Bounds{Tasks: 1, Containers: 2}, r.Trace, r.Violation))
+	}
+	if !r.Complete && r.Elapsed < 30*time.Second {
+		t.Fatalf("the search stopped short of its bounds: %s", r)
+	}
+}
+
+// TestCheckModel is make check-model: the exhaustive search within the flags' bounds, 0
+// violations. Its figures are the report's.
+func TestCheckModel(t *testing.T) {
+	if !*checkModel {
+		t.Skip("run with -explore.model (make check-model)")
+	}
+	b := Bounds{Tasks: *flagTasks, Containers: *flagCtrs, Depth: *flagDepth, Faults: *flagFaults, Crashes: *flagCrash,
+		MaxStates: *flagStates, Timeout: *flagTime, LivenessEvery: *flagLive}
+	r := Search(b)
+	t.Logf("bounds: %d tasks x %d containers, depth %d, %d faults, %d crashes a path\n%s", b.Tasks, b.Containers, b.Depth, b.Faults, b.Crashes, r)
+	if r.Violation != "" {
+		t.Fatalf("%s\nends in:\n%s\nas an engine script:\n%s", r.Violation, r.End, Script(b, r.Trace, r.Violation))
+	}
+}
+
+// Symmetry over task ids: a state and the same state with its tasks renamed are one state;
+// a state with a task one step further is another.
+func TestTheKeyIsBlindToTaskIDsOnly(t *testing.T) {
+	b := Bounds{Tasks: 2, Containers: 1, Faults: 1, Crashes: 1}
+	first, second := initial(b), initial(b)
+	first.play(move{k: mPayload, i: 0}, b)
+	second.play(move{k: mPayload, i: 1}, b)
+	if first.key(b) != second.key(b) {
+		t.Fatal("task t1 assigned and task t2 assigned are two states: the key sees task ids")
+	}
+	second.play(move{k: mExec, i: 0}, b)
+	if first.key(b) == second.key(b) {
+		t.Fatal("a pull done and a pull not done are one state: the key misses the world")
+	}
+}
+
+// A trace becomes an engine script: the engine's commands, the world's doings as comments.
+func TestATraceIsAnEngineScript(t *testing.T) {
+	b := Bounds{Tasks: 1, Containers: 1, Faults: 1, Crashes: 1}
+	trace := []move{{k: mPayload}, {k: mExec}, {k: mAnswer}, {k: mExec}, {k: mAnswer}, {k: mStop}, {k: mCrash}, {k: mRecover}, {k: mAccept}}
+	got := Script(b, trace, "none")
+	for _, want := range []string{"agent wait=1m\n----\n", "payload id=m-t1\n{", "# the runtime does pull t1/c1", "outcome pull t1/c1 ok\n----",
+		"payload id=s-t1\n{", "outcome create t1/c1 ok id=rt-t1-c1-1\n", "runtime t1/c1 created\n----\nok\n", "crash\n----", "answer accept=all\n----", "verify\n----"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the script lacks %q:\n%s", want, got)
+		}
+	}
+}
