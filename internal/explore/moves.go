@@ -35,30 +35,30 @@ func (s *state) clone() *state {
 type kind uint8
 
 const (
-	mPayload    kind = iota // the control plane sends task i's payload; the agent acks it
-	mStop                   // the control plane sends task i desired STOPPED
-	mExec                   // the runtime does call i
-	mAnswer                 // call i's answer reaches the agent
-	mOrphan                 // a call out when the agent crashed lands
-	mAccept                 // the control plane accepts the report
-	mTick                   // time passes to the next deadline
-	faultMoves              // —
-	mAckLost                // task i's payload reaches the agent; the ack is lost: it comes again
-	mResend                 // the control plane sends a cleaned task again
-	mFail                   // call i fails: nothing happened
-	mUnavailable            // the runtime does not answer call i: nothing happened
-	mLost                   // call i happened; its answer is lost (the agent hears a timeout)
-	mThrottle               // 429, no Retry-After
-	mThrottleRA             // 429 with Retry-After
-	mReject                 // the control plane refuses the report's first change
-	mNoAnswer               // the control plane accepted the report; its answer is lost
-	mExit                   // a running container i/j exits (code 1)
-	mOOM                    // … is killed for its memory (137)
-	mRollback               // a container created and never started goes (a create rolled back)
-	mVanish                 // a container goes behind the agent's back
-	mImages                 // an image collection cycle, the disk low
-	mCrash                  // the agent dies at a commit boundary
-	mRecover                // … and starts again from its journal (what it had out landed or not meanwhile)
+	mPayload     kind = iota // the control plane sends task i's payload; the agent acks it
+	mStop                    // the control plane sends task i desired STOPPED
+	mExec                    // the runtime does call i
+	mAnswer                  // call i's answer reaches the agent
+	mOrphan                  // a call out when the agent crashed lands
+	mAccept                  // the control plane accepts the report
+	mTick                    // time passes to the next deadline
+	faultMoves               // —
+	mAckLost                 // task i's payload reaches the agent; the ack is lost: it comes again
+	mResend                  // the control plane sends a cleaned task again
+	mFail                    // call i fails: nothing happened
+	mUnavailable             // the runtime does not answer call i: nothing happened
+	mLost                    // call i happened; its answer is lost (the agent hears a timeout)
+	mThrottle                // 429, no Retry-After
+	mThrottleRA              // 429 with Retry-After
+	mReject                  // the control plane refuses the report's first change
+	mNoAnswer                // the control plane accepted the report; its answer is lost
+	mExit                    // a running container i/j exits (code 1)
+	mOOM                     // … is killed for its memory (137)
+	mRollback                // a container created and never started goes (a create rolled back)
+	mVanish                  // a container goes behind the agent's back
+	mImages                  // an image collection cycle, the disk low
+	mCrash                   // the agent dies at a commit boundary
+	mRecover                 // … and starts again from its journal (what it had out landed or not meanwhile)
 )
 
 // move is one edge of the search.

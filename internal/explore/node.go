@@ -21,7 +21,7 @@ import (
 // as little engine as a burst needs.
 type node struct {
 	st      *fsm.State
-	backoff []fsm.ActionKey        // failed calls: they go again after a tick
+	backoff []fsm.ActionKey       // failed calls: they go again after a tick
 	held    []fsm.ContainerExited // exits seen before their start was journaled
 }
 
@@ -32,7 +32,7 @@ const cleanupWait = time.Minute
 type ready struct {
 	records    []event.Record
 	actions    []fsm.Action
-	violations []string // the invariant checker's findings on the records the core made
+	violations []string              // the invariant checker's findings on the records the core made
 	released   []fsm.ContainerExited // held exits handed in again, at the next round
 }
 

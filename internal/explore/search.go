@@ -2,8 +2,8 @@ package explore
 
 import (
 	"fmt"
-	"strings"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"

@@ -76,10 +76,10 @@ func (w *world) fail(format string, args ...any) {
 }
 
 // arn and container names: t1…, c1….
-func arn(i int) string       { return "t" + strconv.Itoa(i+1) }
-func ctrName(j int) string   { return "c" + strconv.Itoa(j+1) }
-func image(i int) string     { return "img-" + arn(i) + ":1" }
-func imageID(i int) string   { return "sha256:" + arn(i) }
+func arn(i int) string     { return "t" + strconv.Itoa(i+1) }
+func ctrName(j int) string { return "c" + strconv.Itoa(j+1) }
+func image(i int) string   { return "img-" + arn(i) + ":1" }
+func imageID(i int) string { return "sha256:" + arn(i) }
 func runtimeID(i, j int, inc int8) string {
 	return "rt-" + arn(i) + "-" + ctrName(j) + "-" + strconv.Itoa(int(inc))
 }
