@@ -15,31 +15,34 @@ import (
 	"github.com/agentd/agentd/internal/guard"
 )
 
-// With the CleanupAfterAck guard off (internal/guard), the seed's race script must fail: a
-// script that still passed would prove nothing about the guard.
+// With the CleanupAfterAck guard off (internal/guard), the seed's race script and the
+// explorer's counterexample (explored_cleanup_after_ack, written by internal/explore) must
+// fail: a script that still passed would prove nothing about the guard.
 func TestScriptsFailWithoutTheGuard(t *testing.T) {
 	if why := guard.SkipUnlessOff(guard.CleanupAfterAck); why != "" {
 		t.Skip(why)
 	}
-	rec := &failureRecorder{TB: t}
-	s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]docker.State{}}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		datadriven.RunTestAny(rec, "testdata/seed_race", s.do)
-	}()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		t.Fatal("the script did not finish in a minute")
+	for _, name := range []string{"seed_race", "explored_cleanup_after_ack"} {
+		rec := &failureRecorder{TB: t}
+		s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]docker.State{}}}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			datadriven.RunTestAny(rec, "testdata/"+name, s.do)
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("the script %s did not finish in a minute", name)
+		}
+		if s.j != nil {
+			s.j.Close()
+		}
+		if !rec.failed {
+			t.Fatalf("the %s script passed with the cleanup guard off", name)
+		}
+		t.Logf("without the guard %s fails as it must: %s", name, rec.msg)
 	}
-	if s.j != nil {
-		s.j.Close()
-	}
-	if !rec.failed {
-		t.Fatal("the seed_race script passed with the cleanup guard compiled out")
-	}
-	t.Logf("without the guard the script fails as it must: %s", rec.msg)
 }
 
 // failureRecorder is a testing.TB whose failures are recorded instead of failing the test.

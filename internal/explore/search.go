@@ -113,6 +113,7 @@ func Search(b Bounds) Result {
 						return
 					}
 					s := frontier[k]
+					frontier[k] = nil // expanded: its memory goes as the level goes on
 					ms := s.moves(b)
 					if why := s.stuck(b, ms); why != "" {
 						outs[w] = append(outs[w], found{s: s, parent: ids[k], m: move{k: stuckMark}, why: why})
