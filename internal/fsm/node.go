@@ -141,8 +141,9 @@ type RuntimeUnanswered struct{ Err string }
 // agent_stopped, snapshot_taken): numbered and applied like the core's.
 type OwnRecord struct{ Event event.Event }
 
-// Forced is a verdict and actions as if the core had made them: the engine's tests hand in
-// what the core would not decide, to prove the node's guards (quarantine, the Gate) hold.
+// Forced is a verdict and actions as if the core had made them, for tests: the engine's hand
+// in what the core would not decide, to prove the node's guards (quarantine, the Gate) hold;
+// the property test hands in the control plane's facts without a payload's encoding.
 type Forced struct {
 	MessageID string // the payload the verdict answers ("": none)
 	Verdict   Verdict
