@@ -76,8 +76,9 @@ type Decisions struct {
 
 // Wake asks for a task to be decided again at a time.
 type Wake struct {
-	Task string
-	At   time.Time
+	Task    string
+	At      time.Time
+	Cleanup bool // the task's cleanup deadline (Node: the caller may add jitter)
 }
 
 // Intent is the record journaled before an action's call is made, for calls that must never
