@@ -47,12 +47,12 @@ func (s *state) safety(b Bounds) string {
 func (s *state) settledAll(b Bounds) string {
 	for i := range b.Tasks {
 		if s.w.tasks[i].delivered {
-			if t := s.n.st.Tasks[arn(i)]; t != nil {
+			if t := s.n.n.State().Tasks[arn(i)]; t != nil {
 				return fmt.Sprintf("task %s is still %s (desired %s, sent %s)", arn(i), t.Known, t.Desired, orNone(t.Sent))
 			}
 		}
 	}
-	if n := s.n.st.OutboxLen(); n > 0 {
+	if n := s.n.n.State().OutboxLen(); n > 0 {
 		return fmt.Sprintf("%d changes unsettled", n)
 	}
 	return ""
@@ -85,6 +85,9 @@ func (s *state) eventually(b Bounds, steps int) (string, []move) {
 	c := s.clone()
 	c.faults, c.crashes = 0, 0
 	for range steps {
+		if c.settledAll(b) == "" {
+			return "", nil
+		}
 		ms := c.moves(b)
 		var next *move
 		for _, k := range fairOrder {
@@ -156,15 +159,16 @@ func (s *state) encodeTask(buf []byte, i int, b Bounds) []byte {
 	}
 	str := func(v string) { buf = append(buf, v...); buf = append(buf, 0) }
 	flags(w.delivered, w.acked, w.stopSent, w.resent)
+	flags(s.n.retrying, s.w.spaceAsked)
 	str(string(w.settled))
 	buf = append(buf, byte(w.image))
 	for j := range b.Containers {
 		c := &w.ctrs[j]
 		str(string(c.settled))
 		buf = append(buf, byte(c.inc), byte(c.starts), byte(c.lost), byte(c.exit))
-		flags(c.exists, c.started, c.running, c.removed)
+		flags(c.exists, c.started, c.running, c.removed, c.exitSent)
 	}
-	st := s.n.st
+	st := s.n.n.State()
 	if t := st.Tasks[id]; t != nil {
 		str(string(t.Known))
 		str(string(t.Desired))
@@ -200,14 +204,9 @@ func (s *state) encodeTask(buf []byte, i int, b Bounds) []byte {
 	for _, c := range s.w.orphans {
 		calls = append(calls, callKey(c, id, "orphan"))
 	}
-	for _, k := range s.n.backoff {
-		if k.Task == id || k.Container == imageID(i) {
-			calls = append(calls, "backoff "+string(k.Kind)+" "+k.Container)
-		}
-	}
-	for _, x := range s.n.held {
-		if x.Task == id {
-			calls = append(calls, "held "+x.Container)
+	for _, wk := range s.n.wakes {
+		if wk.Task == id {
+			calls = append(calls, "wake")
 		}
 	}
 	for _, c := range s.w.report {
@@ -251,9 +250,9 @@ func (s *state) describe(b Bounds) string {
 	for i := range b.Tasks {
 		w := &s.w.tasks[i]
 		fmt.Fprintf(&sb, "  %s: control plane has %s", arn(i), orNone(w.settled))
-		if t := s.n.st.Tasks[arn(i)]; t != nil {
+		if t := s.n.n.State().Tasks[arn(i)]; t != nil {
 			fmt.Fprintf(&sb, "; agent has %s (sent %s)", t.Known, orNone(t.Sent))
-		} else if _, ok := s.n.st.Tombstones[arn(i)]; ok {
+		} else if _, ok := s.n.n.State().Tombstones[arn(i)]; ok {
 			sb.WriteString("; agent cleaned it")
 		}
 		for j := range b.Containers {

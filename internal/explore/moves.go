@@ -105,12 +105,12 @@ func (s *state) moves(b Bounds) []move {
 		if t.delivered && !t.stopSent {
 			add(mStop, i, 0)
 		}
-		if _, gone := s.n.st.Tombstones[arn(i)]; gone && !t.resent {
+		if _, gone := s.n.n.State().Tombstones[arn(i)]; gone && !t.resent {
 			add(mResend, i, 0)
 		}
-		if t.image == 1 {
-			add(mImages, i, 0)
-		}
+	}
+	if s.w.spaceAsked {
+		add(mImages, 0, 0)
 	}
 	s.runtimeMoves(b, add)
 	for k, c := range s.w.calls {
@@ -160,15 +160,7 @@ func (s *state) runtimeMoves(b Bounds, add func(k kind, i, j int)) {
 // tickUseful: something waits for time — a call's backoff, a cleanup's wait, a report after
 // one that was not settled.
 func (s *state) tickUseful() bool {
-	if len(s.n.backoff) > 0 || s.w.report == nil && s.n.st.OutboxLen() > 0 {
-		return true
-	}
-	for _, t := range s.n.st.Tasks {
-		if t.Known == event.StatusStoppedAcked && s.now().Before(t.CleanupDue(fsm.Config{CleanupWait: cleanupWait})) {
-			return true
-		}
-	}
-	return false
+	return s.n.retrying || len(s.n.wakes) > 0 || s.w.report == nil && s.n.n.State().OutboxLen() > 0
 }
 
 // payload is task i's payload, as the control plane sends it.
@@ -190,7 +182,6 @@ func (s *state) play(m move, b Bounds) ready {
 	w := &s.w
 	i := int(m.i)
 	var in fsm.Input
-	images := false
 	switch m.k {
 	case mPayload, mAckLost:
 		w.tasks[i].delivered, w.tasks[i].acked = true, m.k == mPayload
@@ -253,6 +244,7 @@ func (s *state) play(m move, b Bounds) ready {
 		if s.down {
 			return ready{} // the restarted agent finds it exited
 		}
+		c.exitSent = true
 		in = fsm.ContainerExited{Task: arn(i), Container: ctrName(int(m.j)), RuntimeID: runtimeID(i, int(m.j), c.inc),
 			ExitCode: c.exit, OOMKilled: m.k == mOOM, Cursor: w.cursor}
 	case mRollback, mVanish:
@@ -265,9 +257,10 @@ func (s *state) play(m move, b Bounds) ready {
 	case mTick:
 		s.ticks++
 		now = s.now()
-		s.n.backoff = nil
+		s.n.retrying = false
 	case mImages:
-		images = true
+		w.spaceAsked = false
+		in = fsm.ImageSpace{Free: 1, Total: 100}
 	case mCrash:
 		s.crashes--
 		for _, c := range w.calls {
@@ -275,15 +268,19 @@ func (s *state) play(m move, b Bounds) ready {
 				w.orphans = append(w.orphans, c)
 			}
 		}
-		w.calls, w.report, s.down = nil, nil, true
+		w.calls, w.report, w.spaceAsked, s.down = nil, nil, false, true
 		return ready{}
 	case mRecover:
 		w.orphans, s.down = nil, false
-		r := s.n.recoverFrom(now, w.observe(s.n.st, b.Tasks, b.Containers))
+		r := s.n.recoverFrom(now, func(st *fsm.State) fsm.RuntimeObserved { return w.observe(st, b.Tasks, b.Containers) })
 		s.release(r)
 		return r
 	}
-	r := s.n.burst(now, in, w.calls, images)
+	var ins []fsm.Input
+	if in != nil {
+		ins = append(ins, in)
+	}
+	r := s.n.burst(now, ins...)
 	switch m.k {
 	case mThrottle, mThrottleRA, mNoAnswer:
 		s.releaseCalls(r) // the next report waits for its time (a tick)
@@ -303,6 +300,7 @@ func (s *state) release(r ready) {
 }
 
 func (s *state) releaseCalls(r ready) {
+	s.w.spaceAsked = s.w.spaceAsked || r.imageSpace
 	for _, a := range r.actions {
 		s.w.calls = append(s.w.calls, call{a: a})
 	}

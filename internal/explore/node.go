@@ -9,137 +9,92 @@ import (
 	"github.com/agentd/agentd/internal/protocol"
 )
 
-// node is the agent under exploration: the core and what the engine keeps beside it.
-//
-// REPLACE with fsm.Node (issue 42, the node's branch) once it lands: until then this is a
-// thin adapter over today's doors of the core — Step, Decide, InFlight.Gate, PlanImageCycle,
-// HeldExitAfter and Apply — with the engine's glue around them (engine/loop.go react,
-// engine/act.go dispatch and handleAction, engine/ready.go record) in its smallest form:
-// every task decided each burst (the engine decides the dirty ones), a failed call retried
-// at the next tick (the engine backs off), a report whenever none is out and something is
-// unsent (the engine asks its submitter). What it drives is the real core; what it adds is
-// as little engine as a burst needs.
+// node is the agent under exploration: the core's node (fsm.Node), driven as the engine
+// drives it — inputs, then a Tick with the deadlines that came, then its Ready carried out
+// and acknowledged with an Advance — plus the little the engine keeps beside it: the
+// deadlines the node asked for (time is the caller's) and the report (the engine's submitter
+// chooses it; here, whenever none is out, the oldest unsent changes).
 type node struct {
-	st      *fsm.State
-	backoff []fsm.ActionKey       // failed calls: they go again after a tick
-	held    []fsm.ContainerExited // exits seen before their start was journaled
+	n        *fsm.Node
+	wakes    []fsm.Wake // deadlines the node asked for, not yet come
+	retrying bool       // calls wait out a backoff: the next tick ends it
 }
 
-// cleanupWait is the agent's --cleanup-wait: a tick passes it.
+// cleanupWait is the agent's --cleanup-wait, the backoff of a failed call and the image
+// collection interval: one tick passes them all.
 const cleanupWait = time.Minute
 
-// ready is what one burst came to: the records journaled, the calls released, and what broke.
+var nodeConfig = fsm.NodeConfig{Config: fsm.Config{CleanupWait: cleanupWait},
+	Images: fsm.ImageConfig{PerCycle: 1, LowFreePercent: 10}, ImageInterval: cleanupWait, ImageCollector: true}
+
+// ready is what one burst came to: the records journaled, the calls released, whether the
+// runtime's disk was asked about, and what broke.
 type ready struct {
 	records    []event.Record
 	actions    []fsm.Action
-	violations []string              // the invariant checker's findings on the records the core made
-	released   []fsm.ContainerExited // held exits handed in again, at the next round
+	imageSpace bool
+	violations []string // records the core made that the projection refuses (Ready.Dropped)
 }
 
 func (n *node) clone() node {
-	return node{st: n.st.Clone(), backoff: slices.Clone(n.backoff), held: slices.Clone(n.held)}
+	return node{n: n.n.Clone(), wakes: slices.Clone(n.wakes), retrying: n.retrying}
 }
 
-// burst hands one input to the core (nil: none, a tick), journals what it maps to, then
-// decides until nothing more follows: the calls it releases are gated over those out.
-func (n *node) burst(now time.Time, in fsm.Input, out []call, imageCycle bool) ready {
+// burst hands the node the inputs, then a Tick with the deadlines that have come, takes its
+// Ready, keeps its deadlines, and acknowledges it all released.
+func (n *node) burst(now time.Time, ins ...fsm.Input) ready {
 	var r ready
-	chk := fsm.NewChecker(n.st)
-	if in != nil {
-		v := n.st.Step(now, in)
-		n.apply(now, chk, &r, v.Records)
-		if af, ok := in.(fsm.ActionFinished); ok && v.Retry {
-			n.backoff = append(n.backoff, af.Action.Key())
-		}
-		if x, ok := in.(fsm.ContainerExited); ok && v.Hold {
-			n.held = append(n.held, x)
+	for _, in := range ins {
+		if err := n.n.Step(now, in); err != nil {
+			r.violations = append(r.violations, "INPUT: "+err.Error())
 		}
 	}
-	f := fsm.NewInFlight(0)
-	for _, c := range out {
-		f.Add(c.a.Key())
+	var due []string
+	n.wakes = slices.DeleteFunc(n.wakes, func(w fsm.Wake) bool {
+		if !w.At.After(now) {
+			due = append(due, w.Task)
+			return true
+		}
+		return false
+	})
+	_ = n.n.Step(now, fsm.Tick{Due: due})
+	rd := n.n.Ready()
+	r.records, r.actions, r.imageSpace = rd.Records, rd.Actions, rd.ImageSpace
+	for _, d := range rd.Dropped {
+		r.violations = append(r.violations, "INVARIANT: the core made a record the projection refuses: "+d.Err.Error())
 	}
-	cfg := fsm.Config{CleanupWait: cleanupWait}
-	for round := 0; round < 16; round++ {
-		before := len(r.records)
-		for len(r.released) > 0 {
-			x := r.released[0]
-			r.released = r.released[1:]
-			n.apply(now, chk, &r, n.st.Step(now, x).Records)
-		}
-		d := n.st.Decide(now, cfg)
-		n.apply(now, chk, &r, d.Records)
-		for _, a := range d.Actions {
-			if slices.Contains(n.backoff, a.Key()) || f.Gate(a).Reason != fsm.Go {
-				continue
-			}
-			f.Add(a.Key())
-			n.apply(now, chk, &r, a.Intent())
-			r.actions = append(r.actions, a)
-		}
-		if len(r.records) == before {
-			break
-		}
+	n.wakes = append(n.wakes, rd.Wakes...)
+	for _, rt := range rd.Retries {
+		_ = n.n.Step(now, fsm.RetryAt{Key: rt.Key, At: now.Add(cleanupWait)})
+		n.retrying = true
 	}
-	if imageCycle {
-		plan := n.st.PlanImageCycle(now, fsm.ImageConfig{PerCycle: 1, LowFreePercent: 10}, fsm.ImageCycle{Free: 1, Total: 100}, f)
-		for _, a := range plan.Removals {
-			if f.Gate(a).Reason == fsm.Go {
-				f.Add(a.Key())
-				r.actions = append(r.actions, a)
-			}
-		}
-	}
+	_ = n.n.Step(now, fsm.Advance{})
 	return r
 }
 
-// apply numbers, checks and applies records; one the projection refuses is a violation and is
-// not journaled (the engine quarantines its task). Held exits go where the core says.
-func (n *node) apply(now time.Time, chk *fsm.Checker, r *ready, recs []event.Record) {
-	for _, rec := range recs {
-		rec.Seq, rec.Time = n.st.LastSeq+1, now
-		seen := len(chk.Violations)
-		chk.Record(rec)
-		if len(chk.Violations) > seen {
-			for _, v := range chk.Violations[seen:] {
-				r.violations = append(r.violations, "INVARIANT: "+v.String())
-			}
-			continue
-		}
-		r.records = append(r.records, rec)
-		for k := 0; k < len(n.held); k++ {
-			switch n.st.HeldExitAfter(rec, n.held[k]) {
-			case fsm.HandIn: // handed in at the next round, after this call's records (engine/hold.go)
-				r.released = append(r.released, n.held[k])
-				n.held = slices.Delete(n.held, k, k+1)
-				k--
-			case fsm.DropHeld:
-				n.held = slices.Delete(n.held, k, k+1)
-				k--
-			}
+// recoverFrom starts the agent again on the journal's projection (what the node held at the
+// last commit boundary; fsm promises a snapshot of it equals the journal replayed): what it
+// kept in memory is gone; it journals its start and what the runtime holds, offers refused
+// changes again and schedules the cleanups due, as the engine's Recover does, then decides.
+func (n *node) recoverFrom(now time.Time, obs func(*fsm.State) fsm.RuntimeObserved) ready {
+	st := n.n.State().Clone()
+	n.n, n.wakes, n.retrying = fsm.NewNode(st, nodeConfig), nil, false
+	for _, t := range st.SortedTasks() {
+		if t.Known == event.StatusStoppedAcked {
+			n.wakes = append(n.wakes, fsm.Wake{Task: t.ARN, At: t.CleanupDue(nodeConfig.Config)})
 		}
 	}
-}
-
-// recoverFrom starts the agent again on the journal's projection: what it kept in memory is
-// gone; it journals its start and what the runtime holds, then decides.
-func (n *node) recoverFrom(now time.Time, obs fsm.RuntimeObserved) ready {
-	n.backoff, n.held = nil, nil
-	var r ready
-	n.apply(now, fsm.NewChecker(n.st), &r, []event.Record{{Event: &event.AgentStarted{AgentID: "agent-explore", JournalID: "J"}}})
-	r2 := n.burst(now, obs, nil, false)
-	r2.records = append(r.records, r2.records...)
-	r2.violations = append(r.violations, r2.violations...)
-	return r2
+	return n.burst(now, fsm.OwnRecord{Event: &event.AgentStarted{AgentID: "agent-explore", JournalID: "J"}}, obs(st), fsm.Reoffered{})
 }
 
 // report is the next report, when none is out: the oldest unsent changes.
 func (n *node) report() []protocol.StateChange {
-	if n.st.OutboxLen() == 0 {
+	st := n.n.State()
+	if st.OutboxLen() == 0 {
 		return nil
 	}
 	var out []protocol.StateChange
-	for _, c := range n.st.Pending(10) {
+	for _, c := range st.Pending(10) {
 		out = append(out, protocol.StateChange{ID: c.ID, TaskARN: c.Task, Container: c.Container, Status: string(c.Status),
 			ExitCode: c.ExitCode, Reason: c.Reason, At: c.At, Health: string(c.Health)})
 	}

@@ -25,13 +25,7 @@ func Script(b Bounds, trace []move, violation string) string {
 	note("Found by the explorer (internal/explore), %d tasks x %d containers: %d steps to", b.Tasks, b.Containers, len(trace))
 	note("%s", violation)
 	sb.WriteString("\n")
-	agent := "agent wait=1m"
-	for _, m := range trace {
-		if m.k == mImages {
-			agent += " images=1h"
-		}
-	}
-	cmd(agent, "")
+	cmd("agent wait=1m", "")
 	s := initial(b)
 	for _, m := range trace {
 		i := int(m.i)
@@ -89,6 +83,7 @@ func Script(b Bounds, trace []move, violation string) string {
 		case mTick:
 			cmd("tick 1m", "")
 		case mImages:
+			note("an image collection cycle finds the disk low (the engine scripts run one with agent images=AGE, 10 minutes apart)")
 			cmd("space free=1 total=100", "")
 		case mCrash:
 			note("the agent dies here")

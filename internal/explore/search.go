@@ -53,9 +53,9 @@ func (r Result) String() string {
 
 // initial is the agent started on an empty journal, the world empty.
 func initial(b Bounds) *state {
-	s := &state{n: node{st: fsm.New()}, faults: int8(b.Faults), crashes: int8(b.Crashes)}
+	s := &state{n: node{n: fsm.NewNode(fsm.New(), nodeConfig)}, faults: int8(b.Faults), crashes: int8(b.Crashes)}
 	s.w.nCtrs = b.Containers
-	r := s.n.recoverFrom(s.now(), fsm.RuntimeObserved{})
+	r := s.n.recoverFrom(s.now(), func(*fsm.State) fsm.RuntimeObserved { return fsm.RuntimeObserved{} })
 	s.release(r)
 	return s
 }

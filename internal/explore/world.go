@@ -28,6 +28,8 @@ type world struct {
 	report  []protocol.StateChange
 	cursor  int64 // the runtime's exit stream position
 	nCtrs   int   // containers a task has
+	// spaceAsked: the agent asked how full the runtime's disk is (an image collection cycle)
+	spaceAsked bool
 	// violation is the first safety property the world saw broken ("": none).
 	violation string
 }
@@ -51,6 +53,7 @@ type ctrWorld struct {
 	removed                  bool // removed by the agent
 	starts                   int8
 	lost                     int8 // incarnations lost before they started (rolled back, vanished)
+	exitSent                 bool // its exit reached the agent (which may hold it until its start is journaled)
 	exit                     int
 }
 

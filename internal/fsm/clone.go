@@ -36,7 +36,8 @@ func (s *State) Clone() *State {
 	if s.names != nil {
 		c.names = &names{list: slices.Clone(s.names.list), index: maps.Clone(s.names.index)}
 	}
-	c.taskM, c.containerM = newTaskMachine(), newContainerMachine() // stateful: one per projection
+	// The transition checkers are shared: a check locks (machine.go), and building them is
+	// most of a clone's cost and memory.
 	return &c
 }
 
