@@ -26,7 +26,7 @@ var (
 // nothing can progress, and from every state checked a fair world cleans every task and
 // settles every change. (make check-model searches wider bounds; these keep make test quick.)
 func TestEveryStateWithinSmallBoundsIsSafe(t *testing.T) {
-	r := Search(Bounds{Tasks: 1, Containers: 1, Depth: 40, Faults: 2, Crashes: 1, LivenessEvery: 4, Timeout: 30 * time.Second})
+	r := Search(Bounds{Tasks: 1, Containers: 1, Depth: 40, Faults: 2, Crashes: 1, LivenessEvery: 16, Timeout: 30 * time.Second})
 	t.Log(r)
 	if r.Violation != "" {
 		t.Fatalf("%s\n%s\n%s", r.Violation, r.End, Script(Bounds{Tasks: 1, Containers: 2}, r.Trace, r.Violation))
