@@ -11,12 +11,8 @@ import (
 )
 
 // A record the projection refuses is a bug in the core: the node drops it and quarantines its
-// task (the policy and its reasons: fsm/nodequarantine.go). The engine names it — in the log,
-// in agentd_core_refused_records_total, in the health slots below:
-// the `core` health slot names every quarantined task (it is stuck, and an operator must
-// look), /v1/tasks shows it, and agentd_core_refused_records_total counts the refusals.
-//
-// The core slot (unhealthy) names what this process quarantined and refused. A refusal
+// task (the policy and its reasons: fsm/nodequarantine.go). The engine names it: in the log,
+// in agentd_core_refused_records_total, on /v1/tasks, and in the health slots. The core slot (unhealthy) names what this process quarantined and refused. A refusal
 // remembered from before the restart is named in the core_refusals slot, degraded only: its
 // task was decided afresh, nothing is stuck, and an agent unhealthy until the retention ends
 // would be restarted in a loop by a liveness probe. A refused desired status change (a stop)

@@ -28,7 +28,7 @@ const (
 
 // Action asks the runtime to do something to one container. The engine runs it and hands the
 // outcome to Step; until the outcome's record is applied, Decide keeps proposing the action,
-// so the engine keeps track of what it already has in flight (by Key), and Gate says from
+// so the node keeps track of what it already has in flight (by Key), and Gate says from
 // that whether a decided action may go now.
 type Action struct {
 	Kind      ActionKind

@@ -1,7 +1,5 @@
 package fsm
 
-import "fmt"
-
 // Notes are what the node saw that the caller's logs and metrics tell of — nothing in them
 // changes what is journaled or released.
 
@@ -27,5 +25,3 @@ type Note struct {
 	Subject string
 	Detail  string
 }
-
-func (x Note) String() string { return fmt.Sprintf("%s %s: %s", x.Kind, x.Subject, x.Detail) }
