@@ -194,7 +194,7 @@ func (s *state) play(m move, b Bounds) ready {
 		in = payload(i, "RUNNING", b.Containers, "r-"+arn(i))
 	case mExec:
 		c := &w.calls[i]
-		c.done, c.res = true, w.execute(c.a, b.Tasks)
+		c.done, c.res = true, w.execute(*c.a, b.Tasks)
 		return ready{}
 	case mAnswer, mLost, mFail, mUnavailable:
 		c := w.calls[i]
@@ -208,11 +208,11 @@ func (s *state) play(m move, b Bounds) ready {
 		case mUnavailable:
 			res = fsm.Result{Kind: fsm.Unavailable, Err: "runtime unavailable"}
 		}
-		in = fsm.ActionFinished{Action: c.a, Result: res}
+		in = fsm.ActionFinished{Action: *c.a, Result: res}
 	case mOrphan:
 		c := w.orphans[i]
 		w.orphans = append(w.orphans[:i], w.orphans[i+1:]...)
-		w.execute(c.a, b.Tasks)
+		w.execute(*c.a, b.Tasks)
 		return ready{}
 	case mAccept, mReject, mNoAnswer, mThrottle, mThrottleRA:
 		sent := w.report
@@ -302,6 +302,6 @@ func (s *state) release(r ready) {
 func (s *state) releaseCalls(r ready) {
 	s.w.spaceAsked = s.w.spaceAsked || r.imageSpace
 	for _, a := range r.actions {
-		s.w.calls = append(s.w.calls, call{a: a})
+		s.w.calls = append(s.w.calls, call{a: &a})
 	}
 }

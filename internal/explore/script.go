@@ -59,7 +59,7 @@ func Script(b Bounds, trace []move, violation string) string {
 			case mUnavailable:
 				res = fsm.Result{Kind: fsm.Unavailable}
 			}
-			cmd(outcome(c.a, res), "")
+			cmd(outcome(*c.a, res), "")
 		case mAccept:
 			cmd("answer accept=all", "")
 		case mReject:

@@ -58,8 +58,10 @@ type ctrWorld struct {
 }
 
 // call is a runtime call the agent made: done once the runtime did it, with what it came to.
+// The action is shared by every state that holds the call (it never changes): a search holds
+// hundreds of thousands of states.
 type call struct {
-	a    fsm.Action
+	a    *fsm.Action
 	done bool
 	res  fsm.Result
 }
