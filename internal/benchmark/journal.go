@@ -147,16 +147,13 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 		f    func(string) (Contender, error)
 	}
 	for r := 0; r < o.Rounds; r++ {
-		// The journal without shipping and with it run ABBA, each order once a round (BAAB in
-		// the next): two pairs of runs back to back, neither favoured by coming first or second
-		// — after the round's earlier runs the disk is still writing back, and the first of
-		// two runs warms what the second finds warm.
+		// The journal without shipping and with it in four pairs of runs back to back, ABBA
+		// BAAB: each order twice and each half of the round's positions once, so neither a run's
+		// place in the pair (the first warms what the second finds warm) nor its place in the
+		// round (the disk still writing back the earlier contenders) favours one.
 		off := run{&jour, func(p string) (Contender, error) { return benchJournal(ctx, p, per) }}
 		on := run{&shipped, func(p string) (Contender, error) { return benchJournalWith(ctx, p, per, shipping) }}
-		abba := []run{off, on, on, off}
-		if r%2 == 1 {
-			abba = []run{on, off, off, on}
-		}
+		abba := []run{off, on, on, off, on, off, off, on}
 		for _, run := range append([]run{
 			{&naive, func(p string) (Contender, error) { return benchBolt(ctx, p, per, false) }},
 			{&batch, func(p string) (Contender, error) { return benchBolt(ctx, p, per, true) }},
@@ -173,7 +170,7 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 		}
 	}
 	// Shipping's cost is judged pair by pair, before median sorts the runs: the i-th runs with
-	// and without shipping ran back to back.
+	// and without shipping ran back to back (ABBA BAAB appends each pair's at the same index).
 	res := JournalResult{ShippingPairs: make([]float64, len(jour))}
 	for i := range jour {
 		res.ShippingPairs[i] = shipped[i].EventsPerSec / jour[i].EventsPerSec
