@@ -49,9 +49,9 @@ type Config struct {
 	HostName   string            // host.name
 	Resource   map[string]string // OTEL_RESOURCE_ATTRIBUTES; the four above win over it
 	Timeout    time.Duration     // one request (default 10 s)
-	MinBackoff time.Duration     // first retry wait (default 500 ms)
-	MaxBackoff time.Duration     // longest retry wait (default 30 s)
-	Seed       uint64            // the retry waits' spread (internal/jitter; 0: random)
+	MinBackoff time.Duration     // first retry wait (default 500 ms), doubling to MaxBackoff
+	MaxBackoff time.Duration     // (default 30 s); each wait spread ±50% (internal/jitter)
+	Seed       uint64            // the spread's generator (0: random)
 	// Linger is how long new records may wait for a fuller batch (default 1 s, the OTel SDK's
 	// log batch delay; negative: none). Fewer, fuller requests keep shipping's share of the CPU
 	// small while the agent commits fast; a full batch goes at once.
