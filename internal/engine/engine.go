@@ -8,11 +8,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/submit"
 )
 
@@ -47,7 +47,7 @@ type Engine struct {
 	cfg   Config
 	log   zerolog.Logger
 	j     *journal.Journal
-	rt    docker.Runtime
+	rt    runtime.Runtime
 	cp    ControlPlane
 	clock Clock
 	exec  Executor
@@ -76,7 +76,7 @@ type Engine struct {
 }
 
 // New builds an engine over an open journal. Recover must run before anything else.
-func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clock Clock, exec Executor, log zerolog.Logger) *Engine {
+func New(cfg Config, j *journal.Journal, rt runtime.Runtime, cp ControlPlane, clock Clock, exec Executor, log zerolog.Logger) *Engine {
 	cfg.defaults()
 	if clock == nil {
 		clock = WallClock
@@ -103,7 +103,7 @@ func (e *Engine) nodeConfig() fsm.NodeConfig {
 	im := e.cfg.Images
 	return fsm.NodeConfig{Config: e.fcfg(), RemovalSlots: e.cfg.CleanupWorkers,
 		Images:        fsm.ImageConfig{MinAge: im.MinAge, PerCycle: im.PerCycle, LowFreePercent: im.LowFreePercent},
-		ImageInterval: im.Interval, ImageFirst: im.InitialInterval, ImageCollector: e.imageCollector() != nil,
+		ImageInterval: im.Interval, ImageFirst: im.InitialInterval, ImageCollector: true, // every runtime removes images (runtime.Runtime)
 		Compaction: fsm.CompactionPolicy{Retention: e.cfg.Retention, MaxBytes: e.cfg.JournalMaxBytes}}
 }
 

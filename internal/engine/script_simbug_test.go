@@ -4,15 +4,15 @@ package engine_test
 
 import (
 	"fmt"
-	"runtime"
+	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/guard"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // With the CleanupAfterAck guard off (internal/guard), the seed's race script and the
@@ -24,7 +24,7 @@ func TestScriptsFailWithoutTheGuard(t *testing.T) {
 	}
 	for _, name := range []string{"seed_race", "explored_cleanup_after_ack"} {
 		rec := &failureRecorder{TB: t}
-		s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]docker.State{}}}
+		s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]runtime.State{}}}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -61,14 +61,14 @@ func (r *failureRecorder) record(msg string) {
 		r.msg = msg
 	}
 }
-func (r *failureRecorder) Fatal(args ...any) { r.record(fmt.Sprint(args...)); runtime.Goexit() }
+func (r *failureRecorder) Fatal(args ...any) { r.record(fmt.Sprint(args...)); goruntime.Goexit() }
 func (r *failureRecorder) Fatalf(format string, args ...any) {
 	r.record(fmt.Sprintf(format, args...))
-	runtime.Goexit()
+	goruntime.Goexit()
 }
 func (r *failureRecorder) Error(args ...any)                 { r.record(fmt.Sprint(args...)) }
 func (r *failureRecorder) Errorf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)) }
-func (r *failureRecorder) FailNow()                          { r.record("FailNow"); runtime.Goexit() }
+func (r *failureRecorder) FailNow()                          { r.record("FailNow"); goruntime.Goexit() }
 func (r *failureRecorder) Fail()                             { r.record("Fail") }
 func (r *failureRecorder) Failed() bool                      { r.mu.Lock(); defer r.mu.Unlock(); return r.failed }
 func (r *failureRecorder) Helper()                           {}

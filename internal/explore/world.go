@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
@@ -100,14 +100,14 @@ func (w *world) container(a fsm.Action) (*taskWorld, *ctrWorld) {
 	return t, &t.ctrs[index(a.Container)]
 }
 
-// dockerState is the runtime's view of a container, as docker.CheckStart reads it.
-func (c *ctrWorld) dockerState(id string) docker.State {
-	st := docker.State{ID: id, Running: c.running, Exited: c.started && !c.running, ExitCode: c.exit}
+// runtimeState is the runtime's view of a container, as runtime.CheckStart reads it.
+func (c *ctrWorld) runtimeState(id string) runtime.State {
+	st := runtime.State{ID: id, Running: c.running, Exited: c.started && !c.running, ExitCode: c.exit}
 	return st
 }
 
 // execute does what the runtime does for a call and returns its outcome, as engine/act.go's
-// call sorts it. A start goes through docker.CheckStart, the guard both runtimes apply.
+// call sorts it. A start goes through runtime.CheckStart, the guard both runtimes apply.
 func (w *world) execute(a fsm.Action, tasks int) fsm.Result {
 	if a.Kind == fsm.ActRemoveImage {
 		i := index(a.Container[len("sha256:"):])
@@ -146,7 +146,7 @@ func (w *world) execute(a fsm.Action, tasks int) fsm.Result {
 	}
 	switch a.Kind {
 	case fsm.ActStart:
-		running, err := docker.CheckStart(c.dockerState(id))
+		running, err := runtime.CheckStart(c.runtimeState(id))
 		switch {
 		case err != nil:
 			return fsm.Result{Kind: fsm.Unknown, Err: err.Error()}

@@ -33,7 +33,7 @@ const (
 	// TestAQuarantinedTaskIsShownAndNamed, explore TestExplorerFindsEveryPlantedBug/settle-rule.
 	SettleRule Name = "settle-rule"
 	// RuntimeStartCheck: both runtimes refuse to start a container that has run
-	// (docker.CheckStart) — no container started twice. Bites: simruntime
+	// (runtime.CheckStart) — no container started twice. Bites: simruntime
 	// TestRuntimeBugStartsAnExitedContainerAgain, simulation TestSimFindsTheRerunBug (with
 	// StartInFlight), explore TestExplorerFindsEveryPlantedBug/runtime-start-check.
 	RuntimeStartCheck Name = "runtime-start-check"
