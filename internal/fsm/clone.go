@@ -7,7 +7,7 @@ import (
 
 // Clone is a deep copy of the projection: changing either never changes the other. The
 // explorer (internal/explore) branches the projection at every state it expands; a snapshot
-// and its restore cost some 270µs a branch, a clone a few.
+// and its restore cost some 270µs a branch, a clone a fraction of it.
 func (s *State) Clone() *State {
 	c := *s
 	c.Tasks = make(map[string]*Task, len(s.Tasks))
@@ -36,8 +36,7 @@ func (s *State) Clone() *State {
 	if s.names != nil {
 		c.names = &names{list: slices.Clone(s.names.list), index: maps.Clone(s.names.index)}
 	}
-	// The transition checkers are shared: a check locks (machine.go), and building them is
-	// most of a clone's cost and memory.
+	c.taskM, c.containerM = newTaskMachine(), newContainerMachine() // stateful: one per projection
 	return &c
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	lfsm "github.com/looplab/fsm"
 
@@ -74,12 +73,10 @@ func cleaningSources() []string {
 	return []string{"STOPPED_ACKED"}
 }
 
-// machine checks transitions against one table. One instance per projection and its clones
-// (clone.go): looplab/fsm is stateful — a check sets the state, then fires — so a check
-// holds mu, and clones used on other goroutines share one without building their own.
+// machine checks transitions against one table. One instance per projection: looplab/fsm is
+// stateful and locks, and a projection is used from one goroutine.
 type machine struct {
 	kind string
-	mu   sync.Mutex
 	m    *lfsm.FSM
 }
 
@@ -97,8 +94,6 @@ func (mc *machine) check(from, to event.Status) error {
 	if !to.Valid() {
 		return fmt.Errorf("%w: %q is not a status", ErrIllegalTransition, to)
 	}
-	mc.mu.Lock()
-	defer mc.mu.Unlock()
 	mc.m.SetState(string(from))
 	// A self-transition the table lists is legal; looplab answers it with NoTransitionError.
 	if err := mc.m.Event(context.Background(), string(to)); err != nil && !errors.As(err, &lfsm.NoTransitionError{}) {
