@@ -43,7 +43,7 @@ func TestAgentsHeldInAHangComeBackSpread(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		s := New(Policy{Seed: uint64(100 + i)})
 		sent := offer(s, back.Add(-3*time.Second), batch("c-1")).Send // held in the hang…
-		s.Step(back, Answer{Sent: sent, Result: refused("EOF")})        // …and cut at its return
+		s.Step(back, Answer{Sent: sent, Result: refused("EOF")})      // …and cut at its return
 		// The poll held beside it, cut too, asked again and answered.
 		at = append(at, s.Step(back.Add(250*time.Millisecond), Polled{Outage: true, Held: true}).At)
 	}
