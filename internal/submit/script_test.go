@@ -23,7 +23,7 @@ import (
 //	changes ID[@TASK] ...                 changes join the outbox (task: task/ID unless given)
 //	tick D | until D                      time passes by D / to t+D
 //	next                                  time passes to the last plan's At
-//	report [coming]                       offer a report: Step(Report), the runtime still making changes or not
+//	report [coming]                       offer a report (Step(Report)); coming: changes still being made
 //	answer settled [reject=ID,..]         the answer to the report in flight, arriving now
 //	       429 [retry-after=D] [arrived=-D]  (arrived: it reached the host D before now)
 //	       refused | cut | 500 | 401 | 400 | 413
