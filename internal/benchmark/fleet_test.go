@@ -16,11 +16,11 @@ import (
 
 // A fleet of 20 agents — each a whole agent over real HTTP — through a throttled outage
 // (refused, then hanging) while their tasks stop, under a control plane whose Retry-After
-// names turns and one whose names the next token: every STOPPED is settled exactly once by id,
+// names turns, one whose names the next token and one whose 429s name nothing: every STOPPED is settled exactly once by id,
 // nothing is cleaned before the control plane accepted its task's STOPPED, and every journal
 // verifies. With the ack guard planted off (-tags simbug) the early cleanups show.
 //
-// The two Retry-After modes are two fleets, each with its own control plane, agents and
+// The three Retry-After modes are three fleets, each with its own control plane, agents and
 // journals, as Fleet runs them one after the other; here they run at once, each mode playing
 // both outages in order on its own fleet exactly as before. Their time is nearly all waiting
 // (the outage, the throttle, the cleanup wait), so at once they take the time of one.
@@ -28,7 +28,7 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	modes := []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken}
+	modes := controlplane.RetryAfterModes
 	results := make([]FleetResult, len(modes))
 	errs := make([]error, len(modes))
 	var wg sync.WaitGroup
@@ -51,8 +51,8 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 		res.Rows = append(res.Rows, r.Rows...)
 		res.JournalIssues += r.JournalIssues
 	}
-	if len(res.Rows) != 4 {
-		t.Fatalf("%d rows; want 4 (two outages under each Retry-After mode)", len(res.Rows))
+	if len(res.Rows) != 2*len(modes) {
+		t.Fatalf("%d rows; want %d (two outages under each Retry-After mode)", len(res.Rows), 2*len(modes))
 	}
 	for i, r := range res.Rows {
 		if want := modes[i/2]; r.RetryAfter != want {
