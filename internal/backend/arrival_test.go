@@ -78,7 +78,7 @@ func checkArrival(t *testing.T, what string, begun, left, read, got time.Time) {
 }
 
 // A poll answered while the host is too busy to read it for 300 ms: the payloads say when
-// they arrived, not when they were read (the fleet's burst counts from that: submit.ArrivedAt).
+// they arrived, not when they were read (the fleet's burst counts from that: submit.Polled.ReceivedAt).
 func TestAPollReadLateSaysWhenItsPayloadsArrived(t *testing.T) {
 	c, open, written := busyHost(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -154,7 +154,7 @@ func (p *h2Proxy) serve(tc *tls.Conn) {
 // TestAPollCutOverHTTP2Fails: whichever way an HTTP/2 control plane or a proxy before it cuts
 // a poll it held — the TCP connection dropped, a GOAWAY that did or did not take in the poll's
 // stream, the stream reset with any code — the poll fails at once as a transport failure (the
-// poller learns of the hold and its end: submit.Hung), and no second poll reaches the server
+// poller learns of the hold and its end: submit.Polled.Held), and no second poll reaches the server
 // in its place. Go's HTTP/2 client re-sends a request itself, unseen, after REFUSED_STREAM, a
 // PROTOCOL_ERROR from the peer, or a GOAWAY below its stream (http2canRetryError): those fail
 // with ErrPollCut, as a re-send over HTTP/1.1 does; the others fail with the cause net/http

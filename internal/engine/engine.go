@@ -13,7 +13,6 @@ import (
 	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/agentd/agentd/internal/submit"
 )
 
 // ControlPlane is the agent's side of PROTOCOL.md.
@@ -65,8 +64,8 @@ type Engine struct {
 	// it are remembered from another process (the degraded core_refusals slot, quarantine.go).
 	recoveredAt uint64
 	upkeep      upkeep
-	mem         memory            // releasing what a burst left behind (memory.go)
-	sub         *submit.Submitter // the reports' pacing and batching (internal/submit)
+	mem         memory    // releasing what a burst left behind (memory.go)
+	sub         *reporter // the reports' pacing and batching (internal/submit)
 
 	inbox   inbox
 	linger  linger // how long a burst waits for calls about to end (linger.go)

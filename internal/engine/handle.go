@@ -15,16 +15,12 @@ func (e *Engine) handle(in Input) {
 	case PayloadInput:
 		e.handlePayload(now, in)
 	case PollInput:
-		if e.sub != nil {
-			if in.Held {
-				e.sub.Hung(now) // a hang ended: the fleet held in it learns of it at once
+		if e.sub != nil { // the control plane answers: an outage's backoff is over
+			polled := submit.Polled{Outage: in.Outage, Held: in.Held, Payloads: len(in.Payloads) > 0}
+			if polled.Payloads {
+				polled.ReceivedAt = in.Payloads[0].ReceivedAt
 			}
-			e.sub.Answered(now, in.Outage) // the control plane answers: an outage's backoff is over
-			if len(in.Payloads) > 0 {
-				// What follows is the fleet's burst, begun for every agent when the control
-				// plane sent it: counted from its arrival, not from when this loop got to it.
-				e.sub.Assigned(submit.ArrivedAt(now, in.Payloads[0].ReceivedAt))
-			}
+			e.sub.step(now, polled)
 		}
 		for _, p := range in.Payloads {
 			e.handlePayload(now, PayloadInput{Payload: p})

@@ -52,10 +52,10 @@ type PollInput struct {
 	Payloads []protocol.Payload
 	Done     chan error
 	// Outage: the poll before this one failed to reach the control plane; the reporter places
-	// its next report by its slot from now (submit.Answered).
+	// its next report by its slot from now (submit.Polled).
 	Outage bool
 	// Held: that poll was held before it failed, a hanging outage cut at its return
-	// (submit.Hung).
+	// (submit.Polled.Held).
 	Held bool
 }
 

@@ -104,8 +104,8 @@ func (e *Engine) NextWake() time.Time {
 	if top, ok := e.sched.due.peek(); ok {
 		earliest(top.at)
 	}
-	if e.sub != nil && !e.sub.InFlight() && e.st.OutboxLen() > 0 {
-		earliest(e.sub.NextAttempt())
+	if e.sub != nil && e.st.OutboxLen() > 0 {
+		earliest(e.sub.last.At) // zero while a report is in flight
 	}
 	earliest(e.calls.next())
 	if len(e.sched.dirty) > 0 || len(e.exits.refused) > 0 {

@@ -7,7 +7,7 @@ import (
 )
 
 // PlaceKey names the journal meta value that keeps the reporter's place in the fleet across a
-// restart (submit.Place). It is a hint, not state: the projection never reads it, a crash keeps
+// restart (submit.Place, submit.Stop). It is a hint, not state: the projection never reads it, a crash keeps
 // the place of the last clean stop, and a value that cannot be used (malformed, past what an
 // agent learns, or stale) is dropped with a warning and overwritten at the next clean stop —
 // the agent learns its place again from the throttle, as a new agent does.
@@ -24,7 +24,7 @@ func (e *Engine) restorePlace() {
 	}
 	p, err := submit.ParsePlace(v)
 	if err == nil {
-		err = e.sub.Restore(p, e.clock.Now())
+		err = e.sub.step(e.clock.Now(), submit.Restart{Place: p}).Refused
 	}
 	if err != nil {
 		e.log.Warn().Err(err).Msgf("journal meta %s not restored; the place in the fleet is learnt again", PlaceKey)
@@ -40,7 +40,7 @@ func (e *Engine) keepPlace(ctx context.Context) {
 	if e.sub == nil {
 		return
 	}
-	p := e.sub.Place(e.clock.Now())
+	p := e.sub.step(e.clock.Now(), submit.Stop{}).Keep
 	v := p.String()
 	if !p.Learnt() {
 		if kept, _ := e.j.Meta(PlaceKey); kept == "" {

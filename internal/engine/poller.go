@@ -17,7 +17,7 @@ import (
 // acknowledges them only once the loop answers: journaled, and among its burst's Acks. Poll
 // errors (not JSON, too large, refused, broken) are retried with backoff and logged once per
 // streak of one kind, with their cause; the agent keeps running. Every answered poll, even an
-// empty one, goes to the loop: it ends the reporter's outage backoff (submit.Answered). After
+// empty one, goes to the loop: it ends the reporter's outage backoff (submit.Polled). After
 // a failed poll the next asks for no wait, so the control plane's return is known at once
 // rather than a long poll later; an answer to a report ends the poller's own backoff
 // (answered); and the loop cuts a long poll begun before a burst its host began (livePoll), so
@@ -79,7 +79,7 @@ func (e *Engine) poller(ctx context.Context) {
 }
 
 // livePoll is the poll in flight, which the loop cuts when a burst its host began waits for
-// the agent's slot (submit.Repoll): a long poll begun before a hanging outage is answered as
+// the agent's slot (submit.Plan.Repoll): a long poll begun before a hanging outage is answered as
 // ever after it, and its agent would never learn of the hang; the poll begun in its place is
 // held in it and cut at the return with every other request. A cut poll is not a failure:
 // the poller asks again at once. A cut between polls cuts nothing: the next poll is begun
@@ -119,7 +119,7 @@ const unreachablePoll = 2 * time.Second
 // heldPoll is how long a poll must have been on its way before failing at the transport to
 // count as held by a hanging control plane and cut (a refused connection fails in
 // milliseconds): every agent held in a hang learns of its return at one instant
-// (submit.Hung).
+// (submit.Polled.Held).
 const heldPoll = 100 * time.Millisecond
 
 // pollStreak is the poller's failures in a row: their kind ("" while polls work), how many,
@@ -140,7 +140,7 @@ func (s *pollStreak) fail(ctx context.Context, err error, kind, what string) {
 	if kind == "transport" && wait > unreachablePoll {
 		// While the control plane cannot be reached the poll is the fleet's cheap probe: each
 		// agent learns of the return within a few seconds and places its reports from then
-		// (submit.Answered), rather than a grown backoff — up to 30 s — later.
+		// (submit.Polled), rather than a grown backoff — up to 30 s — later.
 		wait = jitter.Spread(s.rng, unreachablePoll)
 	}
 	s.failures++

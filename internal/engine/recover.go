@@ -68,7 +68,7 @@ func (e *Engine) Recover(ctx context.Context) error {
 		Int("tasks", len(e.st.Tasks)).Int("unsent", e.st.OutboxLen()).Dur("took", time.Since(startedAt)).Msg("projection recovered")
 	pol := e.cfg.Submit
 	pol.PollWait, pol.ReturnSpread = e.cfg.PollWait, unreachablePoll // what the poller does: a hang's return is judged by it
-	e.sub = submit.New(pol)
+	e.sub = &reporter{node: submit.New(pol)}
 	e.restorePlace()
 	e.inbox.ready.Store(true)
 	return nil

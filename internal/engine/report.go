@@ -7,34 +7,37 @@ import (
 	"github.com/agentd/agentd/internal/failpoint"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/submit"
 )
+
+// reporter is the submitter (internal/submit) and the plan of its last step: what the engine
+// reads of it between steps (when to offer a report, the operator's view) is that plan.
+type reporter struct {
+	node *submit.Submitter
+	last submit.Plan
+}
+
+func (r *reporter) step(now time.Time, ev submit.Event) submit.Plan {
+	r.last = r.node.Step(now, ev)
+	return r.last
+}
 
 // report is the next state-change request, when the submitter allows and something is
 // unsent (nil: none now). It runs once a burst's commit has returned, so it chooses from the
 // durable outbox, and the submitter records the report begun only when it is really sent.
-// calls is what is out with the calls the burst decided, about to go (its layer, fsm.Over).
+// calls is what is out with the calls the burst decided, about to go (its layer, fsm.Over):
+// their outcomes are changes still to come, which a burst's first report may wait for — the
+// burst's own count, as a task's start, decided as its create ended, is not yet out.
 func (e *Engine) report(now time.Time, calls fsm.InFlight) []protocol.StateChange {
 	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 {
 		return nil
 	}
-	ready := e.sub.Ready(now)
-	if e.sub.Repoll() {
-		// A burst this host began waits for its slot: a long poll begun before it would not
-		// tell of a hang the control plane is in (submit.Repoll); one begun now is held in it.
-		e.inbox.poll.cut()
+	coming := calls.Out(fsm.ActStop) || calls.Out(fsm.ActStart) || calls.Out(fsm.ActCreate) || calls.Out(fsm.ActPull)
+	p := e.sub.step(now, submit.Report{Outbox: e.st, Coming: coming})
+	if p.Repoll {
+		e.inbox.poll.cut() // a poll begun now is held in a hang the control plane is in
 	}
-	if !ready {
-		return nil
-	}
-	// Calls whose outcomes are changes still to come: a burst's first report may wait for
-	// them. The burst's own count: a task's start, decided as its create ended, is not yet
-	// out, and with only what is out the gathering ended between one call and the next (bench
-	// fleet's start round: 20 agents' first reports carried half their changes).
-	e.sub.Coming(calls.Out(fsm.ActStop) || calls.Out(fsm.ActStart) || calls.Out(fsm.ActCreate) || calls.Out(fsm.ActPull))
-	// The submitter chooses from the oldest pending changes: fewer after a refused report, and
-	// never a change it holds (refused alone) nor one queued behind it in its task.
-	// Every candidate held: nil, and NextAttempt says when one is due.
-	return e.sub.BeginAt(now, e.st.Pending(e.sub.Want()))
+	return p.Send
 }
 
 // sendReport is the executor's work for one report.
@@ -52,7 +55,7 @@ func (e *Engine) sendReport(sent []protocol.StateChange) func() Input {
 // handleReport records what the control plane settled; only a settled task STOPPED opens the
 // door to cleanup (the core then decides stopped_acked).
 func (e *Engine) handleReport(now time.Time, in ReportInput) {
-	o := e.sub.Done(now, in.Sent, in.Result)
+	o := e.sub.step(now, submit.Answer{Sent: in.Sent, Result: in.Result})
 	if in.Result.HTTPStatus != 0 {
 		select {
 		case e.inbox.answered <- struct{}{}: // the control plane answers: the poller need not wait
@@ -74,15 +77,15 @@ func (e *Engine) handleReport(now time.Time, in ReportInput) {
 	e.record(e.st.Step(now, fsm.ReportAnswered{Sent: in.Sent, Settled: o.Settled, Attempt: o.Attempt}).Records...)
 	// The next batch goes out with this burst (endBurst), before the decisions this answer
 	// unlocks are acted on: under throttling the request slot is the scarce thing, not the disk.
-	switch problem, credentials := e.sub.Health(); {
-	case problem == "":
+	switch {
+	case o.Health == "":
 		e.clearHealth(HealthControlPlane)
 		e.clearHealth(HealthCredentials)
-	case credentials:
-		e.setHealth(HealthCredentials, problem)
+	case o.Credentials:
+		e.setHealth(HealthCredentials, o.Health)
 		e.clearHealth(HealthControlPlane)
 	default:
-		e.setHealth(HealthControlPlane, problem)
+		e.setHealth(HealthControlPlane, o.Health)
 		e.clearHealth(HealthCredentials)
 	}
 }
@@ -111,12 +114,12 @@ type Reporting struct {
 func (e *Engine) QueryWithReporting(ctx context.Context, f func(*fsm.State, Reporting)) error {
 	return e.Query(ctx, func(st *fsm.State) {
 		var r Reporting
-		if s := e.sub; s != nil {
-			streak, since := s.Streak()
-			r = Reporting{InFlight: s.InFlight(), Streak: string(streak), StreakSince: since,
-				Requests: s.Stats.Requests, Throttled: s.Stats.Throttled, Failed: s.Stats.Failed,
-				Accepted: s.Stats.Accepted, Rejected: s.Stats.Rejected, PaceSeconds: s.Pace().Seconds()}
-			if next := s.NextAttempt(); next.After(e.clock.Now()) {
+		if e.sub != nil {
+			s, n := e.sub.last.Status, e.sub.last.Status.Stats
+			r = Reporting{InFlight: s.InFlight, Streak: string(s.Streak), StreakSince: s.StreakSince,
+				Requests: n.Requests, Throttled: n.Throttled, Failed: n.Failed,
+				Accepted: n.Accepted, Rejected: n.Rejected, PaceSeconds: s.Pace.Seconds()}
+			if next := e.sub.last.At; next.After(e.clock.Now()) {
 				r.NextAttempt = next
 			}
 		}

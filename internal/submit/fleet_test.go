@@ -19,6 +19,7 @@ import (
 // modelAgent is one submitter with its unsent changes.
 type modelAgent struct {
 	sub     *Submitter
+	last    Plan // of its last step
 	pending []fsm.Change
 	inSent  []protocol.StateChange
 	settled time.Time             // when its last change settled
@@ -36,6 +37,18 @@ type wake struct {
 	// arrive: the report in flight reaches the throttle now, and decided: its answer, decided
 	// then, reaches the agent now (a loaded host: fleetModel.transit).
 	arrive, decided bool
+	assigned        bool // the payloads that begin the agent's burst reach it now (a busy host: fleetModel.noise)
+}
+
+// outbox is a model agent's unsent changes.
+type outbox []fsm.Change
+
+func (o outbox) Pending(max int) []fsm.Change { return o[:min(len(o), max)] }
+
+// step hands agent a an event now.
+func (m *fleetModel) step(a *modelAgent, ev Event) Plan {
+	a.last = a.sub.Step(m.now, ev)
+	return a.last
 }
 
 type wakes []wake
@@ -116,7 +129,7 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 			if m.noise > 0 && w == 0 {
 				// The payloads reach this agent lag late (a busy host), its changes up to as
 				// much later again.
-				m.agents[i].sub.Assigned(first.Add(lag))
+				heap.Push(&m.q, wake{at: first.Add(lag), agent: i, assigned: true})
 				lag += time.Duration(m.rng.Float64() * float64(m.noise))
 			}
 			heap.Push(&m.q, wake{at: first.Add(time.Duration(w)*gap + lag), agent: i, add: k})
@@ -143,30 +156,29 @@ func (m *fleetModel) wavesFrom(first time.Time, k, n int, gap time.Duration) (ti
 		case w.reply:
 			m.answer(w.agent, a, w.cut)
 			continue
+		case w.assigned:
+			m.step(a, Polled{Payloads: true, ReceivedAt: m.now})
+			continue
 		}
 		if w.poll {
 			if !m.poll(w.agent, w.at) {
 				continue
 			}
 		}
-		if len(a.pending) == 0 || a.sub.InFlight() {
+		if len(a.pending) == 0 || a.last.Status.InFlight {
 			continue
 		}
-		if !a.sub.Ready(m.now) {
-			if a.sub.Repoll() {
-				m.repoll(w.agent)
-			}
-			heap.Push(&m.q, wake{at: a.sub.NextAttempt(), agent: w.agent})
+		p := m.step(a, Report{Outbox: outbox(a.pending)})
+		if p.Repoll {
+			m.repoll(w.agent)
+		}
+		if a.inSent = p.Send; a.inSent == nil {
+			// Nothing may go now (its slot, a held change, a first report gathering): when it may.
+			heap.Push(&m.q, wake{at: p.At, agent: w.agent})
 			continue
 		}
 		if m.now.Before(a.floor) {
 			m.early++
-		}
-		a.inSent = a.sub.BeginAt(m.now, a.pending[:min(len(a.pending), a.sub.Want())])
-		if a.inSent == nil {
-			// Nothing may go now (a held change, a first report gathering): when it may.
-			heap.Push(&m.q, wake{at: a.sub.NextAttempt(), agent: w.agent})
-			continue
 		}
 		if m.hanging && m.now.Before(m.downTill) {
 			heap.Push(&m.q, wake{at: m.downTill, agent: w.agent, reply: true, cut: true})
@@ -222,7 +234,7 @@ func (m *fleetModel) deliver(i int, a *modelAgent, r protocol.ReportResult) {
 	if r.Outcome == protocol.Throttled {
 		a.floor = m.now.Add(r.RetryAfter) // Retry-After counts from the answer's arrival
 	}
-	o := a.sub.Done(m.now, a.inSent, r)
+	o := m.step(a, Answer{Sent: a.inSent, Result: r})
 	if o.Settled != nil {
 		a.pending = a.pending[len(o.Settled.Accepted):]
 		if len(a.pending) == 0 {
@@ -230,7 +242,7 @@ func (m *fleetModel) deliver(i int, a *modelAgent, r protocol.ReportResult) {
 		}
 	}
 	if len(a.pending) > 0 {
-		next := a.sub.NextAttempt()
+		next := o.At
 		if next.Before(m.now) {
 			next = m.now
 		}
@@ -253,10 +265,8 @@ func (m *fleetModel) poll(i int, at time.Time) bool {
 		return false
 	}
 	p.failing = false
-	if m.hanging && !p.unaware {
-		m.agents[i].sub.Hung(at) // its poll was held and cut at the return
-	}
-	m.agents[i].sub.Answered(at, !p.unaware)
+	// Held: its poll was held and cut at the return.
+	m.step(m.agents[i], Polled{Outage: !p.unaware, Held: m.hanging && !p.unaware})
 	return true
 }
 
@@ -387,9 +397,9 @@ func TestThrottledTogetherRetrySpread(t *testing.T) {
 	var retries []time.Duration
 	for i := 0; i < 20; i++ {
 		s := New(Policy{Seed: uint64(i + 1)})
-		sent := s.BeginAt(t0, batch("c-1"))
-		s.Done(t0, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: ra})
-		w := s.NextAttempt().Sub(t0)
+		sent := offer(s, t0, batch("c-1")).Send
+		p := s.Step(t0, Answer{Sent: sent, Result: protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: ra}})
+		w := p.At.Sub(t0)
 		if w < ra {
 			t.Fatalf("agent %d retries after %v, before Retry-After %v", i, w, ra)
 		}
@@ -414,50 +424,6 @@ func durationsFrom(start time.Time, ds []time.Duration) []time.Time {
 		out[i] = start.Add(d)
 	}
 	return out
-}
-
-// refusedTimes has n reports refused (nothing listens), each sent when due; it returns when
-// the last was sent.
-func refusedTimes(s *Submitter, now time.Time, n int) time.Time {
-	for i := 0; i < n; i++ {
-		if i > 0 {
-			now = s.NextAttempt()
-		}
-		sent := s.BeginAt(now, batch("c-1"))
-		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Network, Err: fmt.Errorf("connection refused")})
-	}
-	return now
-}
-
-// A streak that changes kind starts its backoff afresh: after a long outage, the first 5xx
-// is retried as soon as a first failure would be, not at the outage's grown backoff.
-func TestStreakOfAnotherKindRestartsBackoff(t *testing.T) {
-	s := New(Policy{Seed: 3, Max: 30 * time.Second})
-	refusedTimes(s, t0, 12)
-	now := s.NextAttempt()
-	sent := s.BeginAt(now, batch("c-1"))
-	o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.ServerError, HTTPStatus: 503, Err: fmt.Errorf("HTTP 503")})
-	if w := s.NextAttempt().Sub(now); w > 150*time.Millisecond {
-		t.Fatalf("first 503 after 12 refused connections waits %v; want the first step (≤ 150 ms)", w)
-	}
-	if o.Log == "" {
-		t.Fatal("a streak of another kind is not logged")
-	}
-}
-
-// An answer from the control plane — a successful poll — ends an outage's backoff: the
-// report goes at once (no pace learnt), not when the grown backoff ends.
-func TestAnsweredEndsOutageBackoff(t *testing.T) {
-	s := New(Policy{Seed: 5, Max: 30 * time.Second})
-	now := refusedTimes(s, t0, 13)
-	if w := s.NextAttempt().Sub(now); w < 5*time.Second {
-		t.Fatalf("backoff after 13 refused connections is %v; the test needs it grown", w)
-	}
-	polled := now.Add(time.Second)
-	s.Answered(polled, true)
-	if !s.Ready(polled) {
-		t.Fatalf("a successful poll left the reporter waiting until %v", s.NextAttempt())
-	}
 }
 
 // Retry-After is a floor for a whole fleet too (invariant 13): 200 agents through the tasks
@@ -517,7 +483,7 @@ func fleetModelRounds(t *testing.T, n int, mode string) {
 			m.transit = 0
 			var slots []float64
 			for _, a := range m.agents {
-				slots = append(slots, a.sub.Pace().Seconds())
+				slots = append(slots, a.sub.slot.at.Seconds())
 			}
 			slices.Sort(slots)
 			r0, th0 := m.requests, m.throttle
@@ -600,7 +566,7 @@ func modelOutage(n int, rps float64, burst int, seed uint64, mode string, d time
 	if os.Getenv("AGENTD_FLEET_MODEL") == "debug" {
 		var ds, ss []float64
 		for _, a := range m.agents {
-			ds, ss = append(ds, a.sub.depth.Seconds()), append(ss, a.sub.slot.Seconds())
+			ds, ss = append(ds, a.sub.slot.depth.Seconds()), append(ss, a.sub.slot.at.Seconds())
 		}
 		slices.Sort(ds)
 		slices.Sort(ss)

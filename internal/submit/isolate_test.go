@@ -14,29 +14,25 @@ import (
 
 // drive runs the submitter as the engine does, on a virtual clock, against answer (a control
 // plane), until every change but the ones in never has settled or the budget of reports is
-// spent. It returns the reports sent and the virtual time it took.
-func drive(t *testing.T, s *Submitter, pending []fsm.Change, answer func([]protocol.StateChange, []byte) protocol.ReportResult, budget int) ([][]protocol.StateChange, time.Duration) {
+// spent. It returns the reports sent, the virtual time it took, and the last answer's plan.
+func drive(t *testing.T, s *Submitter, pending []fsm.Change, answer func([]protocol.StateChange, []byte) protocol.ReportResult, budget int) ([][]protocol.StateChange, time.Duration, Plan) {
 	t.Helper()
 	now := t0
 	var sent [][]protocol.StateChange
+	var last Plan
 	for len(sent) < budget && len(pending) > 0 {
-		if !s.Ready(now) {
-			now = s.NextAttempt()
-			continue
-		}
-		cands := pending[:min(len(pending), s.Want())]
-		out := s.BeginAt(now, cands)
-		if out == nil {
-			next := s.NextAttempt()
-			if !next.After(now) {
-				t.Fatalf("Begin chose nothing and NextAttempt %v is not after now %v: the engine would spin", next, now)
+		out := offer(s, now, pending)
+		if out.Send == nil {
+			if !out.At.After(now) {
+				t.Fatalf("nothing sent and the plan's At %v is not after now %v: the engine would spin", out.At, now)
 			}
-			now = next
+			now = out.At
 			continue
 		}
-		body, _ := json.Marshal(protocol.StateChangesRequest{Changes: out})
-		sent = append(sent, out)
-		o := s.Done(now, out, answer(out, body))
+		body, _ := json.Marshal(protocol.StateChangesRequest{Changes: out.Send})
+		sent = append(sent, out.Send)
+		o := s.Step(now, Answer{Sent: out.Send, Result: answer(out.Send, body)})
+		last = o
 		if o.Settled != nil {
 			done := map[string]bool{}
 			for _, id := range o.Settled.Accepted {
@@ -53,13 +49,13 @@ func drive(t *testing.T, s *Submitter, pending []fsm.Change, answer func([]proto
 			}
 			pending = rest
 		}
-		if n := s.NextAttempt(); n.After(now) {
+		if n := o.At; n.After(now) {
 			now = n
 		} else {
 			now = now.Add(time.Millisecond)
 		}
 	}
-	return sent, now.Sub(t0)
+	return sent, now.Sub(t0), last
 }
 
 func changes(tasks, each int) []fsm.Change {
@@ -108,7 +104,7 @@ func TestRefusedChangeIsIsolatedWhileTheRestFlow(t *testing.T) {
 		}
 		return r
 	}
-	sent, took := drive(t, s, pending, wrapped, 60)
+	sent, took, last := drive(t, s, pending, wrapped, 60)
 	for i, r := range sent {
 		withPoison := false
 		for _, c := range r {
@@ -135,7 +131,7 @@ func TestRefusedChangeIsIsolatedWhileTheRestFlow(t *testing.T) {
 	if held := s.Held(); len(held) != 1 || held[0] != poison {
 		t.Fatalf("held %v; want just %s", held, poison)
 	}
-	if h, cred := s.Health(); cred || !strings.Contains(h, poison) || !strings.Contains(h, "task/7") {
+	if h, cred := last.Health, last.Credentials; cred || !strings.Contains(h, poison) || !strings.Contains(h, "task/7") {
 		t.Fatalf("health %q: a held change must make reporting unhealthy, naming it", h)
 	}
 	// Retried alone, with growing waits.
@@ -144,17 +140,14 @@ func TestRefusedChangeIsIsolatedWhileTheRestFlow(t *testing.T) {
 	var times []time.Time
 	now := t0
 	for i := 0; i < 4; i++ {
-		for !s2.Ready(now) {
-			now = s2.NextAttempt()
-		}
-		out := s2.BeginAt(now, lone)
-		if out == nil {
-			now = s2.NextAttempt()
+		out := offer(s2, now, lone)
+		if out.Send == nil {
+			now = out.At
 			i--
 			continue
 		}
 		times = append(times, now)
-		s2.Done(now, out, protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: fmt.Errorf("no")})
+		s2.Step(now, Answer{Sent: out.Send, Result: protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: fmt.Errorf("no")}})
 	}
 	for i := 1; i < len(times); i++ {
 		gap := times[i].Sub(times[i-1])
@@ -184,7 +177,7 @@ func TestTooLargeReportIsSplit(t *testing.T) {
 		}
 		return acceptAll(out)
 	}
-	sent, _ := drive(t, s, pending, answer, 30)
+	sent, _, _ := drive(t, s, pending, answer, 30)
 	n := 0
 	for _, r := range sent {
 		n += len(r)
@@ -209,7 +202,7 @@ func TestReportsStayWithinTheProtocolsLimits(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		cands[i].Reason = strings.Repeat(`"\`, 1750<<10)
 	}
-	out := s.BeginAt(t0, cands)
+	out := offer(s, t0, cands).Send
 	if len(out) == 0 || len(out) == 100 {
 		t.Fatalf("%d changes in the report; want some, cut by size", len(out))
 	}
@@ -224,28 +217,26 @@ func TestReportsStayWithinTheProtocolsLimits(t *testing.T) {
 	}
 }
 
-// When every candidate is held, BeginAt returns nil with nothing in flight, so the next report
-// is not blocked behind one that is never sent, and NextAttempt wakes the engine for it.
+// When every candidate is held, nothing is sent and nothing is in flight, so the next report
+// is not blocked behind one that is never sent, and the plan's At wakes the engine for it.
 func TestAllCandidatesHeldBeginsNothing(t *testing.T) {
 	s := New(Policy{Seed: 6})
 	lone := []fsm.Change{{ID: "c-p", Task: "task/p", Status: event.StatusRunning, At: t0}}
-	if !s.Ready(t0) {
-		t.Fatal("not ready")
+	sent := offer(s, t0, lone).Send
+	if sent == nil {
+		t.Fatal("nothing sent")
 	}
-	sent := s.BeginAt(t0, lone)
-	s.Done(t0, sent, protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: fmt.Errorf("no")})
+	s.Step(t0, Answer{Sent: sent, Result: protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: fmt.Errorf("no")}})
 	now := t0.Add(time.Millisecond)
-	if !s.Ready(now) {
-		t.Fatal("a held change keeps the submitter from others")
+	p := offer(s, now, lone)
+	if p.Send != nil || p.Status.InFlight {
+		t.Fatalf("sent %v (in flight %v) while it is held", p.Send, p.Status.InFlight)
 	}
-	if sent = s.BeginAt(now, lone); sent != nil || s.InFlight() {
-		t.Fatalf("sent %v (in flight %v) while it is held", sent, s.InFlight())
-	}
-	if !s.NextAttempt().After(now) {
-		t.Fatalf("NextAttempt %v: the engine would not wake for the held change", s.NextAttempt())
+	if !p.At.After(now) {
+		t.Fatalf("At %v: the engine would not wake for the held change", p.At)
 	}
 	other := append(lone, fsm.Change{ID: "c-o", Task: "task/o", Status: event.StatusRunning, At: t0})
-	if sent = s.BeginAt(now, other); len(sent) != 1 || sent[0].ID != "c-o" {
+	if sent = offer(s, now, other).Send; len(sent) != 1 || sent[0].ID != "c-o" {
 		t.Fatalf("sent %v; want the other task's change", sent)
 	}
 }
@@ -255,20 +246,19 @@ func TestAllCandidatesHeldBeginsNothing(t *testing.T) {
 func TestHeldChangeThatSettlesIsReleased(t *testing.T) {
 	s := New(Policy{Seed: 8})
 	lone := []fsm.Change{{ID: "c-p", Task: "task/p", Status: event.StatusRunning, At: t0}}
-	sent := s.BeginAt(t0, lone)
-	s.Done(t0, sent, protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: fmt.Errorf("no")})
-	if h, _ := s.Health(); h == "" {
+	sent := offer(s, t0, lone).Send
+	if p := s.Step(t0, Answer{Sent: sent, Result: protocol.ReportResult{Outcome: protocol.BadRequest, HTTPStatus: 400, Err: fmt.Errorf("no")}}); p.Health == "" {
 		t.Fatal("healthy while a change is held")
 	}
-	if sent = s.BeginAt(t0, lone); sent != nil {
-		t.Fatalf("sent %v at once", sent)
+	p := offer(s, t0, lone)
+	if p.Send != nil {
+		t.Fatalf("sent %v at once", p.Send)
 	}
-	later := s.NextAttempt() // when it is due
-	if sent = s.BeginAt(later, lone); len(sent) != 1 {
+	later := p.At // when it is due
+	if sent = offer(s, later, lone).Send; len(sent) != 1 {
 		t.Fatalf("the held change is not retried when due: %v", sent)
 	}
-	s.Done(later, sent, protocol.ReportResult{Outcome: protocol.Settled, HTTPStatus: 200, Accepted: []string{"c-p"}})
-	if h, _ := s.Health(); h != "" || len(s.Held()) != 0 {
-		t.Fatalf("after it settled: health %q, held %v", h, s.Held())
+	if p := s.Step(later, Answer{Sent: sent, Result: protocol.ReportResult{Outcome: protocol.Settled, HTTPStatus: 200, Accepted: []string{"c-p"}}}); p.Health != "" || len(s.Held()) != 0 {
+		t.Fatalf("after it settled: health %q, held %v", p.Health, s.Held())
 	}
 }

@@ -81,11 +81,11 @@ func ParsePlace(v string) (Place, error) {
 	return p, nil
 }
 
-// Place is what the agent has learnt of its place in the fleet, kept now.
-func (s *Submitter) Place(now time.Time) Place {
-	p := Place{Slot: s.slot, Served: s.served, Since429: -1, Kept: now}
-	if s.met429 > 0 && s.underThrottle() { // a new agent's window is not kept: restarted, it is new again
-		p.Since429 = s.bursts - s.met429
+// place is what the agent has learnt of its place in the fleet, kept now (Stop).
+func (s *Submitter) place(now time.Time) Place {
+	p := Place{Slot: s.slot.at, Served: s.slot.served, Since429: -1, Kept: now}
+	if s.gather.met429 > 0 && s.underThrottle() { // a new agent's window is not kept: restarted, it is new again
+		p.Since429 = s.burst.count - s.gather.met429
 	}
 	return p
 }
@@ -93,12 +93,12 @@ func (s *Submitter) Place(now time.Time) Place {
 // Learnt says whether the place says anything (a new agent's says nothing).
 func (p Place) Learnt() bool { return p.Slot > 0 || p.Served > 0 || p.Since429 >= 0 }
 
-// Restore takes a place kept before a restart. One kept over placeFresh ago (or as long ahead:
+// restore takes a place kept before a restart (Restart). One kept over placeFresh ago (or as long ahead:
 // the clock was set back) is stale, and one past what the agent can learn — a slot past the
 // longest backoff, a served time past it and its 5% spread — is refused: a damaged or
 // hand-edited value would hold every burst's first report that long. A naive submitter
 // learns nothing, so it keeps nothing.
-func (s *Submitter) Restore(p Place, now time.Time) error {
+func (s *Submitter) restore(p Place, now time.Time) error {
 	if age := now.Sub(p.Kept); age > placeFresh || age < -placeFresh {
 		return fmt.Errorf("place %s: kept %v before now, past %v: stale", p, age.Round(time.Second), placeFresh)
 	}
@@ -108,11 +108,11 @@ func (s *Submitter) Restore(p Place, now time.Time) error {
 	if s.p.Naive {
 		return nil
 	}
-	s.slot, s.served = p.Slot, p.Served
+	s.slot.at, s.slot.served = p.Slot, p.Served
 	if p.Since429 >= 0 {
-		s.met429, s.bursts = 1, 1+p.Since429
+		s.gather.met429, s.burst.count = 1, 1+p.Since429
 	} else {
-		s.met429 = -gatherBursts - 1 // a place learnt, no 429 lately: not new, not under the throttle
+		s.gather.met429 = -gatherBursts - 1 // a place learnt, no 429 lately: not new, not under the throttle
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func TestAPlaceReadsBackAsKept(t *testing.T) {
 		}
 		age := time.Duration(rapid.Int64Range(-int64(2*time.Hour), int64(2*time.Hour)).Draw(t, "age"))
 		s := New(Policy{Max: longest})
-		err = s.Restore(p, p.Kept.Add(age))
+		err = s.Step(p.Kept.Add(age), Restart{Place: p}).Refused
 		refuse := p.Slot > longest || p.Served > longest+longest/20 || age > time.Hour || age < -time.Hour
 		if refuse != (err != nil) {
 			t.Fatalf("Restore(%v) %v after it was kept, longest backoff %v: %v", p, age, longest, err)
@@ -38,7 +38,7 @@ func TestAPlaceReadsBackAsKept(t *testing.T) {
 		if err == nil {
 			want = p
 		}
-		if held := s.Place(p.Kept); held != want {
+		if held := s.Step(p.Kept, Stop{}).Keep; held != want {
 			t.Fatalf("Restore(%v) %v after: the submitter holds %v; want %v", p, age, held, want)
 		}
 	})
@@ -54,25 +54,26 @@ func TestAPlaceKeptAfterAStreakIsRestored(t *testing.T) {
 	throttledBurst(t, s, start, 0, 40*time.Second) // a turn past Max: the slot is Max
 	// servedAtOnce plays a burst begun by payloads at at, its first report served at once.
 	servedAtOnce := func(s *Submitter, at time.Time) time.Time {
-		s.Assigned(at)
+		s.Step(at, Polled{Payloads: true, ReceivedAt: at})
 		now := at
-		for !s.Ready(now) {
-			now = s.NextAttempt()
+		p := offer(s, now, batch("c-2"))
+		for p.Send == nil {
+			now = p.At
+			p = offer(s, now, batch("c-2"))
 		}
-		sent := s.BeginAt(now, batch("c-2"))
-		s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-2"}})
+		s.Step(now, Answer{Sent: p.Send, Result: protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-2"}}})
 		return now
 	}
 	now := servedAtOnce(s, start.Add(5*time.Minute))
-	p := s.Place(now)
+	p := s.Step(now, Stop{}).Keep
 	if p.Served <= 30*time.Second || p.Since429 != 1 {
 		t.Fatalf("after a slot of Max served at once the place is %v; the test needs a served time past Max, one burst after the 429", p)
 	}
 	again := New(Policy{Max: 30 * time.Second, Seed: 2})
-	if err := again.Restore(p, now.Add(time.Minute)); err != nil {
+	if err := again.Step(now.Add(time.Minute), Restart{Place: p}).Refused; err != nil {
 		t.Fatalf("the place the submitter kept (%v) is refused: %v", p, err)
 	}
-	if got := again.Place(now); got != p {
+	if got := again.Step(now, Stop{}).Keep; got != p {
 		t.Fatalf("restored %v; want %v", got, p)
 	}
 	for range gatherBursts - 1 {

@@ -21,6 +21,12 @@ func batch(ids ...string) []fsm.Change {
 	return out
 }
 
+// offer hands s a report offer now, pending its outbox.
+func offer(s *Submitter, now time.Time, pending []fsm.Change) Plan {
+	return s.Step(now, Report{Outbox: outbox(pending)})
+}
+
+// Each kind of answer settles what it settles, sets its wait, and says its health.
 func TestAnswersAndWaits(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -44,14 +50,14 @@ func TestAnswersAndWaits(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(Policy{Seed: 1})
-			if !s.Ready(t0) {
-				t.Fatal("a new submitter is not ready")
+			sent := offer(s, t0, batch("c-1", "c-2")).Send
+			if sent == nil {
+				t.Fatal("a new submitter sends nothing")
 			}
-			sent := s.BeginAt(t0, batch("c-1", "c-2"))
-			if s.Ready(t0) {
-				t.Fatal("ready while a report is in flight: two reports at once could reorder a task's changes")
+			if again := offer(s, t0, batch("c-1", "c-2")); again.Send != nil {
+				t.Fatal("a second report while one is in flight: two reports at once could reorder a task's changes")
 			}
-			o := s.Done(t0, sent, tc.result)
+			o := s.Step(t0, Answer{Sent: sent, Result: tc.result})
 			n := 0
 			if o.Settled != nil {
 				n = len(o.Settled.Accepted) + len(o.Settled.Rejected)
@@ -59,17 +65,17 @@ func TestAnswersAndWaits(t *testing.T) {
 			if n != tc.settled {
 				t.Fatalf("settled %d; want %d", n, tc.settled)
 			}
-			wait := s.NextAttempt().Sub(t0)
+			wait := o.At.Sub(t0)
 			if tc.settled > 0 {
 				wait = 0
-				if !s.Ready(t0) {
-					t.Fatal("not ready right after a settling answer")
+				if offer(s, t0, batch("c-3")).Send == nil {
+					t.Fatal("nothing sent right after a settling answer")
 				}
 			}
 			if wait < tc.minWait || wait > tc.maxWait {
 				t.Fatalf("waits %v; want %v..%v", wait, tc.minWait, tc.maxWait)
 			}
-			if h, _ := s.Health(); !strings.Contains(h, tc.health) || (tc.health == "" && h != "") {
+			if h := o.Health; !strings.Contains(h, tc.health) || (tc.health == "" && h != "") {
 				t.Fatalf("health %q; want it to mention %q", h, tc.health)
 			}
 			if (o.Attempt != nil) != tc.journaled {
@@ -79,99 +85,21 @@ func TestAnswersAndWaits(t *testing.T) {
 	}
 }
 
-// While throttling lasts the waits grow, stay bounded, and never undercut Retry-After; the
-// first success resets them. Attempts are folded into few journal records and one log line.
-func TestThrottlingBacksOffBoundedAndLogsOnce(t *testing.T) {
-	s := New(Policy{Seed: 7, Max: 10 * time.Second})
-	now := t0
-	var waits, windows []time.Duration
-	logs, journaled := 0, 0
-	for i := 0; i < 40; i++ {
-		sent := s.BeginAt(now, batch("c-1"))
-		o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: 200 * time.Millisecond})
-		w := s.NextAttempt().Sub(now)
-		if w < 200*time.Millisecond {
-			t.Fatalf("attempt %d waits %v, less than Retry-After", i, w)
-		}
-		if w > 15*time.Second {
-			t.Fatalf("attempt %d waits %v, beyond Max × 1.5", i, w)
-		}
-		waits, windows = append(waits, w), append(windows, s.RetryWindow())
-		if o.Log != "" {
-			logs++
-		}
-		if o.Attempt != nil {
-			journaled++
-		}
-		now = s.NextAttempt()
+// throttledBurst plays one burst begun by payloads at start: the first change is ready at
+// start+lag, its report is answered 429 with a Retry-After of ra, and the retry is served.
+// It returns when the retry was served.
+func throttledBurst(t *testing.T, s *Submitter, start time.Time, lag, ra time.Duration) time.Time {
+	t.Helper()
+	s.Step(start, Polled{Payloads: true, ReceivedAt: start})
+	now := start.Add(lag)
+	p := offer(s, now, batch("c-1"))
+	for p.Send == nil {
+		now = p.At
+		p = offer(s, now, batch("c-1"))
 	}
-	// Each wait is a random point of a window that grows while the 429s repeat.
-	if windows[10] < 2*windows[1] {
-		t.Fatalf("the retry window does not grow while throttled: %v (waits %v)", windows[:12], waits[:12])
-	}
-	if logs != 1 {
-		t.Fatalf("%d log lines for one throttling streak; want 1", logs)
-	}
-	if journaled < 2 || journaled > 15 {
-		t.Fatalf("%d report_attempted records for 40 attempts over %v; want them folded", journaled, now.Sub(t0))
-	}
-	sent := s.BeginAt(t0, batch("c-1"))
-	o := s.Done(now, sent, protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
-	if o.Log == "" || !strings.Contains(o.Log, "40 failed attempts") {
-		t.Fatalf("recovery log %q; want it to count the 40 attempts", o.Log)
-	}
-	sent = s.BeginAt(t0, batch("c-2"))
-	s.Done(now, sent, protocol.ReportResult{Outcome: protocol.ServerError, Err: errors.New("x")})
-	if w := s.NextAttempt().Sub(now); w > 150*time.Millisecond {
-		t.Fatalf("backoff not reset by a success: %v", w)
-	}
-}
-
-// A burst this host began (its containers exited after a quiet spell) whose first report
-// waits for the agent's slot asks the poller, once, to poll afresh (Repoll): a long poll begun
-// before a hanging outage is answered as ever after it, and the agent, its report due only
-// after the return, would never learn of the hang. A burst a poll's payloads began does not ask
-// (that poll's successor is fresh), nor one whose report goes at once (the report is the probe).
-// A report of such a burst held in a hang and cut goes at its plain slot: the fleet's agents
-// polled afresh too and learn of the return with it, so none is left unaware to make room for.
-func TestABurstTheHostBeganPollsAfresh(t *testing.T) {
-	s := New(Policy{Seed: 21, ReturnSpread: time.Millisecond})
-	if s.Ready(t0); s.Repoll() {
-		t.Fatal("a first report going at once (no slot learnt) asks for a fresh poll")
-	}
-	s.Done(t0, s.BeginAt(t0, batch("c-0")), protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-0"}})
-	throttledBurst(t, s, t0.Add(time.Minute), 0, 4*time.Second)
-
-	stop := t0.Add(2 * time.Minute)
-	s.Assigned(stop) // the control plane stopped the tasks: the poll that brought it is over
-	if s.Ready(stop.Add(300 * time.Millisecond)) {
-		t.Fatal("the control plane's stop is reported at once, not at the slot")
-	}
-	if s.Repoll() {
-		t.Fatal("a burst a poll's payloads began asks for a fresh poll")
-	}
-	now := s.NextAttempt()
-	s.Done(now, s.BeginAt(now, batch("c-1")), protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}})
-	slot := now.Sub(stop) // where the throttle last served it, which a return replays
-
-	exited := t0.Add(3 * time.Minute) // the host's containers exit: nothing the control plane sent
-	if s.Ready(exited) {
-		t.Fatal("the host's burst is reported at once, not at the slot")
-	}
-	if !s.Repoll() {
-		t.Fatal("a burst this host began, waiting for its slot, asks for no fresh poll")
-	}
-	if s.Ready(exited.Add(time.Second)); s.Repoll() {
-		t.Fatal("a burst asks for a fresh poll twice")
-	}
-	sent := s.NextAttempt()
-	if !s.Ready(sent) {
-		t.Fatalf("the host's burst is not ready at its slot (%v)", sent.Sub(exited))
-	}
-	out := s.BeginAt(sent, batch("c-2"))
-	cut := sent.Add(3 * time.Second) // held in a hang shorter than a long poll, cut at its return
-	s.Done(cut, out, protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("EOF")})
-	if at := s.NextAttempt().Sub(cut); at < slot || at > slot*105/100+time.Millisecond {
-		t.Fatalf("a report of a burst that polled afresh, held 3 s and cut, retries %v later; want where the throttle last served it, %v (+5%%), unstretched", at, slot)
-	}
+	p = s.Step(now, Answer{Sent: p.Send, Result: protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: ra}})
+	now = p.At
+	p = offer(s, now, batch("c-1"))
+	s.Step(now, Answer{Sent: p.Send, Result: protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}}})
+	return now
 }

@@ -1,0 +1,58 @@
+package submit
+
+import "time"
+
+// Retry-After is a floor, never a target (DESIGN.md invariant 13): after a 429 no report goes
+// before it, and the retry is spread by jitter over a window past it. A retry throttled again
+// grows the window (the fleet came back together: a throttle naming only its next token tells
+// everyone the same time), one served at once halves it (Retry-After named this agent's turn,
+// or the agent is alone: a window kept wide would leave its tokens idle — `bench throttled`).
+
+// retryWindow is what the last 429s taught.
+type retryWindow struct {
+	window time.Duration // how far past Retry-After a retry is spread
+	turnAt time.Time     // when the last 429's Retry-After ended: the earliest the throttle would serve
+}
+
+const (
+	windowGrow   = 2.0 // a retry throttled again
+	windowShrink = 0.5 // a retry served at once
+	minWindow    = 5 * time.Millisecond
+)
+
+// throttled is the wait after a 429 with Retry-After ra, answered at arrived: at least ra,
+// then a random point of the retry window, which a repeated 429 grows (up to Max). The turn
+// it names counts from the answer's arrival (where the throttle put this agent, however late
+// a busy host read it); the wait from now, so Retry-After stays a floor.
+func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bool) time.Duration {
+	s.retry.turnAt = arrived.Add(ra)
+	if !s.burst.start.IsZero() {
+		// Where the queue of this burst ended when this agent joined it (the last report of a
+		// burst joins behind the others' follow-ups): what the fleet's burst takes.
+		s.slot.depth = min(max(s.slot.depth, s.retry.turnAt.Sub(s.burst.start)), s.p.Max)
+	}
+	switch {
+	case s.retry.window == 0:
+		// The first: over Retry-After itself (a throttle naming its next token tells everyone
+		// throttled together the same short time), at least the first backoff step, at most
+		// four (a throttle naming turns has spread them already).
+		s.retry.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
+	case again:
+		// Throttled again right at Retry-After: the throttle names only its next token and the
+		// fleet is queued behind it (a turn is served when it comes). Spread over at least
+		// what is left of the fleet's burst as this agent knows it, not just twice the window.
+		// While the streak is younger than the fleet's burst, never wider than the burst: past
+		// it the tokens would wait for the retries. A streak outlasting it is the control plane
+		// asking for less: the window grows on, to Max (PROTOCOL.md §3: back off further).
+		burst := max(s.slot.at, s.slot.depth)
+		w := time.Duration(windowGrow * float64(s.retry.window))
+		if !s.burst.start.IsZero() {
+			w = max(w, burst-now.Sub(s.burst.start))
+		}
+		if burst > 0 && now.Sub(s.streak.since) < burst {
+			w = min(w, max(burst, 4*s.p.Initial))
+		}
+		s.retry.window = min(w, s.p.Max)
+	}
+	return ra + s.spread(s.retry.window)
+}

@@ -1,0 +1,104 @@
+package submit
+
+import "time"
+
+// A burst's first report goes at the agent's slot: how long after a burst of changes began
+// (an operator's stop, the tasks starting) the throttle served the burst's first report, the
+// last time it had to wait for it. A fleet that comes back in the order the throttle served
+// it, at the times it served it, arrives at the throttle's rate: no agent needs to know the
+// fleet's size or the rate (each learns only its own place), and the throttle is busy from the
+// first instant without a wave of 429s. A report served at its first try had tokens to spare,
+// so the slot shrinks (slotProbe) and the fleet packs tighter; one that was kept out takes the
+// time it was served as its slot. The reference control plane's Retry-After names each
+// client's turn, so a throttled agent learns its place in one 429; under a throttle that names
+// only the next token the places come out of the retries (the order is the throttle's, not a
+// plan). The shrink is a probe, not a place: burst after burst it moves the agents served at
+// once into the seconds the agents kept out learn as their turns, so the slots grow denser
+// than the throttle in places (bench fleet, 1,000 agents at 50/s: 65 and 78 slots in one
+// second). A storm sorts that out in its own queue; a return from an outage would replay it as
+// a herd. So the agent also keeps served, when in its last burst the throttle did serve the
+// first report, and a return replays that (outage.go): the throttle's own schedule, at its
+// rate. A backlog's later reports go about one learnt spacing apart, at the rate it was served.
+
+// slot is the agent's place in the fleet, as the throttle taught it.
+type slot struct {
+	at     time.Duration // where in a burst the next one's first report goes: the throttle's last turn for it, shrunk while served at once
+	served time.Duration // when in its last burst the throttle served this agent's first report: what a return replays
+	depth  time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it
+	space  time.Duration // learnt spacing of a backlog's reports
+}
+
+const (
+	slotShrink = 0.95 // a backlog's spacing when served at the first try; the depth at each burst
+	// slotProbe is how far a slot shrinks when its burst's first report was served at its
+	// first try. Less than the slot's spread (5%, 2.5% on average) so the fleet keeps a little
+	// slack: with none, one agent early for its token takes the turn of the next, and every
+	// one after it is answered 429 once (a turn-naming throttle queues them all behind it) —
+	// bench fleet at 200 agents, shrinking 5% a burst: 35% of the restart's requests 429.
+	// The price: a slot learnt long ago fades slowly (halved in about 34 bursts served at once,
+	// where 5% took 14) once the control plane stops throttling or the fleet gets smaller.
+	slotProbe   = 0.98
+	spaceWaited = 0.75 // a backlog's next report keeps this share of how long the last was kept out
+)
+
+// settledPaced learns from a report that settled (waited: how long the throttle kept it out,
+// 0 when served at its first try) and says when the next report of a backlog may go: about
+// one learnt spacing after the last was sent, so an agent with a backlog sends at the rate it
+// was served rather than at once into a 429.
+func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time {
+	if s.p.Naive {
+		return time.Time{}
+	}
+	if waited > 0 {
+		// The last retry was served at once.
+		s.retry.window = max(time.Duration(windowShrink*float64(s.retry.window)), minWindow)
+	}
+	if s.burst.open && s.outage.burstPlaced {
+		// Placed from a return (Answered): when it was served says where the return put it,
+		// counted from a burst the outage broke, not the agent's place in the fleet. It
+		// teaches neither (the outage's length in its slot and served time would push the
+		// agent later with every outage, up to Max).
+		s.burst.open = false
+	}
+	if s.burst.open && !s.burst.start.IsZero() {
+		// The burst's first report: its slot.
+		if waited > 0 {
+			// The earliest the throttle would serve it (the last Retry-After), not when the
+			// retry came: the jitter after Retry-After is this agent's, not its place.
+			// At most Max: a burst kept out longer (minutes of 429s) says the control plane was
+			// refusing everyone, not where this agent stands in the fleet.
+			s.slot.at = min(s.retry.turnAt.Sub(s.burst.start), s.p.Max)
+			s.slot.served = s.slot.at
+		} else {
+			// Served when it was sent, which was at its slot (and its spread, at most 5%)
+			// unless the agent had its first change ready only later: the host's delay (a
+			// container slow to stop) is not a place in the fleet, and an agent with no
+			// slot, which sends at once, has none to replay. (A burst whose first report
+			// failed otherwise, in an outage, teaches neither: Done ends it.)
+			s.slot.served = min(max(s.send.last.Sub(s.burst.start), 0), s.slot.at+s.slot.at/20)
+			s.slot.at = time.Duration(slotProbe * float64(s.slot.at))
+		}
+		if s.slot.at < minWindow {
+			s.slot.at = 0
+		}
+		if s.slot.served < minWindow {
+			s.slot.served = 0
+		}
+		s.burst.open = false
+	}
+	if waited == 0 {
+		s.slot.space = time.Duration(slotShrink * float64(s.slot.space))
+	} else {
+		s.slot.space = min(max(s.slot.space, time.Duration(spaceWaited*float64(waited))), s.p.Max)
+	}
+	if s.slot.space < minWindow {
+		s.slot.space = 0
+		return time.Time{}
+	}
+	// Jittered on the early side only: a report late for its token leaves it idle, one early
+	// is told to wait for it.
+	if next := s.send.last.Add(time.Duration(float64(s.slot.space) * (0.5 + 0.5*s.rng.Float64()))); next.After(now) {
+		return next
+	}
+	return time.Time{}
+}
