@@ -83,7 +83,7 @@ func printFleet(res benchmark.FleetResult) {
 	o := res.Options
 	fmt.Printf("fleet: %d agents × %d tasks, one control plane throttled to %g req/s (burst %d), outage %v, journals on %s (%s)\n",
 		o.Agents, o.Tasks, o.RPS, o.Burst, o.Outage, res.JournalDir, res.JournalFS)
-	fmt.Printf("%-8s %-10s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %-22s  %s\n", "policy", "429 names", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "slot p10/p50/p90/max s", "ideal p50/p99 s")
+	fmt.Printf("%-8s %-10s %-15s %8s %8s %7s %5s %9s %6s %7s %7s %7s %5s %5s %5s  %-22s  %-15s  %s\n", "policy", "429 names", "scenario", "floor s", "settle s", "×floor", "done", "requests", "429 %", "p50 s", "p99 s", "max s", "herd", "early", "twice", "slot p10/p50/p90/max s", "ideal p50/p99 s", "host's best s/p50/p99")
 	for _, r := range res.Rows {
 		herd := "-"
 		if strings.HasPrefix(r.Scenario, "outage") {
@@ -93,9 +93,13 @@ func printFleet(res benchmark.FleetResult) {
 		if !r.Finished {
 			done = "NO"
 		}
-		fmt.Printf("%-8s %-10s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %-22s  %.1f/%.1f\n", r.Policy, r.RetryAfter, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
+		best := "-"
+		if r.HostBest > 0 {
+			best = fmt.Sprintf("%.1f/%.1f/%.1f", r.HostBest, r.HostBestP50, r.HostBestP99)
+		}
+		fmt.Printf("%-8s %-10s %-15s %8.1f %8.1f %7.2f %5s %9d %6.0f %7.1f %7.1f %7.1f %5s %5d %5d  %-22s  %-15s  %s\n", r.Policy, r.RetryAfter, r.Scenario, r.FloorSeconds, r.Seconds, r.VsFloor, done,
 			r.Requests, 100*r.ThrottledShare, r.AgentP50, r.AgentP99, r.AgentMax, herd, r.EarlyCleanups, r.SettledTwice,
-			fmt.Sprintf("%.1f/%.1f/%.1f/%.1f", r.PaceP10, r.PaceP50, r.PaceP90, r.PaceMax), r.IdealP50, r.IdealP99)
+			fmt.Sprintf("%.1f/%.1f/%.1f/%.1f", r.PaceP10, r.PaceP50, r.PaceP90, r.PaceMax), fmt.Sprintf("%.1f/%.1f", r.IdealP50, r.IdealP99), best)
 	}
 	if o.Processes {
 		fmt.Printf("agents as processes of their own; journal verify (each process, at its clean stop): %d findings\n", res.JournalIssues)
@@ -141,6 +145,11 @@ func fleetRows(res benchmark.FleetResult) []benchRow {
 			}
 		}
 		kind := fmt.Sprintf("[%s] %s", r.RetryAfter, r.Scenario)
+		if r.HostBest > 0 {
+			// What no policy could beat on this host as loaded (benchmark.hostBest): where it is
+			// over a target, the target was out of reach in this run.
+			base += fmt.Sprintf("; host's best %.2f×", r.HostBest/math0(r.FloorSeconds))
+		}
 		name := fmt.Sprintf("%s: settle ÷ floor (%.1fs), %d agents", kind, r.FloorSeconds, r.Agents)
 		share := benchRow{bench, kind + ": share of requests answered 429, %", 100 * r.ThrottledShare, fmt.Sprintf("%d requests", r.Requests), 0, "≤ 25", r.ThrottledShare <= 0.25}
 		switch {
@@ -169,9 +178,9 @@ func fleetRows(res benchmark.FleetResult) []benchRow {
 				benchRow{bench, name, r.VsFloor, base, 0, "≤ 1.25x", r.Finished && r.VsFloor <= 1.25},
 				share,
 				benchRow{bench, kind + ": per-agent settle p50 ÷ the ideal schedule's", r.AgentP50 / math0(r.IdealP50),
-					fmt.Sprintf("p50 %.1fs; ideal %.1fs", r.AgentP50, r.IdealP50), 0, "≤ 1.5", r.AgentP50 <= 1.5*r.IdealP50},
+					fmt.Sprintf("p50 %.1fs; ideal %.1fs, host's best %.1fs", r.AgentP50, r.IdealP50, r.HostBestP50), 0, "≤ 1.5", r.AgentP50 <= 1.5*r.IdealP50},
 				benchRow{bench, kind + ": per-agent settle p99 ÷ the ideal schedule's", r.AgentP99 / math0(r.IdealP99),
-					fmt.Sprintf("p99 %.1fs, max %.1fs; ideal %.1fs", r.AgentP99, r.AgentMax, r.IdealP99), 0, "≤ 1.25", r.AgentP99 <= 1.25*r.IdealP99})
+					fmt.Sprintf("p99 %.1fs, max %.1fs; ideal %.1fs, host's best %.1fs", r.AgentP99, r.AgentMax, r.IdealP99, r.HostBestP99), 0, "≤ 1.25", r.AgentP99 <= 1.25*r.IdealP99})
 		case strings.HasPrefix(r.Scenario, "outage"):
 			rows = append(rows,
 				benchRow{bench, name, r.VsFloor, base, 0, "≤ 1.5x", r.Finished && r.VsFloor <= 1.5},

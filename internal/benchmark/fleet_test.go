@@ -215,3 +215,30 @@ func TestAStormCancelledInItsCalmSaysSo(t *testing.T) {
 		t.Fatalf("returned %v after the cancel, not at once (the calm is %v)", waited, f.calm())
 	}
 }
+
+// The host's best schedule is the ideal one when every host is ready at once, and never serves
+// an agent before its host was ready nor faster than the bucket allows.
+func TestHostBestIsTheIdealWhenEveryHostIsReady(t *testing.T) {
+	cases := []struct {
+		name           string
+		ready          []float64
+		last, p50, p99 float64
+	}{
+		{"200 ready at once", make([]float64, 200), 9.0, 4.05, 8.9},
+		{"ready later than the tokens", []float64{0, 1, 2, 3}, 3, 2, 3},
+		{"the bucket spent, then one a token", []float64{0, 0, 0, 0, 0}, 0.15, 0.05, 0.15},
+	}
+	for _, c := range cases {
+		burst := 20
+		if len(c.ready) < 20 {
+			burst = 2
+		}
+		last, p50, p99 := hostBest(c.ready, burst, 20)
+		if math.Abs(last-c.last) > 1e-9 || math.Abs(p50-c.p50) > 1e-9 || math.Abs(p99-c.p99) > 1e-9 {
+			t.Errorf("%s: last %.3f p50 %.3f p99 %.3f; want %.3f %.3f %.3f", c.name, last, p50, p99, c.last, c.p50, c.p99)
+		}
+	}
+	if ip50, ip99 := idealAgents(200, 20, 20, 20); math.Abs(ip50-4.05) > 1e-9 || math.Abs(ip99-8.9) > 1e-9 {
+		t.Errorf("the ideal schedule: p50 %.3f p99 %.3f; want 4.05 and 8.9, as the host's best with every host ready", ip50, ip99)
+	}
+}

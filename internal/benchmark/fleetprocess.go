@@ -31,6 +31,7 @@ import (
 //
 //	child → bench: "ready" (its engine runs), "removed" / "removed early" (a container removed,
 //	  early when the control plane had not accepted its task's STOPPED, asked over HTTP),
+//	  "stopping" (a container's stop begun: the bench times it, fleetAgent.lastStop),
 //	  "exited" (its running containers stopped), "verified N" (journal verify's findings, at
 //	  its clean stop)
 //	bench → child: SIGUSR1 (stop your running containers: an outage's exits), SIGTERM (stop
@@ -83,6 +84,8 @@ func (f *fleet) spawn(ctx context.Context, a *fleetAgent) error {
 				if line == "removed early" {
 					f.early.Add(1)
 				}
+			case line == "stopping":
+				a.stopped()
 			case line == "exited":
 				p.exited <- struct{}{}
 			case strings.HasPrefix(line, "verified "):
@@ -229,7 +232,7 @@ func RunFleetAgent(ctx context.Context, o FleetAgentOptions, out io.Writer) erro
 			say("removed")
 		}
 	}
-	if err := openAgent(ctx, a, o.Backend, accepted, removed); err != nil {
+	if err := openAgent(ctx, a, o.Backend, accepted, removed, func() { say("stopping") }); err != nil {
 		return fmt.Errorf("agent %s in %s: %w", o.AgentID, o.Dir, err)
 	}
 	say("ready")
