@@ -81,17 +81,17 @@ type FleetRow struct {
 	Herd           float64 `json:"herd_factor,omitempty"` // outage: most requests in a 1-s window of the first 30 s back ÷ rps
 	// HostBest is the storm's settle time in the best schedule this host allowed (hostBest):
 	// each agent served as soon as its host had begun its last stop and a token was free.
-	HostBest    float64 `json:"host_best_seconds,omitempty"`
-	HostBestP50 float64 `json:"host_best_agent_p50_seconds,omitempty"`
-	HostBestP99 float64 `json:"host_best_agent_p99_seconds,omitempty"`
-	PaceP10        float64 `json:"pace_p10_seconds"`      // the agents' learnt slot (submit's Pace) when the scenario began
-	PaceP50        float64 `json:"pace_p50_seconds"`
-	PaceP90        float64 `json:"pace_p90_seconds"`
-	PaceMax        float64 `json:"pace_max_seconds"`
-	Cleanups       int     `json:"cleanups"`       // containers removed (the agents cleaned up)
-	EarlyCleanups  int     `json:"early_cleanups"` // containers removed before their task's STOPPED was accepted
-	SettledTwice   int     `json:"settled_twice"`  // STOPPED changes accepted more than once, or never, or violations
-	Duplicates     int     `json:"duplicate_ids"`  // the same change id re-sent after it was accepted (an answer lost)
+	HostBest      float64 `json:"host_best_seconds,omitempty"`
+	HostBestP50   float64 `json:"host_best_agent_p50_seconds,omitempty"`
+	HostBestP99   float64 `json:"host_best_agent_p99_seconds,omitempty"`
+	PaceP10       float64 `json:"pace_p10_seconds"` // the agents' learnt slot (submit's Pace) when the scenario began
+	PaceP50       float64 `json:"pace_p50_seconds"`
+	PaceP90       float64 `json:"pace_p90_seconds"`
+	PaceMax       float64 `json:"pace_max_seconds"`
+	Cleanups      int     `json:"cleanups"`       // containers removed (the agents cleaned up)
+	EarlyCleanups int     `json:"early_cleanups"` // containers removed before their task's STOPPED was accepted
+	SettledTwice  int     `json:"settled_twice"`  // STOPPED changes accepted more than once, or never, or violations
+	Duplicates    int     `json:"duplicate_ids"`  // the same change id re-sent after it was accepted (an answer lost)
 }
 
 // FleetResult is every row, and what the fleet cost.
