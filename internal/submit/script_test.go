@@ -43,6 +43,7 @@ type script struct {
 	outbox []fsm.Change
 	sent   []protocol.StateChange // the report in flight
 	last   Plan
+	window time.Duration // the retry window after the last step (retry.go), printed when it moves
 }
 
 func (s *script) do(t *testing.T, d *datadriven.TestData) string {
@@ -100,7 +101,7 @@ func (s *script) do(t *testing.T, d *datadriven.TestData) string {
 // answer hands the submitter the answer to the report in flight, and settles what it settles.
 func (s *script) answer(t *testing.T, d *datadriven.TestData) string {
 	if s.sent == nil {
-		d.Fatalf(t, "no report in flight")
+		return "no report in flight\n"
 	}
 	var r protocol.ReportResult
 	switch kind := d.CmdArgs[0].Key; kind {
@@ -171,8 +172,8 @@ func (s *script) answer(t *testing.T, d *datadriven.TestData) string {
 // (with the wait from now), and whatever else it says.
 func (s *script) step(ev Event) string {
 	p := s.sub.Step(s.now, ev)
-	pace := s.last.Status.Pace
-	s.last = p
+	pace, window := s.last.Status.Pace, s.window
+	s.last, s.window = p, s.sub.retry.window
 	var b strings.Builder
 	if p.Send != nil {
 		s.sent = p.Send
@@ -202,6 +203,9 @@ func (s *script) step(ev Event) string {
 	}
 	if p.Status.Pace != pace {
 		fmt.Fprintf(&b, "slot %v\n", p.Status.Pace.Round(time.Millisecond))
+	}
+	if s.window != window {
+		fmt.Fprintf(&b, "retry window %v\n", s.window.Round(time.Millisecond))
 	}
 	if p.Refused != nil {
 		fmt.Fprintf(&b, "refused %v\n", p.Refused)
