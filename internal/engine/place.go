@@ -7,10 +7,11 @@ import (
 )
 
 // PlaceKey names the journal meta value that keeps the reporter's place in the fleet across a
-// restart (submit.Place, submit.Stop). It is a hint, not state: the projection never reads it, a crash keeps
-// the place of the last clean stop, and a value that cannot be used (malformed, past what an
-// agent learns, or stale) is dropped with a warning and overwritten at the next clean stop —
-// the agent learns its place again from the throttle, as a new agent does.
+// restart (submit.Place: Stop gives it, Restart takes it back). It is a hint, not state: the
+// projection never reads it, a crash keeps the place of the last clean stop, and a value that
+// cannot be used (malformed, past what an agent learns, or stale) is dropped with a warning
+// and overwritten at the next clean stop — the agent learns its place again from the
+// throttle, as a new agent does.
 const PlaceKey = "submit_place"
 
 // restorePlace gives the new submitter the place the journal keeps.

@@ -79,9 +79,9 @@ func (e *Engine) poller(ctx context.Context) {
 }
 
 // livePoll is the poll in flight, which the loop cuts when a burst its host began waits for
-// the agent's slot (submit.Plan.Repoll): a long poll begun before a hanging outage is answered as
-// ever after it, and its agent would never learn of the hang; the poll begun in its place is
-// held in it and cut at the return with every other request. A cut poll is not a failure:
+// the agent's slot (submit.Plan.Repoll): a long poll begun before a hanging outage is answered
+// as ever after it, and its agent would never learn of the hang; the poll begun in its place
+// is held in it and cut at the return with every other request. A cut poll is not a failure:
 // the poller asks again at once. A cut between polls cuts nothing: the next poll is begun
 // after the burst anyway.
 type livePoll struct {

@@ -8,8 +8,7 @@ import "time"
 
 // gathering is what the wait is judged by.
 type gathering struct {
-	coming bool // the runtime is making calls whose outcomes are changes (Report.Coming)
-	met429 int  // the burst (of burst.count, at least 1) in which a report last met a 429; 0: none, the agent is new; below: a restored place with none lately (underThrottle)
+	met429 int // the burst (of burst.count, at least 1) in which a report last met a 429; 0: none, the agent is new; below: a restored place with none lately (underThrottle)
 }
 
 const (
@@ -23,16 +22,16 @@ const (
 	gatherBursts = 10
 )
 
-// gathers holds the first report of a burst while the runtime is still making the calls
-// whose outcomes are its changes (Report.Coming): a stop of every task comes out of a busy host's
-// runtime over hundreds of ms, and a first report sent with the first of them spends one of
-// the fleet's tokens on a part, the rest following in a second request (the bench's storm: 30
-// of 200 agents reported 2 changes, then 18, where the floor counts one request an agent; 25
-// extra tokens, and the front of the fleet crowded into 429s). Only under a throttle (the
-// agent's reports met a 429 in this burst or one of the gatherBursts before it, or it is new
-// to its control plane), only in the burst's first maxGather, never past a full batch.
-func (s *Submitter) gathers(now time.Time, n int) bool {
-	if !s.gather.coming || !s.burst.open || s.p.Naive || !s.underThrottle() || !s.send.last.Before(s.burst.start) || n >= s.isolate.limit {
+// gathers holds the first report of a burst while the runtime is still making the calls whose
+// outcomes are its changes (coming: Report.Coming): a stop of every task comes out of a busy
+// host's runtime over hundreds of ms, and a first report sent with the first of them spends
+// one of the fleet's tokens on a part, the rest following in a second request (the bench's
+// storm: 30 of 200 agents reported 2 changes, then 18, where the floor counts one request an
+// agent; 25 extra tokens, and the front of the fleet crowded into 429s). Only under a throttle
+// (the agent's reports met a 429 in this burst or one of the gatherBursts before it, or it is
+// new to its control plane), only in the burst's first maxGather, never past a full batch.
+func (s *Submitter) gathers(now time.Time, n int, coming bool) bool {
+	if !coming || !s.burst.open || s.p.Naive || !s.underThrottle() || !s.send.last.Before(s.burst.start) || n >= s.isolate.limit {
 		return false
 	}
 	until := s.burst.start.Add(maxGather)

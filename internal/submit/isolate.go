@@ -39,10 +39,10 @@ const MaxHeldWait = 10 * time.Minute
 const envelope = len(`{"changes":[]}`)
 
 // choose picks what the next report carries from candidates (oldest first): a held change that
-// is due, alone; else, in order, up to s.isolate.limit changes of tasks with no held change before them,
-// whose body stays within protocol.MaxRequestBody. It also forgets held changes that are no
-// longer pending (settled, or carried by a later change of their subject). The zero time
-// returned is when a held change is next due, when nothing could be chosen.
+// is due, alone; else, in order, up to isolation.limit changes of tasks with no held change
+// before them, whose body stays within protocol.MaxRequestBody. It also forgets held changes
+// that are no longer pending (settled, or carried by a later change of their subject). The zero
+// time returned is when a held change is next due, when nothing could be chosen.
 func (s *Submitter) choose(now time.Time, candidates []fsm.Change, complete bool) ([]protocol.StateChange, time.Time) {
 	if complete && len(s.isolate.held) > 0 {
 		present := make(map[string]bool, len(candidates))

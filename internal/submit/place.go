@@ -93,11 +93,11 @@ func (s *Submitter) place(now time.Time) Place {
 // Learnt says whether the place says anything (a new agent's says nothing).
 func (p Place) Learnt() bool { return p.Slot > 0 || p.Served > 0 || p.Since429 >= 0 }
 
-// restore takes a place kept before a restart (Restart). One kept over placeFresh ago (or as long ahead:
-// the clock was set back) is stale, and one past what the agent can learn — a slot past the
-// longest backoff, a served time past it and its 5% spread — is refused: a damaged or
-// hand-edited value would hold every burst's first report that long. A naive submitter
-// learns nothing, so it keeps nothing.
+// restore takes a place kept before a restart (Restart). One kept over placeFresh ago (or as
+// long ahead: the clock was set back) is stale, and one past what the agent can learn — a slot
+// past the longest backoff, a served time past it and its 5% spread — is refused: a damaged or
+// hand-edited value would hold every burst's first report that long. A naive submitter learns
+// nothing, so it keeps nothing.
 func (s *Submitter) restore(p Place, now time.Time) error {
 	if age := now.Sub(p.Kept); age > placeFresh || age < -placeFresh {
 		return fmt.Errorf("place %s: kept %v before now, past %v: stale", p, age.Round(time.Second), placeFresh)

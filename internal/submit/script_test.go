@@ -19,11 +19,11 @@ import (
 // output is the plan, as data; the script says what each report sent came to. Times print
 // from the script's start (t+…).
 //
-//	submitter [seed=N] [max=D] [naive]    a new submitter at t+0 (seed 1 unless given)
+//	submitter [seed=N] [max=D] [poll-wait=D] [naive]  a new submitter at t+0 (seed 1 unless given)
 //	changes ID[@TASK] ...                 changes join the outbox (task: task/ID unless given)
 //	tick D | until D                      time passes by D / to t+D
 //	next                                  time passes to the last plan's At
-//	report [coming]                       offer a report: Step(Report), the runtime still making changes or not
+//	report [coming]                       offer a report (Step(Report)); coming: changes still being made
 //	answer settled [reject=ID,..]         the answer to the report in flight, arriving now
 //	       429 [retry-after=D] [arrived=-D]  (arrived: it reached the host D before now)
 //	       refused | cut | 500 | 401 | 400 | 413
@@ -53,6 +53,9 @@ func (s *script) do(t *testing.T, d *datadriven.TestData) string {
 		d.MaybeScanArgs(t, "seed", &p.Seed)
 		if d.HasArg("max") {
 			p.Max = s.duration(t, d, "max")
+		}
+		if d.HasArg("poll-wait") {
+			p.PollWait = s.duration(t, d, "poll-wait")
 		}
 		p.Naive = d.HasArg("naive")
 		*s = script{sub: New(p), now: t0}

@@ -36,9 +36,8 @@ func (s *Submitter) offered(now time.Time, r Report) Plan {
 	if !ready {
 		return p
 	}
-	s.gather.coming = r.Coming
 	candidates := r.Outbox.Pending(s.want())
-	if s.gathers(now, len(candidates)) {
+	if s.gathers(now, len(candidates), r.Coming) {
 		return p
 	}
 	out, wake := s.choose(now, candidates, len(candidates) < s.want())

@@ -8,6 +8,9 @@ import (
 	"github.com/agentd/agentd/internal/protocol"
 )
 
+// The submitter is its tuning (Policy), its one generator of jitter, and its state in named
+// parts, each in the file of what it guards: no field outside them.
+
 // BatchSize is the most changes one request carries (PROTOCOL.md §3).
 const BatchSize = protocol.MaxChangesPerRequest
 

@@ -85,21 +85,38 @@ func TestAnswersAndWaits(t *testing.T) {
 	}
 }
 
+// sendWhenDue offers pending from now on, at each plan's At, until a report goes: it returns
+// the report and when it went.
+func sendWhenDue(t *testing.T, s *Submitter, now time.Time, pending []fsm.Change) ([]protocol.StateChange, time.Time) {
+	t.Helper()
+	for range 100 {
+		p := offer(s, now, pending)
+		if p.Send != nil {
+			return p.Send, now
+		}
+		if !p.At.After(now) {
+			t.Fatalf("nothing sent at %v and nothing due later (At %v)", now.Sub(t0), p.At.Sub(t0))
+		}
+		now = p.At
+	}
+	t.Fatalf("nothing sent in 100 offers from %v", now.Sub(t0))
+	return nil, now
+}
+
 // throttledBurst plays one burst begun by payloads at start: the first change is ready at
 // start+lag, its report is answered 429 with a Retry-After of ra, and the retry is served.
 // It returns when the retry was served.
 func throttledBurst(t *testing.T, s *Submitter, start time.Time, lag, ra time.Duration) time.Time {
 	t.Helper()
 	s.Step(start, Polled{Payloads: true, ReceivedAt: start})
-	now := start.Add(lag)
-	p := offer(s, now, batch("c-1"))
-	for p.Send == nil {
-		now = p.At
-		p = offer(s, now, batch("c-1"))
-	}
-	p = s.Step(now, Answer{Sent: p.Send, Result: protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: ra}})
-	now = p.At
-	p = offer(s, now, batch("c-1"))
-	s.Step(now, Answer{Sent: p.Send, Result: protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}}})
+	sent, now := sendWhenDue(t, s, start.Add(lag), batch("c-1"))
+	p := s.Step(now, Answer{Sent: sent, Result: protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: ra}})
+	sent, now = sendWhenDue(t, s, p.At, batch("c-1"))
+	s.Step(now, Answer{Sent: sent, Result: protocol.ReportResult{Outcome: protocol.Settled, Accepted: []string{"c-1"}}})
 	return now
+}
+
+// refused answers sent: nothing listens (or the connection broke: err).
+func refused(err string) protocol.ReportResult {
+	return protocol.ReportResult{Outcome: protocol.Network, Err: errors.New(err)}
 }
