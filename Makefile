@@ -190,7 +190,8 @@ bench: build build-bench
 	./$(BENCH_BIN) all $(BENCH_FLAGS)
 
 ## bench-fleet: 1,000 whole agents in one process against one control plane throttled to
-## 50 req/s: storm, slow control plane, outages (refused, hanging), the naive policy beside;
+## 50 req/s, a fleet for each throttle kind (Retry-After naming the turn, the next token, nothing):
+## storm, slow control plane, outages (refused, hanging), restart, the naive policy beside;
 ## exits non-zero when a target is missed. Journals on FLEET_JOURNALS (a tmpfs by default).
 FLEET_JOURNALS ?= /dev/shm
 bench-fleet: build-bench

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/benchmark"
+	"github.com/agentd/agentd/internal/controlplane"
 )
 
 type benchAllCmd struct {
@@ -133,6 +134,18 @@ func (b *benchAllCmd) Run(ctx context.Context, agentd agentdFlag) error {
 		return err
 	}
 	for _, r := range fleetRows(fl) {
+		add(r)
+	}
+	// The storm again with every agent a process of its own: a busy host's scheduling delays in
+	// the measure (judged on its 429s under turn and next-token).
+	po := fo
+	po.Policies, po.Scenarios, po.Processes, po.Self = []string{"agentd"}, []string{"storm"}, true, self
+	po.RetryAfter = []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken}
+	pl, err := benchmark.Fleet(ctx, po)
+	if err != nil {
+		return err
+	}
+	for _, r := range fleetRows(pl) {
 		add(r)
 	}
 	cpRows, err := runControlplaneBench(ctx, self)

@@ -35,6 +35,7 @@ type cli struct {
 	CP           benchCPCmd        `cmd:"" name:"controlplane" help:"The reference control plane (a child process) with N agents each holding a long poll: its RSS and goroutines per agent."`
 	All          benchAllCmd       `cmd:"" help:"Every benchmark, one table: figure, baseline, ratio, target, pass/fail."`
 	ServeCP      serveCPCmd        `cmd:"" name:"serve-controlplane" hidden:"" help:"The control plane bench's child: the reference control plane and GET /v1/runtime."`
+	FleetAgent   fleetAgentCmd     `cmd:"" name:"fleet-agent" hidden:"" help:"One agent of bench fleet --processes: runs until SIGTERM, then verifies its journal."`
 	AgentdBinary string            `name:"agentd" help:"The agentd binary the benches run as a child (default: the one beside this binary, else on PATH); another build, to compare."`
 }
 

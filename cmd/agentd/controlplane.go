@@ -15,7 +15,7 @@ type controlplaneCmd struct {
 	TokenFile     string        `help:"File holding the bearer token every request must carry (none: no authentication)."`
 	ThrottleRPS   float64       `name:"throttle-rps" help:"Throttle state-change reports to this many requests per second (token bucket, 429 + Retry-After). 0: off."`
 	ThrottleBurst int           `help:"Token bucket size for --throttle-rps (default 1)."`
-	RetryAfter    string        `name:"retry-after" default:"turn" enum:"turn,next-token" help:"What a 429's Retry-After names: turn (the time to this client's turn: clients throttled together get distinct turns at the throttle's rate) or next-token (the time to the bucket's next token, the same for all)."`
+	RetryAfter    string        `name:"retry-after" default:"turn" enum:"turn,next-token,none" help:"What a 429's Retry-After names: turn (the time to this client's turn: clients throttled together get distinct turns at the throttle's rate), next-token (the time to the bucket's next token, the same for all) or none (no Retry-After header: the client backs off on its own)."`
 	FailRate      float64       `help:"Share of agent requests answered 503 (0..1)."`
 	DropRate      float64       `help:"Share of agent requests whose connection is cut mid-request (0..1)."`
 	Latency       time.Duration `help:"Latency added to every agent request."`

@@ -25,7 +25,6 @@ import (
 	"github.com/agentd/agentd/internal/backend"
 	"github.com/agentd/agentd/internal/controlplane"
 	"github.com/agentd/agentd/internal/engine"
-	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
@@ -34,8 +33,9 @@ import (
 )
 
 // FleetOptions configure the fleet benchmark: N whole agents in one process (each its own
-// engine, journal file, HTTP client and connections, agent id) on the simulated runtime,
-// against one reference control plane over real HTTP on loopback, throttled fleet-wide.
+// engine, journal file, HTTP client and connections, agent id) — or each in a process of its
+// own (Processes) — on the simulated runtime, against one reference control plane over real
+// HTTP on loopback, throttled fleet-wide.
 type FleetOptions struct {
 	Agents     int           // --agents
 	Tasks      int           // tasks per agent
@@ -45,10 +45,13 @@ type FleetOptions struct {
 	Slow       time.Duration // every answer's delay in the slow scenario
 	JournalDir string        // where the agents' journals go ("": the system's temp dir)
 	Policies   []string      // "agentd", "naive"
-	// RetryAfter is what the control plane's 429s name, one fleet each: the first mode is the
-	// judged one, every policy run under it; the others (agentd alone) print beside it.
-	// Default: turn (the reference control plane's default), then next-token.
+	// RetryAfter is what the control plane's 429s name, one fleet each, every policy under
+	// each. Default: every mode (controlplane.RetryAfterModes: turn, next-token, none).
 	RetryAfter []string
+	// Processes runs each agent as a process of its own (fleetprocess.go): Self, the bench
+	// binary, run as `fleet-agent`.
+	Processes bool
+	Self      string
 	// Scenarios: "storm", "slow", "outage-refused", "outage-hanging", "restart" (a storm after
 	// every agent restarted) and "restart-unkept" (the same with the places taken out of the
 	// journals: the baseline).
@@ -76,14 +79,19 @@ type FleetRow struct {
 	IdealP50       float64 `json:"ideal_agent_p50_seconds"` // the same percentiles for the ideal schedule (idealAgents)
 	IdealP99       float64 `json:"ideal_agent_p99_seconds"`
 	Herd           float64 `json:"herd_factor,omitempty"` // outage: most requests in a 1-s window of the first 30 s back ÷ rps
-	PaceP10        float64 `json:"pace_p10_seconds"`      // the agents' learnt slot (submit's Pace) when the scenario began
-	PaceP50        float64 `json:"pace_p50_seconds"`
-	PaceP90        float64 `json:"pace_p90_seconds"`
-	PaceMax        float64 `json:"pace_max_seconds"`
-	Cleanups       int     `json:"cleanups"`       // containers removed (the agents cleaned up)
-	EarlyCleanups  int     `json:"early_cleanups"` // containers removed before their task's STOPPED was accepted
-	SettledTwice   int     `json:"settled_twice"`  // STOPPED changes accepted more than once, or never, or violations
-	Duplicates     int     `json:"duplicate_ids"`  // the same change id re-sent after it was accepted (an answer lost)
+	// HostBest is the storm's settle time in the best schedule this host allowed (hostBest):
+	// each agent served as soon as its host had begun its last stop and a token was free.
+	HostBest      float64 `json:"host_best_seconds,omitempty"`
+	HostBestP50   float64 `json:"host_best_agent_p50_seconds,omitempty"`
+	HostBestP99   float64 `json:"host_best_agent_p99_seconds,omitempty"`
+	PaceP10       float64 `json:"pace_p10_seconds"` // the agents' learnt slot (submit's Pace) when the scenario began
+	PaceP50       float64 `json:"pace_p50_seconds"`
+	PaceP90       float64 `json:"pace_p90_seconds"`
+	PaceMax       float64 `json:"pace_max_seconds"`
+	Cleanups      int     `json:"cleanups"`       // containers removed (the agents cleaned up)
+	EarlyCleanups int     `json:"early_cleanups"` // containers removed before their task's STOPPED was accepted
+	SettledTwice  int     `json:"settled_twice"`  // STOPPED changes accepted more than once, or never, or violations
+	Duplicates    int     `json:"duplicate_ids"`  // the same change id re-sent after it was accepted (an answer lost)
 }
 
 // FleetResult is every row, and what the fleet cost.
@@ -120,7 +128,7 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 		o.JournalDir = os.TempDir()
 	}
 	if len(o.RetryAfter) == 0 {
-		o.RetryAfter = []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken}
+		o.RetryAfter = slices.Clone(controlplane.RetryAfterModes)
 	}
 	res := FleetResult{Options: o, JournalDir: o.JournalDir, JournalFS: fsType(o.JournalDir)}
 	for _, p := range o.Policies {
@@ -135,14 +143,13 @@ func Fleet(ctx context.Context, o FleetOptions) (FleetResult, error) {
 			return res, fmt.Errorf("bench fleet: --scenarios %q: want one of %s", sc, strings.Join(fleetScenarios, ", "))
 		}
 	}
-	for i, mode := range o.RetryAfter {
+	for _, mode := range o.RetryAfter {
 		if err := controlplane.CheckRetryAfter(mode); err != nil {
 			return res, fmt.Errorf("bench fleet: --%w", err)
 		}
+	}
+	for _, mode := range o.RetryAfter {
 		for _, p := range o.Policies {
-			if i > 0 && p != "agentd" {
-				continue // the baseline beside the judged mode only
-			}
 			f, err := startFleet(ctx, o, p, mode)
 			if err != nil {
 				return res, err
@@ -167,8 +174,14 @@ type fleetAgent struct {
 	client *backend.Client
 	e      *engine.Engine
 	pol    submit.Policy
-	stop   func() error // the engine's clean stop
+	stop   func() error  // the engine's clean stop (its process's, with Processes)
+	proc   *fleetProcess // with Processes: the agent's process (j, rt, client, e are nil)
+	// lastStop is when (unix ns) the agent's host last began to stop a container: the earliest
+	// its report of the stop could go (hostBest).
+	lastStop atomic.Int64
 }
+
+func (a *fleetAgent) stopped() { a.lastStop.Store(time.Now().UnixNano()) }
 
 type fleet struct {
 	o       FleetOptions
@@ -204,13 +217,25 @@ func startFleet(ctx context.Context, o FleetOptions, policy, mode string) (*flee
 		return nil, err
 	}
 	pol := submit.Policy{Naive: policy == "naive"}
-	for i := 0; i < o.Agents; i++ {
-		a, err := f.startAgent(ctx, i, pol)
-		if err != nil {
-			f.close()
-			return nil, fmt.Errorf("bench fleet: agent %d: %w", i, err)
-		}
-		f.agents = append(f.agents, a)
+	// A few at a time: a process's start is mostly waiting (its runtime, its journal's fsync).
+	f.agents = make([]*fleetAgent, o.Agents)
+	errs := make([]error, o.Agents)
+	var wg sync.WaitGroup
+	starting := make(chan struct{}, 8)
+	for i := range f.agents {
+		starting <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-starting }()
+			if f.agents[i], errs[i] = f.startAgent(ctx, i, pol); errs[i] != nil {
+				errs[i] = fmt.Errorf("bench fleet: agent %d: %w", i, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	f.agents = slices.DeleteFunc(f.agents, func(a *fleetAgent) bool { return a == nil })
+	if err := errors.Join(errs...); err != nil {
+		f.close()
+		return nil, err
 	}
 	f.logf("%d agents up, control plane at %s", len(f.agents), f.plane.addr)
 	return f, nil
@@ -229,9 +254,25 @@ func (f *fleet) startAgent(ctx context.Context, i int, pol submit.Policy) (*flee
 	return a, nil
 }
 
-// open starts agent a over the files in its directory, as its process would: the journal,
-// the simulated runtime, a new HTTP client, an engine recovered from the journal and run.
+// open starts agent a over the files in its directory, as its process would — in this
+// process, or (Processes) as a process of its own (fleetprocess.go).
 func (f *fleet) open(ctx context.Context, a *fleetAgent) error {
+	if f.o.Processes {
+		return f.spawn(ctx, a)
+	}
+	return openAgent(ctx, a, "http://"+f.plane.addr, func(arn string) bool { return f.cp.TaskStatus(arn) == "STOPPED" }, func(early bool) {
+		f.removed.Add(1)
+		if early {
+			f.early.Add(1)
+		}
+	}, a.stopped)
+}
+
+// openAgent starts agent a over the files in its directory: the journal, the simulated
+// runtime, a new HTTP client to backend, an engine recovered from the journal and run. Every
+// container removal is told to removed, early when accepted (the control plane's side) says its
+// task's STOPPED was not accepted yet: "cleaned before its ack"; every stop call to stopping.
+func openAgent(ctx context.Context, a *fleetAgent, backendURL string, accepted func(arn string) bool, removed func(early bool), stopping func()) error {
 	var err error
 	if a.j, err = journal.Open(filepath.Join(a.dir, journal.FileName), journal.Options{}); err != nil {
 		return err
@@ -243,19 +284,18 @@ func (f *fleet) open(ctx context.Context, a *fleetAgent) error {
 	if a.rt, err = simruntime.Open(a.dir, a.id, nil); err != nil {
 		return fail(err)
 	}
-	// The control plane's side of "cleaned before its ack": a removal of a container whose
-	// task's STOPPED the control plane has not accepted.
 	rt := a.rt
 	rt.SetFaults(func(op, id string) simruntime.Fault {
-		if op == "remove" {
-			f.removed.Add(1)
-			if st, err := rt.Inspect(context.Background(), id); err == nil && f.cp.TaskStatus(st.Task) != "STOPPED" {
-				f.early.Add(1)
-			}
+		switch op {
+		case "remove":
+			st, err := rt.Inspect(context.Background(), id)
+			removed(err == nil && !accepted(st.Task))
+		case "stop":
+			stopping()
 		}
 		return simruntime.Fault{}
 	})
-	if a.client, err = backend.New(backend.Config{URL: "http://" + f.plane.addr, AgentID: a.id}); err != nil {
+	if a.client, err = backend.New(backend.Config{URL: backendURL, AgentID: a.id}); err != nil {
 		return fail(err)
 	}
 	e := engine.New(engine.Config{AgentID: a.id, CleanupWait: time.Second, Submit: a.pol}, a.j, a.rt, a.client, nil, nil, zerolog.Nop())
@@ -346,16 +386,16 @@ func (f *fleet) close() {
 func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 	var rows []FleetRow
 	for _, sc := range f.o.Scenarios {
-		if strings.HasPrefix(sc, "restart") && (f.policy == "naive" || f.mode != f.o.RetryAfter[0]) {
+		if strings.HasPrefix(sc, "restart") && f.policy == "naive" {
 			// The naive policy learns no place, so it has none to keep (its storm is the
-			// storm's); beside the judged Retry-After mode the restart would say nothing new.
+			// storm's).
 			continue
 		}
 		arns, err := f.assign(ctx)
 		if err != nil {
 			return rows, err
 		}
-		if f.policy == "agentd" && res.HeapPerAgent == 0 && f.mode == f.o.RetryAfter[0] {
+		if f.policy == "agentd" && res.HeapPerAgent == 0 && !f.o.Processes {
 			runtime.GC()
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
@@ -394,14 +434,9 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 		f.logf("%s: %.1fs, %.2f× floor %.1fs, %d requests, %.0f%% 429", sc, row.Seconds, row.VsFloor, row.FloorSeconds, row.Requests, 100*row.ThrottledShare)
 		rows = append(rows, row)
 	}
-	for _, a := range f.agents {
-		rep, err := forensics.Verify(a.j)
-		if err != nil {
-			return rows, fmt.Errorf("journal verify %s: %w", a.id, err)
-		}
-		res.JournalIssues += len(rep.Findings)
-	}
-	return rows, nil
+	n, err := f.verify()
+	res.JournalIssues += n
+	return rows, err
 }
 
 // perSecondOf counts the sorted slots (seconds) in each second: a schedule the throttle can
@@ -419,10 +454,13 @@ func perSecondOf(slots []float64) string {
 	return b.String()
 }
 
-// paces is every agent's learnt pace in seconds, sorted.
+// paces is every agent's learnt pace in seconds, sorted (none when the agents are processes).
 func (f *fleet) paces(ctx context.Context) []float64 {
 	var out []float64
 	for _, a := range f.agents {
+		if a.e == nil {
+			continue
+		}
 		_ = a.e.QueryWithReporting(ctx, func(_ *fsm.State, r engine.Reporting) { out = append(out, r.PaceSeconds) })
 	}
 	slices.Sort(out)
@@ -541,7 +579,41 @@ func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration)
 	f.logf("storm: requests (429s) each second from the stop: %s; agents by requests sent: %s", f.plane.g.perSecond(start, start.Add(20*time.Second)), f.plane.g.perAgent(start, end))
 	f.finish(ctx, &row, arns, start, end, stats, early, latency)
 	row.Cleanups = int(f.removed.Load() - removed)
+	var ready []float64
+	for _, a := range f.agents {
+		ready = append(ready, max(0, time.Unix(0, a.lastStop.Load()).Sub(start).Seconds()))
+	}
+	row.HostBest, row.HostBestP50, row.HostBestP99 = hostBest(ready, f.o.Burst, f.o.RPS)
+	row.HostBest, row.HostBestP50, row.HostBestP99 = row.HostBest+latency.Seconds(), row.HostBestP50+latency.Seconds(), row.HostBestP99+latency.Seconds()
 	return row, ctx.Err()
+}
+
+// hostBest is the best any policy could do on this host, as loaded as it was: each agent's one
+// request sent the instant its host began its last container stop (ready, seconds from the
+// storm: its report cannot go sooner, the stop still to be journaled), served in that order by
+// the throttle's bucket (full at the storm, burst tokens, refilled at rps). It returns when the
+// last would settle, and the per-agent p50 and p99 — the ideal schedule (idealAgents) with the
+// host's own delays in it. Where it is over a target, no policy meets the target on this host.
+func hostBest(ready []float64, burst int, rps float64) (last, p50, p99 float64) {
+	if len(ready) == 0 || rps <= 0 {
+		return 0, 0, 0
+	}
+	ready = slices.Clone(ready)
+	slices.Sort(ready)
+	level, at := float64(burst), 0.0
+	served := make([]float64, len(ready))
+	for i, r := range ready {
+		t := max(r, at)
+		level = min(float64(burst), level+(t-at)*rps)
+		if level < 1 {
+			t += (1 - level) / rps
+			level = 1
+		}
+		level--
+		served[i], at = t, t
+	}
+	n := len(served)
+	return served[n-1], served[n/2], served[int(math.Ceil(0.99*float64(n)))-1]
 }
 
 // outage takes the control plane away (refused: nothing listens; hanging: connections are
@@ -560,18 +632,8 @@ func (f *fleet) outage(ctx context.Context, arns []string, mode string) (FleetRo
 	if !sleepCtx(ctx, f.o.Outage/2) {
 		return row, ctx.Err()
 	}
-	for _, a := range f.agents { // the host's containers exit while nothing answers
-		list, err := a.rt.List(ctx)
-		if err != nil {
-			return row, err
-		}
-		for _, c := range list {
-			if c.Running {
-				if err := a.rt.Stop(ctx, c.ID, 0); err != nil {
-					return row, err
-				}
-			}
-		}
+	if err := f.exitContainers(ctx); err != nil { // the hosts' containers exit while nothing answers
+		return row, err
 	}
 	if !sleepCtx(ctx, f.o.Outage-f.o.Outage/2) {
 		return row, ctx.Err()

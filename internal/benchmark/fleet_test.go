@@ -16,11 +16,11 @@ import (
 
 // A fleet of 20 agents — each a whole agent over real HTTP — through a throttled outage
 // (refused, then hanging) while their tasks stop, under a control plane whose Retry-After
-// names turns and one whose names the next token: every STOPPED is settled exactly once by id,
+// names turns, one whose names the next token and one whose 429s name nothing: every STOPPED is settled exactly once by id,
 // nothing is cleaned before the control plane accepted its task's STOPPED, and every journal
 // verifies. With the ack guard planted off (AGENTD_PLANTED_BUGS=cleanup-after-ack, -tags plantedbugs) the early cleanups show.
 //
-// The two Retry-After modes are two fleets, each with its own control plane, agents and
+// The three Retry-After modes are three fleets, each with its own control plane, agents and
 // journals, as Fleet runs them one after the other; here they run at once, each mode playing
 // both outages in order on its own fleet exactly as before. Their time is nearly all waiting
 // (the outage, the throttle, the cleanup wait), so at once they take the time of one.
@@ -28,7 +28,7 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	modes := []string{controlplane.RetryAfterTurn, controlplane.RetryAfterNextToken}
+	modes := controlplane.RetryAfterModes
 	results := make([]FleetResult, len(modes))
 	errs := make([]error, len(modes))
 	var wg sync.WaitGroup
@@ -51,8 +51,8 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 		res.Rows = append(res.Rows, r.Rows...)
 		res.JournalIssues += r.JournalIssues
 	}
-	if len(res.Rows) != 4 {
-		t.Fatalf("%d rows; want 4 (two outages under each Retry-After mode)", len(res.Rows))
+	if len(res.Rows) != 2*len(modes) {
+		t.Fatalf("%d rows; want %d (two outages under each Retry-After mode)", len(res.Rows), 2*len(modes))
 	}
 	for i, r := range res.Rows {
 		if want := modes[i/2]; r.RetryAfter != want {
@@ -213,5 +213,32 @@ func TestAStormCancelledInItsCalmSaysSo(t *testing.T) {
 	}
 	if waited := time.Since(began); waited >= f.calm() {
 		t.Fatalf("returned %v after the cancel, not at once (the calm is %v)", waited, f.calm())
+	}
+}
+
+// The host's best schedule is the ideal one when every host is ready at once, and never serves
+// an agent before its host was ready nor faster than the bucket allows.
+func TestHostBestIsTheIdealWhenEveryHostIsReady(t *testing.T) {
+	cases := []struct {
+		name           string
+		ready          []float64
+		last, p50, p99 float64
+	}{
+		{"200 ready at once", make([]float64, 200), 9.0, 4.05, 8.9},
+		{"ready later than the tokens", []float64{0, 1, 2, 3}, 3, 2, 3},
+		{"the bucket spent, then one a token", []float64{0, 0, 0, 0, 0}, 0.15, 0.05, 0.15},
+	}
+	for _, c := range cases {
+		burst := 20
+		if len(c.ready) < 20 {
+			burst = 2
+		}
+		last, p50, p99 := hostBest(c.ready, burst, 20)
+		if math.Abs(last-c.last) > 1e-9 || math.Abs(p50-c.p50) > 1e-9 || math.Abs(p99-c.p99) > 1e-9 {
+			t.Errorf("%s: last %.3f p50 %.3f p99 %.3f; want %.3f %.3f %.3f", c.name, last, p50, p99, c.last, c.p50, c.p99)
+		}
+	}
+	if ip50, ip99 := idealAgents(200, 20, 20, 20); math.Abs(ip50-4.05) > 1e-9 || math.Abs(ip99-8.9) > 1e-9 {
+		t.Errorf("the ideal schedule: p50 %.3f p99 %.3f; want 4.05 and 8.9, as the host's best with every host ready", ip50, ip99)
 	}
 }

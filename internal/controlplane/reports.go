@@ -69,8 +69,10 @@ func (s *Server) stateChanges(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	if ok, after := s.throttle.Take(now, id); !ok {
 		s.stats.Throttled++
-		// Rounded up to the millisecond: a client that waits exactly what it is told is never early.
-		w.Header().Set("Retry-After", strconv.FormatFloat(math.Ceil(after.Seconds()*1000)/1000, 'f', 3, 64))
+		if s.throttle.mode != RetryAfterNone {
+			// Rounded up to the millisecond: a client that waits exactly what it is told is never early.
+			w.Header().Set("Retry-After", strconv.FormatFloat(math.Ceil(after.Seconds()*1000)/1000, 'f', 3, 64))
+		}
 		w.WriteHeader(http.StatusTooManyRequests)
 		return
 	}

@@ -28,7 +28,7 @@ import (
 type Faults struct {
 	ThrottleRPS   float64       // state-change requests per second (token bucket); 0: no throttling
 	ThrottleBurst int           // bucket size (default 1 when throttling)
-	RetryAfter    string        // what a 429's Retry-After names: RetryAfterTurn ("", the default) or RetryAfterNextToken (throttle.go)
+	RetryAfter    string        // what a 429's Retry-After names: RetryAfterTurn ("", the default), RetryAfterNextToken or RetryAfterNone (throttle.go)
 	FailRate      float64       // share of agent requests answered 503
 	DropRate      float64       // share of agent requests whose connection is cut
 	Latency       time.Duration // added to every agent request

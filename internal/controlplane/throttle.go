@@ -2,6 +2,8 @@ package controlplane
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -17,21 +19,27 @@ import (
 //     turn not claimed within turnHold is given up (its token stays spent: a client that
 //     vanishes can only leave capacity unused, never let the throttle exceed its rate).
 //   - next-token: the time until the bucket's next token, the same for every client throttled
-//     at that moment (the behaviour before turns, kept so it can still be measured).
+//     at that moment (what a token bucket in a proxy or gateway names).
+//   - none: no Retry-After at all (a throttling error that names nothing, as some backends
+//     answer; protocol 1.3 allows it): the client backs off on its own.
 //
-// Either way the rate holds: at most burst + rps × t requests served in any t, and Retry-After
+// Whatever the mode the rate holds: at most burst + rps × t requests served in any t, and Retry-After
 // is a floor the agent may wait longer than (PROTOCOL.md §3), never a promise it waits less.
 
 // Retry-After modes.
 const (
 	RetryAfterTurn      = "turn"
 	RetryAfterNextToken = "next-token"
+	RetryAfterNone      = "none"
 )
 
-// CheckRetryAfter refuses a Retry-After mode that is neither turn nor next-token ("" is turn).
+// RetryAfterModes are the throttle's modes, the default first.
+var RetryAfterModes = []string{RetryAfterTurn, RetryAfterNextToken, RetryAfterNone}
+
+// CheckRetryAfter refuses a Retry-After mode the throttle does not know ("" is turn).
 func CheckRetryAfter(mode string) error {
-	if mode != "" && mode != RetryAfterTurn && mode != RetryAfterNextToken {
-		return fmt.Errorf("retry-after %q: want %s or %s", mode, RetryAfterTurn, RetryAfterNextToken)
+	if mode != "" && !slices.Contains(RetryAfterModes, mode) {
+		return fmt.Errorf("retry-after %q: want %s", mode, strings.Join(RetryAfterModes, ", "))
 	}
 	return nil
 }
@@ -47,7 +55,7 @@ const turnHold = 30 * time.Second
 type Throttle struct {
 	rps      float64
 	burst    int
-	nextTok  bool
+	mode     string  // RetryAfterTurn, RetryAfterNextToken or RetryAfterNone
 	tokens   float64 // below zero: tokens already promised to turns not yet due
 	refilled time.Time
 	turns    map[string]time.Time // client → the turn it holds (its token already spent)
@@ -63,10 +71,14 @@ func NewThrottle(rps float64, burst int, mode string) (*Throttle, error) {
 	if rps > 0 && burst <= 0 {
 		burst = 1
 	}
-	return &Throttle{rps: rps, burst: burst, nextTok: mode == RetryAfterNextToken, tokens: float64(burst), turns: map[string]time.Time{}}, nil
+	if mode == "" {
+		mode = RetryAfterTurn
+	}
+	return &Throttle{rps: rps, burst: burst, mode: mode, tokens: float64(burst), turns: map[string]time.Time{}}, nil
 }
 
-// Take serves client's request at now, or says how long it must wait (the Retry-After).
+// Take serves client's request at now, or says how long it must wait (the Retry-After; 0 in
+// mode none, which names nothing).
 func (t *Throttle) Take(now time.Time, client string) (bool, time.Duration) {
 	if t.rps <= 0 {
 		return true, 0
@@ -89,8 +101,11 @@ func (t *Throttle) Take(now time.Time, client string) (bool, time.Duration) {
 		t.tokens--
 		return true, 0
 	}
-	if t.nextTok {
+	switch t.mode {
+	case RetryAfterNextToken:
 		return false, time.Duration((1 - t.tokens) / t.rps * float64(time.Second))
+	case RetryAfterNone:
+		return false, 0
 	}
 	if -t.tokens >= t.rps*turnHold.Seconds() {
 		// The queue is turnHold deep: hand out no further turns (a flood of clients, or of
@@ -123,9 +138,5 @@ func (t *Throttle) sweep(now time.Time) {
 func (s *Server) SetThrottle(rps float64, burst int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	mode := RetryAfterTurn
-	if s.throttle.nextTok {
-		mode = RetryAfterNextToken
-	}
-	s.throttle, _ = NewThrottle(rps, burst, mode)
+	s.throttle, _ = NewThrottle(rps, burst, s.throttle.mode)
 }

@@ -112,6 +112,33 @@ func TestThrottleNextTokenTellsEveryoneTheSameTime(t *testing.T) {
 	}
 }
 
+// In mode none a throttled client is told nothing: a 429 without a Retry-After header (protocol
+// 1.3 allows it), and the bucket still serves at its rate — what it served is its burst, then
+// one a token.
+func TestThrottleNoneNamesNothing(t *testing.T) {
+	s, now := throttledPlane(t, RetryAfterNone, 21)
+	reportAt(t, s, "a00", "c-first")
+	for i := 1; i <= 20; i++ {
+		a := fmt.Sprintf("a%02d", i)
+		w := httptest.NewRecorder()
+		body := fmt.Sprintf(`{"changes":[{"id":"c-%s","task_arn":"task/%s","status":"RUNNING","at":"2026-01-01T00:00:00Z"}]}`, a, a)
+		s.Handler().ServeHTTP(w, httptest.NewRequest("POST", "/v1/agents/"+a+"/state-changes", strings.NewReader(body)))
+		if _, named := w.Result().Header["Retry-After"]; w.Code != 429 || named {
+			t.Fatalf("%s: HTTP %d, Retry-After header %q; want 429 with no Retry-After", a, w.Code, w.Header().Get("Retry-After"))
+		}
+	}
+	*now = now.Add(100 * time.Millisecond)
+	served := 0
+	for i := 1; i <= 20; i++ {
+		if code, _ := reportAt(t, s, fmt.Sprintf("a%02d", i), fmt.Sprintf("c-a%02d", i)); code == 200 {
+			served++
+		}
+	}
+	if served != 1 {
+		t.Fatalf("%d of 20 served 100 ms later at 10/s; want 1 (the throttle's rate holds)", served)
+	}
+}
+
 // A turn nobody claims is given up after turnHold, and the throttle never serves above its
 // rate meanwhile: its token stays spent.
 func TestUnclaimedTurnIsGivenUp(t *testing.T) {
