@@ -10,41 +10,6 @@ import (
 	"github.com/agentd/agentd/internal/runtime"
 )
 
-// dispatch puts a runtime action into the burst's Ready unless the runtime is not reconciled,
-// its task is quarantined, it waits out a backoff, or the core's Gate says it waits (for a
-// call out, or for a removal slot: fsm/gate.go).
-func (e *Engine) dispatch(now time.Time, a fsm.Action) {
-	key := a.Key()
-	if e.recon.pending {
-		return // the runtime is not reconciled yet: the task is decided again once it is
-	}
-	if a.Task != "" && e.quarantine.of(a.Task) != "" {
-		return // no further actions for a quarantined task (quarantine.go)
-	}
-	if e.calls.backingOff(now, key) {
-		return
-	}
-	switch w := e.burst.out.Gate(a); w.Reason {
-	case fsm.Go:
-	case fsm.WaitImageGone:
-		e.images.pullsHeld[a.Task] = true // decided again when the image removals end
-		return
-	case fsm.WaitSlot:
-		e.calls.removalQ.Wait(a.Task) // handed a slot when one frees (freeRemovalSlot)
-		return
-	default:
-		return // the outcome it waits for makes the task dirty: decided again then
-	}
-	e.burst.out.Add(key)    // out once the burst's commit returns (begin); until then, in its layer
-	e.record(a.Intent()...) // journaled with the burst, before the call can be made
-	if a.Task != "" && e.quarantine.of(a.Task) != "" {
-		// Its intent was refused (quarantine.go): never journaled, so the call must not go.
-		e.burst.out.End(key)
-		return
-	}
-	e.burst.ready.Actions = append(e.burst.ready.Actions, a)
-}
-
 // runtimeCall is the executor's work for one action: the call, its outcome sorted by kind.
 func (e *Engine) runtimeCall(a fsm.Action) func() Input {
 	rt, stopTimeout, pulls := e.rt, e.cfg.StopTimeout, e.calls.pullCtx
@@ -154,57 +119,32 @@ func plainFailure(err error) bool {
 	return err != nil
 }
 
-// handleAction records what a runtime call did (the core decides what), keeps the runtime's
-// health slot, and schedules a retry when the core asks for one.
+// handleAction hands a runtime call's outcome to the node (which records what it did), keeps
+// the runtime's health slot, and chooses the backoff when the node asks for a retry.
 func (e *Engine) handleAction(now time.Time, in ActionResult) {
 	a, r := in.Action, in.Result
 	key := a.Key()
-	e.calls.out.End(key)
 	e.linger.taken(a.Kind)
-	if a.Kind == fsm.ActRemoveImage {
-		e.imageRemovalEnded(now, a, r)
-		return
+	if a.Kind != fsm.ActRemoveImage {
+		switch r.Kind {
+		case fsm.Unavailable:
+			e.setHealth(HealthRuntime, r.Err)
+		default:
+			e.clearHealth(HealthRuntime)
+		}
 	}
-	e.sched.mark(a.Task) // decided again: an outcome that settles nothing may still free a next step
-	if a.Kind == fsm.ActRemove {
-		// The slot is handed on once this outcome is recorded: the hand-off must see this
-		// container removed (or backing off), not as a removal still to make.
-		defer e.freeRemovalSlot(now)
+	before := e.node.Ready()
+	_ = e.node.Step(now, fsm.ActionFinished{Action: a, Result: r})
+	after := e.node.Ready()
+	switch {
+	case len(after.Retries) > len(before.Retries):
+		rt := e.calls.failed(now, key, e.rng)
+		e.log.Warn().Str("error", r.Err).Str("action", key.String()).Int("tries", rt.tries).Dur("retry_in", rt.at.Sub(now)).Msg("runtime call failed; will retry")
+		_ = e.node.Step(now, fsm.RetryAt{Key: key, At: rt.at})
+	case a.Kind != fsm.ActRemoveImage:
+		e.calls.succeeded(key)
 	}
-	switch r.Kind {
-	case fsm.Unavailable:
-		e.setHealth(HealthRuntime, r.Err)
-	default:
-		e.clearHealth(HealthRuntime)
-	}
-	v := e.st.Step(now, fsm.ActionFinished{Action: a, Result: r})
-	if v.Retry {
-		e.backoffAction(now, key, r.Err)
-		return
-	}
-	e.calls.succeeded(key)
-	if r.Kind == fsm.Failed && len(v.Records) > 0 {
-		e.log.Warn().Str("action", key.String()).Str("error", r.Err).Msg("runtime call failed; the container is recorded STOPPED")
-	}
-	e.record(v.Records...)
-	if a.Kind == fsm.ActRemove && len(v.Records) > 0 {
+	if a.Kind == fsm.ActRemove && len(after.Records) > len(before.Records) {
 		failpoint.Hit("cleanup-between-removals")
 	}
-}
-
-// freeRemovalSlot gives an ended removal's slot to the task the core's queue names
-// (fsm.RemovalQueue.Next: the longest waiting that can still use it).
-func (e *Engine) freeRemovalSlot(now time.Time) {
-	if e.calls.removalQ.Len() == 0 {
-		return
-	}
-	if arn := e.calls.removalQ.Next(e.st, now, e.fcfg(), e.calls.view(now, *e.inFlight(), e.quarantine.tasks)); arn != "" {
-		e.sched.mark(arn)
-	}
-}
-
-// backoffAction schedules a failed call again, later each time it fails.
-func (e *Engine) backoffAction(now time.Time, key fsm.ActionKey, cause string) {
-	r := e.calls.failed(now, key, e.rng)
-	e.log.Warn().Str("error", cause).Str("action", key.String()).Int("tries", r.tries).Dur("retry_in", r.at.Sub(now)).Msg("runtime call failed; will retry")
 }

@@ -9,15 +9,13 @@ import (
 	"github.com/agentd/agentd/internal/jitter"
 )
 
-// calls is the runtime calls the engine has made and not yet seen answered, and the failed
-// ones waiting out a backoff. It guards: a decided call goes only through the core's Gate over
-// what is out (fsm/gate.go), so no call is made twice at once and none overtakes the call it
-// waits for; a removal beyond the slots queues (removalQ) and is handed a freed slot; a failed
-// call goes again only once its backoff is over; and pulls end when the agent stops.
+// calls is the engine's side of the runtime calls: how long a failed call waits before it
+// goes again (the node keeps which calls are out and backing off, fsm/nodecalls.go), and the
+// context pulls run under. It guards that a failed call's wait grows each time it fails, that
+// its jitter is the loop's seeded generator's (a seeded run replays), and that pulls end when
+// the agent stops.
 type calls struct {
-	out       fsm.InFlight            // runtime calls on the executor, the core's view of them (fsm/gate.go)
-	retryAt   map[fsm.ActionKey]retry // failed calls waiting out their backoff
-	removalQ  fsm.RemovalQueue        // CLEANING tasks waiting for a removal slot (CleanupWorkers)
+	retryAt   map[fsm.ActionKey]retry // failed calls and their backoffs
 	pullCtx   context.Context         // pulls run under it; cancelled when the agent stops
 	stopPulls context.CancelFunc
 }
@@ -30,39 +28,10 @@ type retry struct {
 	bo    *jitter.Backoff
 }
 
-func newCalls(removalSlots int) calls {
-	c := calls{out: fsm.NewInFlight(removalSlots), retryAt: map[fsm.ActionKey]retry{}}
+func newCalls() calls {
+	c := calls{retryAt: map[fsm.ActionKey]retry{}}
 	c.pullCtx, c.stopPulls = context.WithCancel(context.Background())
 	return c
-}
-
-// backingOff reports whether a call waits out its backoff at now.
-func (c *calls) backingOff(now time.Time, key fsm.ActionKey) bool {
-	r, ok := c.retryAt[key]
-	return ok && r.at.After(now)
-}
-
-// takeDue marks the tasks of calls whose backoff is over: their calls may go again (their
-// tries keep counting until one succeeds).
-func (c *calls) takeDue(now time.Time, mark func(arn string)) {
-	for key, r := range c.retryAt {
-		if !r.at.IsZero() && !r.at.After(now) {
-			mark(key.Task)
-			r.at = time.Time{}
-			c.retryAt[key] = r
-		}
-	}
-}
-
-// next is the earliest backoff to end (zero: none waits).
-func (c *calls) next() time.Time {
-	var next time.Time
-	for _, r := range c.retryAt {
-		if !r.at.IsZero() && (next.IsZero() || r.at.Before(next)) {
-			next = r.at
-		}
-	}
-	return next
 }
 
 // failed schedules a call again, later each time it fails, and returns its backoff; the
@@ -88,17 +57,4 @@ func (c *calls) forget(arn string) {
 			delete(c.retryAt, k)
 		}
 	}
-}
-
-// view is what is out as the removal queue reads it: with the calls backing off now and the
-// tasks quarantined (fsm.RemovalQueue.Next).
-func (c *calls) view(now time.Time, out fsm.InFlight, quarantined map[string]string) fsm.InFlight {
-	v := out
-	v.Quarantined, v.Backoff = quarantined, map[fsm.ActionKey]bool{}
-	for k, r := range c.retryAt {
-		if r.at.After(now) {
-			v.Backoff[k] = true
-		}
-	}
-	return v
 }

@@ -18,23 +18,32 @@ func (p CompactionPlan) Drop(h journal.Header) bool { return p.Drops(h.Task, h.T
 // record at the retention horizon, the bytes in use under a budget — and has the core plan
 // the compaction (fsm.State.PlanCompaction). newest is the snapshot just taken.
 func PlanCompaction(st *fsm.State, j *journal.Journal, now time.Time, retention time.Duration, newest uint64, maxBytes int64) (CompactionPlan, error) {
+	f, err := journalFacts(j, now, retention, newest, maxBytes)
+	if err != nil {
+		return CompactionPlan{}, err
+	}
+	return CompactionPlan{st.PlanCompaction(now, fsm.CompactionPolicy{Retention: retention, MaxBytes: maxBytes}, f)}, nil
+}
+
+// journalFacts reads what planning a compaction needs of the journal file.
+func journalFacts(j *journal.Journal, now time.Time, retention time.Duration, newest uint64, maxBytes int64) (fsm.JournalFacts, error) {
 	f := fsm.JournalFacts{Newest: newest}
 	var err error
 	if f.Snapshots, err = j.SnapshotSeqs(); err != nil {
-		return CompactionPlan{}, err
+		return f, err
 	}
 	if retention >= 0 {
 		if f.HorizonSeq, err = j.SeqAt(now.Add(-retention)); err != nil {
-			return CompactionPlan{}, err
+			return f, err
 		}
 	}
 	if maxBytes > 0 {
 		if f.InUse, err = j.InUse(); err != nil {
-			return CompactionPlan{}, err
+			return f, err
 		}
 		if f.SnapshotBytes, err = j.SnapshotBytes(); err != nil {
-			return CompactionPlan{}, err
+			return f, err
 		}
 	}
-	return CompactionPlan{st.PlanCompaction(now, fsm.CompactionPolicy{Retention: retention, MaxBytes: maxBytes}, f)}, nil
+	return f, nil
 }

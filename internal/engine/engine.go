@@ -37,12 +37,12 @@ func (wallClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // WallClock is the real clock.
 var WallClock Clock = wallClock{}
 
-// Engine is one agent. Its state beyond the projection comes in parts, each in its own file
-// with the invariant it guards: the burst being made (ready.go), what to decide again and
-// when (schedule.go), the runtime calls out and backing off (calls.go), exits not yet
-// journaled (hold.go), reconciling the runtime (reconcile.go), the image collection cycle
-// (images.go), quarantined tasks (quarantine.go), snapshots and compaction (upkeep.go), and
-// how inputs reach the loop (input.go).
+// Engine is one agent around its core, the node (fsm.Node), which owns every decision and the
+// state they read. The engine's own state is time and I/O, each part in its own file with the
+// invariant it guards: the burst being committed and released (ready.go), the deadlines the
+// node asked for (schedule.go), failed calls' backoffs (calls.go), when to ask an unanswering
+// runtime again (reconcile.go), snapshots and compaction (upkeep.go), and how inputs reach the
+// loop (input.go).
 type Engine struct {
 	cfg   Config
 	log   zerolog.Logger
@@ -53,14 +53,15 @@ type Engine struct {
 	exec  Executor
 	rng   *rand.Rand
 
-	st         *fsm.State
-	burst      *burst // the round being made, while one is
-	sched      schedule
-	calls      calls
-	exits      exitHold
-	recon      reconciler
-	images     imageCycle
-	quarantine quarantine
+	node     *fsm.Node  // the core: every decision, and the state it reads
+	st       *fsm.State // the node's projection (node.State()), read by the engine's I/O
+	burst    *burst     // the round being made, while one is
+	sched    schedule
+	calls    calls
+	recon    reconciler
+	withhold map[fsm.ActionKey]bool // actions the next burst keeps back (Withhold: scripts)
+	// exitsFrom is where the exit stream resumes (Recover sets it).
+	exitsFrom int64
 	// recoveredAt is the journal's last record when Recover loaded it: refusals at or before
 	// it are remembered from another process (the degraded core_refusals slot, quarantine.go).
 	recoveredAt uint64
@@ -81,13 +82,11 @@ func New(cfg Config, j *journal.Journal, rt runtime.Runtime, cp ControlPlane, cl
 		clock = WallClock
 	}
 	e := &Engine{cfg: cfg, log: log, j: j, rt: rt, cp: cp, clock: clock, exec: exec,
-		rng:     jitter.Rand(cfg.Seed),
-		sched:   newSchedule(),
-		calls:   newCalls(cfg.CleanupWorkers),
-		exits:   exitHold{held: map[string]runtime.Exit{}},
-		images:  newImageCycle(),
-		inbox:   inbox{in: make(chan Input, 1024), queries: make(chan query), answered: make(chan struct{}, 1), drained: make(chan struct{}, 1)},
-		metrics: newMetrics(),
+		rng:      jitter.Rand(cfg.Seed),
+		calls:    newCalls(),
+		withhold: map[fsm.ActionKey]bool{},
+		inbox:    inbox{in: make(chan Input, 1024), queries: make(chan query), answered: make(chan struct{}, 1), drained: make(chan struct{}, 1)},
+		metrics:  newMetrics(),
 	}
 	e.health.degraded = []HealthSource{HealthCoreRefusals}
 	if exec == nil {
@@ -98,6 +97,15 @@ func New(cfg Config, j *journal.Journal, rt runtime.Runtime, cp ControlPlane, cl
 
 // fcfg is what the core's decisions depend on besides the journal.
 func (e *Engine) fcfg() fsm.Config { return fsm.Config{CleanupWait: e.cfg.CleanupWait} }
+
+// nodeConfig is the node's share of the configuration.
+func (e *Engine) nodeConfig() fsm.NodeConfig {
+	im := e.cfg.Images
+	return fsm.NodeConfig{Config: e.fcfg(), RemovalSlots: e.cfg.CleanupWorkers,
+		Images:        fsm.ImageConfig{MinAge: im.MinAge, PerCycle: im.PerCycle, LowFreePercent: im.LowFreePercent},
+		ImageInterval: im.Interval, ImageFirst: im.InitialInterval, ImageCollector: true, // every runtime collects images (runtime.Runtime)
+		Compaction: fsm.CompactionPolicy{Retention: e.cfg.Retention, MaxBytes: e.cfg.JournalMaxBytes}}
+}
 
 // ErrNotReady is returned by queries before recovery has finished.
 var ErrNotReady = errors.New("engine: not ready (recovering)")

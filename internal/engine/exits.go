@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/runtime"
 )
@@ -17,7 +18,7 @@ import (
 func (e *Engine) watchExits(ctx context.Context) {
 	defer e.inbox.wg.Done()
 	bo := jitter.NewBackoff(250*time.Millisecond, 30*time.Second, jitter.Rand(e.cfg.Seed+3))
-	mark := runtime.ExitMark{Cursor: e.exits.from}
+	mark := runtime.ExitMark{Cursor: e.exitsFrom}
 	for ctx.Err() == nil {
 		began := e.clock.Now()
 		ch, err := e.rt.Exits(ctx, mark.Cursor)
@@ -91,4 +92,22 @@ func (e *Engine) watchHealth(ctx context.Context) {
 		case <-e.clock.After(bo.NextBackOff()): // the engine's clock: a test steps it (backoff_test.go)
 		}
 	}
+}
+
+// resumeExitsAt sets where the exit stream resumes: from the journaled cursor (the last exit
+// the journal holds from the stream), but never from later than a little before recovery
+// began: reconciliation covered the time the agent was down, and the overlap covers the
+// moments between reconciling and subscribing. Exits are journaled once however often they
+// are seen.
+func resumeExitsAt(journaled int64, recovering time.Time) int64 {
+	from := recovering.Add(-time.Second).UnixNano()
+	if journaled > 0 && journaled < from {
+		from = journaled
+	}
+	return from
+}
+
+// exitInput is the core's input for an exit from the runtime's stream.
+func exitInput(x runtime.Exit) fsm.ContainerExited {
+	return fsm.ContainerExited{Task: x.Task, Container: x.Container, RuntimeID: x.ID, ExitCode: x.ExitCode, OOMKilled: x.OOMKilled, Reason: x.Reason, Cursor: x.Cursor}
 }

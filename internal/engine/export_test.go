@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/agentd/agentd/internal/fsm"
-	"github.com/agentd/agentd/internal/protocol"
 )
 
 // Hooks for the package's external tests (engine_test), compiled into tests only.
@@ -13,19 +12,23 @@ import (
 var Observed = observed
 
 // Dispatch runs one burst that dispatches a as if the core had decided it: a way to hand the
-// engine a decision the core would not make (a bug in the core), to see the engine's guard.
+// node a decision the core would not make (a bug in the core), to see the node's guard.
 func (e *Engine) Dispatch(a fsm.Action) Ready {
 	e.beginBurst(context.Background())
-	e.dispatch(e.clock.Now(), a)
+	_ = e.node.Step(e.clock.Now(), fsm.Forced{Actions: []fsm.Action{a}})
 	r, _ := e.endBurst()
 	return r
 }
 
 // JournalPayload runs one burst that journals v as the core's verdict on the payload with message id
-// m: a way to hand the engine payload records the projection refuses (a bug in the core).
+// m: a way to hand the node payload records the projection refuses (a bug in the core).
 func (e *Engine) JournalPayload(m string, v fsm.Verdict) Ready {
 	e.beginBurst(context.Background())
-	e.journalPayload(PayloadInput{Payload: protocol.Payload{MessageID: m}}, v)
+	_ = e.node.Step(e.clock.Now(), fsm.Forced{MessageID: m, Verdict: v})
 	r, _ := e.endBurst()
 	return r
 }
+
+// Withhold keeps the action with key k back from the next burst's release: it is never made,
+// and the node decides its task again (fsm.Advance.Withheld).
+func (e *Engine) Withhold(k fsm.ActionKey) { e.withhold[k] = true }

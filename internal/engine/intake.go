@@ -22,7 +22,7 @@ import (
 // publishBacklog tells the poller, at a burst's end, how many tasks wait for a removal slot,
 // and wakes it if it holds a poll and the queue is under the bound now.
 func (e *Engine) publishBacklog() {
-	n := int64(e.calls.removalQ.Len())
+	n := int64(e.node.RemovalBacklog())
 	e.inbox.backlog.Store(n)
 	if n < int64(e.cfg.IntakeBacklog) {
 		select {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
 )
 
 // Run is the daemon's loop: it starts the poller and the runtime's exit watcher, then runs
@@ -66,7 +67,7 @@ func (e *Engine) shutdown(ctx context.Context) error {
 		case <-done:
 			e.keepPlace(ctx)
 			e.beginBurst(ctx)
-			e.record(event.Record{Event: &event.AgentStopped{Reason: "signal"}})
+			_ = e.node.Step(e.clock.Now(), fsm.OwnRecord{Event: &event.AgentStopped{Reason: "signal"}})
 			_, err := e.endBurst()
 			e.log.Info().Uint64("seq", e.st.LastSeq).Msg("agent stopped")
 			return err
@@ -75,84 +76,6 @@ func (e *Engine) shutdown(ctx context.Context) error {
 			close(q.done)
 		}
 	}
-}
-
-// Step runs one burst for one input (nil: only what time makes due) and returns what it
-// journaled and released: the single-goroutine driver's entry (tests, simulation, scripts)
-// and the loop's for timer wakes.
-func (e *Engine) Step(ctx context.Context, in Input) Ready {
-	e.beginBurst(ctx)
-	if in != nil {
-		e.handle(in)
-	}
-	e.react()
-	r, _ := e.endBurst()
-	return r
-}
-
-// NextWake is when the engine next has something to do by time alone (zero: nothing).
-func (e *Engine) NextWake() time.Time {
-	var next time.Time
-	earliest := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
-		}
-	}
-	if top, ok := e.sched.due.peek(); ok {
-		earliest(top.at)
-	}
-	if e.sub != nil && !e.sub.InFlight() && e.st.OutboxLen() > 0 {
-		earliest(e.sub.NextAttempt())
-	}
-	earliest(e.calls.next())
-	if len(e.sched.dirty) > 0 || len(e.exits.refused) > 0 {
-		earliest(e.sched.journalRetry)
-	}
-	earliest(e.recon.next())
-	earliest(e.mem.due(len(e.st.Tasks)))
-	if e.cfg.Images.Interval > 0 && !e.images.asking {
-		earliest(e.images.at)
-	}
-	return next
-}
-
-// react decides until nothing more follows from the journal alone: the core's records are
-// applied at once; runtime actions and the questions of the runtime go into the burst's
-// Ready, and the burst may report once its commit returns.
-func (e *Engine) react() {
-	now := e.clock.Now()
-	e.releaseIfIdle(now)
-	e.sched.takeDue(now)
-	e.calls.takeDue(now, e.sched.mark)
-	e.handleRefusedExits(now)
-	for round := 0; (len(e.sched.dirty) > 0 || len(e.exits.released) > 0) && round < 64; round++ {
-		for x, ok := e.exits.next(); ok; x, ok = e.exits.next() {
-			e.handleExit(now, ExitInput{Exit: x})
-		}
-		arns := e.sortedDirty()
-		if len(arns) == 0 {
-			continue // Decide with no tasks named would decide for all of them
-		}
-		d := e.st.Decide(now, e.fcfg(), arns...)
-		e.record(d.Records...)
-		for _, a := range d.Actions {
-			e.dispatch(now, a)
-		}
-		for _, w := range d.Wakes {
-			e.sched.wake(w)
-		}
-	}
-	if e.recon.due(now) {
-		e.burst.ready.Reconcile = e.probes()
-		if e.burst.ready.Reconcile == nil {
-			e.burst.ready.Reconcile = []Probe{}
-		}
-	}
-	if e.imageCycleDue(now) {
-		e.burst.ready.ImageSpace = true
-	}
-	e.burst.reports = true // the report is chosen once the commit returns (endBurst)
-	e.metrics.update(e)
 }
 
 // Now is the engine clock's time.

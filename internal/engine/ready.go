@@ -10,13 +10,12 @@ import (
 	"github.com/agentd/agentd/internal/failpoint"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
-	"github.com/agentd/agentd/internal/runtime"
 )
 
-// Ready is what one burst decided, as plain data: the records to journal, then the effects
-// they allow, in the order they are released (doc.go). Nothing in it has happened yet when
-// it is made, and nothing about its effects is recorded before its commit returns; Step
-// returns it after the commit, with Err set (and no effects) if the commit failed.
+// Ready is what one burst journaled and released: the node's Ready (fsm.Ready) as the engine
+// carried it out — the records committed, then the effects in the order they were released
+// (doc.go), with the report the submitter chose. Step returns it after the commit, with Err
+// set (and no effects) if the commit failed.
 type Ready struct {
 	Records []event.Record         // journaled in one commit, in this order
 	Report  []protocol.StateChange // the next state-change request (none: nothing to send now)
@@ -27,8 +26,11 @@ type Ready struct {
 	ImageSpace bool
 	// Reconcile asks the runtime again what it holds (non-nil: ask), after it did not
 	// answer at recovery: the containers to probe beyond its list.
-	Reconcile []Probe
-	Err       error // the commit failed: nothing was released
+	Reconcile []fsm.Probe
+	// Withheld are the actions a single-goroutine driver kept back (Withhold): never made,
+	// their tasks decided again.
+	Withheld []fsm.ActionKey
+	Err      error // the commit failed: nothing was released
 }
 
 // String lists the Ready one item a line, for scripts and logs.
@@ -50,6 +52,9 @@ func (r Ready) String() string {
 	for _, a := range r.Actions {
 		fmt.Fprintf(&b, "act %s\n", a.Key())
 	}
+	for _, k := range r.Withheld {
+		fmt.Fprintf(&b, "withheld %s\n", k)
+	}
 	if r.Compact != nil {
 		fmt.Fprintf(&b, "compact up to %d: %d tasks, %d messages\n", r.Compact.UpTo, len(r.Compact.Tasks), len(r.Compact.Messages))
 	}
@@ -62,14 +67,10 @@ func (r Ready) String() string {
 	return b.String()
 }
 
-// burst is one round of the loop (see doc.go): the Ready being made, the payloads waiting
-// for its acknowledgements, and the calls it decided, in a layer over what is out.
+// burst is one round of the loop (see doc.go): the payloads waiting for its acknowledgements,
+// and whether it may send the next report.
 type burst struct {
-	ready   Ready
-	next    uint64          // the sequence number the next record gets
 	waiting []waiting       // payloads of the burst, answered by its Acks once the commit returned
-	exits   []runtime.Exit  // exits journaled in this burst, handed in again if the commit fails
-	out     fsm.InFlight    // the calls decided in this burst over those out (fsm.Over)
 	reports bool            // the burst decided (react): it may send the next report
 	ctx     context.Context // for the commit
 }
@@ -81,102 +82,67 @@ type waiting struct {
 	done chan<- error
 }
 
-// beginBurst opens a burst. The loop is the only appender, so it numbers records itself and
-// the journal checks the numbers on Append.
-func (e *Engine) beginBurst(ctx context.Context) {
-	e.burst = &burst{next: e.j.LastSeq() + 1, ctx: ctx, out: fsm.Over(&e.calls.out)}
-}
+func (e *Engine) beginBurst(ctx context.Context) { e.burst = &burst{ctx: ctx} }
 
-// inFlight is what the core's rules read as out: within a burst, the calls it decided too.
-func (e *Engine) inFlight() *fsm.InFlight {
-	if e.burst != nil {
-		return &e.burst.out
+// Step runs one burst for one input (nil: only what time makes due) and returns what it
+// journaled and released: the single-goroutine driver's entry (tests, simulation, scripts)
+// and the loop's for timer wakes.
+func (e *Engine) Step(ctx context.Context, in Input) Ready {
+	e.beginBurst(ctx)
+	if in != nil {
+		e.handle(in)
 	}
-	return &e.calls.out
+	e.react()
+	r, _ := e.endBurst()
+	return r
 }
 
-// record stamps (now, where unset), numbers and applies records and keeps them for the
-// burst's commit. A record the projection refuses is dropped before the commit — never
-// journaled, so every restart's Load accepts the journal — and its task quarantined
-// (quarantine.go); the records of the same call for that task go with it. A refused record
-// made from a payload is replaced by its record_refused, so the acknowledged payload's task
-// is named after a restart, not lost.
-func (e *Engine) record(recs ...event.Record) {
-	b := e.burst
+// react ends a burst's inputs with the node's Tick: what the engine's timers found due goes
+// in, and the node decides until nothing more follows from the journal alone.
+func (e *Engine) react() {
 	now := e.clock.Now()
-	var refused map[string]bool // tasks a record of this call was refused for
-	for _, rec := range recs {
-		if rec.Time.IsZero() {
-			rec.Time = now
-		}
-		rec.Seq = b.next
-		err := errDecidedWithRefused
-		if rec.Task == "" || !refused[rec.Task] {
-			err = e.st.Apply(rec)
-		}
-		if err != nil {
-			standIn, ok := e.refuse(rec, err)
-			if rec.Task != "" {
-				if refused == nil {
-					refused = map[string]bool{}
-				}
-				refused[rec.Task] = true
-			}
-			if !ok {
-				continue
-			}
-			rec = standIn // a payload's record: its record_refused is journaled instead
-		}
-		b.next++
-		b.ready.Records = append(b.ready.Records, rec)
-		e.afterApply(rec)
-	}
+	e.releaseIfIdle(now)
+	_ = e.node.Step(now, fsm.Tick{Due: e.sched.takeDue(now), AskRuntime: e.recon.due(now), JournalOpen: !e.sched.journalRetry.After(now)})
+	e.burst.reports = true // the report is chosen once the commit returns (endBurst)
+	e.metrics.update(e)
 }
 
-// afterApply keeps the engine's bookkeeping in step with the projection: held exits go
-// where the core says (fsm.State.HeldExitAfter).
-func (e *Engine) afterApply(r event.Record) {
-	if r.Task != "" {
-		e.sched.mark(r.Task)
-	}
-	e.exits.after(e.st, r)
-	if len(e.st.Refusals) > 0 && (r.Type() == event.TypeTaskAdded || r.Type() == event.TypeTaskRejected) {
-		e.coreHealth() // a task a refusal named "never run" may be this one, sent again
-	}
-	switch ev := r.Event.(type) {
-	case *event.TaskAdded:
-		e.log.Info().Str("task", r.Task).Str("desired", string(ev.Desired)).Msg("task assigned")
-	case *event.TaskRejected:
-		e.log.Warn().Str("task", r.Task).Str("problem", ev.Reason).Msg("invalid task recorded STOPPED")
-	case *event.StoppedAcked:
-		if t := e.st.Tasks[r.Task]; t != nil {
-			e.scheduleCleanup(t)
-			e.metrics.blockedOnAck.Observe(r.Time.Sub(t.StoppedAt).Seconds())
+// NextWake is when the engine next has something to do by time alone (zero: nothing).
+func (e *Engine) NextWake() time.Time {
+	var next time.Time
+	earliest := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
 		}
-	case *event.CleanupStarted:
-		e.log.Info().Str("task", r.Task).Msg("cleanup started")
-	case *event.TaskCleaned:
-		e.metrics.cleanups.Inc()
-		e.log.Info().Str("task", r.Task).Msg("task cleaned")
-		// What the engine kept about the task goes with it: backoffs of calls it no longer
-		// needs (held exits: above).
-		e.calls.forget(r.Task)
-		e.sched.forget(r.Task)
-	case *event.TaskTransitioned:
-		e.log.Info().Str("task", r.Task).Str("from", string(ev.From)).Str("to", string(ev.To)).Str("reason", ev.Reason).Msg("task transitioned")
 	}
+	if top, ok := e.sched.due.peek(); ok {
+		earliest(top.at)
+	}
+	if e.sub != nil && !e.sub.InFlight() && e.st.OutboxLen() > 0 {
+		earliest(e.sub.NextAttempt())
+	}
+	earliest(e.node.NextWake()) // backoffs ending, the next image cycle
+	if e.node.Waiting() {
+		earliest(e.sched.journalRetry)
+	}
+	earliest(e.recon.next())
+	earliest(e.mem.due(len(e.st.Tasks)))
+	return next
 }
 
-// endBurst commits the burst's records in one append — with the snapshot, when one is due —
-// then, once the commit has returned, chooses the report from the durable outbox, records
-// the bookkeeping of the effects (calls out, questions asked, report begun) and releases them
-// in the fixed order. If the commit fails it drops the effects — nothing about them was
-// recorded — rebuilds the projection from the journal and returns the error.
+// endBurst takes the node's Ready, keeps its deadlines and commits its records in one append
+// — with the snapshot, when one is due — then, once the commit has returned, chooses the
+// report from the durable outbox, tells the node what was released (Advance) and releases it
+// in the fixed order. If the commit fails it drops the effects — the node made none of them
+// count — rebuilds the projection from the journal and returns the error.
 func (e *Engine) endBurst() (Ready, error) {
 	b := e.burst
 	snap := e.snapshotIfDue()
 	e.burst = nil
-	ready := b.ready
+	nr := e.node.Ready()
+	e.observeRecords(nr)
+	e.keepWakes(nr.Wakes)
+	ready := Ready{Records: nr.Records}
 	if len(ready.Records) > 0 {
 		start := time.Now()
 		var err error
@@ -189,7 +155,7 @@ func (e *Engine) endBurst() (Ready, error) {
 		e.metrics.commitLatency.Observe(took.Seconds())
 		e.linger.committed(took)
 		if err != nil {
-			e.dropBurst(b, err)
+			e.dropBurst(b, len(ready.Records), err)
 			return Ready{Records: ready.Records, Err: err}, err
 		}
 		e.clearHealth(HealthJournal)
@@ -204,44 +170,86 @@ func (e *Engine) endBurst() (Ready, error) {
 		ready.Compact = e.planCompaction()
 	}
 	if b.reports {
-		ready.Report = e.report(e.clock.Now(), b.out)
+		ready.Report = e.report(e.clock.Now())
 	}
-	e.begin(ready)
+	ready.Acks, ready.ImageSpace, ready.Reconcile = nr.Acks, nr.ImageSpace, nr.Reconcile
+	for _, a := range nr.Actions {
+		if e.withhold[a.Key()] || e.inbox.stopping {
+			ready.Withheld = append(ready.Withheld, a.Key())
+			continue
+		}
+		ready.Actions = append(ready.Actions, a)
+	}
+	clear(e.withhold)
+	_ = e.node.Step(e.clock.Now(), fsm.Advance{Withheld: ready.Withheld})
+	if ready.Reconcile != nil {
+		e.recon.asked()
+	}
 	e.publishBacklog() // before the poller is answered: it reads it before its next poll
 	e.release(ready, b.waiting)
 	return ready, nil
 }
 
-// begin records, once the commit holding their decisions has returned, what a durable
-// burst's effects are about to do: the calls it makes are out, its questions of the runtime
-// are asked. (The report's is recorded as it is chosen: report.)
-func (e *Engine) begin(r Ready) {
-	for _, a := range r.Actions {
-		e.calls.out.Add(a.Key())
+// observeRecords tells the log and metrics what a burst's records, notes and dropped records
+// say, and lets go of what the engine kept for a cleaned task.
+func (e *Engine) observeRecords(r fsm.Ready) {
+	health := len(r.Dropped) > 0
+	for _, d := range r.Dropped {
+		e.dropped(d)
 	}
-	if r.Reconcile != nil {
-		e.recon.asking = true
+	for _, x := range r.Notes {
+		e.noted(x)
 	}
-	if r.ImageSpace {
-		e.images.asking = true
+	for _, rec := range r.Records {
+		switch ev := rec.Event.(type) {
+		case *event.TaskAdded:
+			health = health || len(e.st.Refusals) > 0 // a task a refusal named "never run" may be this one, sent again
+			e.log.Info().Str("task", rec.Task).Str("desired", string(ev.Desired)).Msg("task assigned")
+		case *event.TaskRejected:
+			health = health || len(e.st.Refusals) > 0
+			e.log.Warn().Str("task", rec.Task).Str("problem", ev.Reason).Msg("invalid task recorded STOPPED")
+		case *event.StoppedAcked:
+			if t := e.st.Tasks[rec.Task]; t != nil {
+				e.metrics.blockedOnAck.Observe(rec.Time.Sub(t.StoppedAt).Seconds())
+			}
+		case *event.CleanupStarted:
+			e.log.Info().Str("task", rec.Task).Msg("cleanup started")
+		case *event.TaskCleaned:
+			e.metrics.cleanups.Inc()
+			e.log.Info().Str("task", rec.Task).Msg("task cleaned")
+			e.calls.forget(rec.Task) // backoffs of calls it no longer needs
+		case *event.TaskTransitioned:
+			e.log.Info().Str("task", rec.Task).Str("from", string(ev.From)).Str("to", string(ev.To)).Str("reason", ev.Reason).Msg("task transitioned")
+		}
+	}
+	if health {
+		e.coreHealth()
 	}
 }
 
-// dropBurst handles a failed commit: the effects never leave (and nothing about them was
-// recorded), the payloads are answered with the error (not acknowledged), and exits are kept.
-func (e *Engine) dropBurst(b *burst, err error) {
+// dropBurst handles a failed commit: the effects never leave (the node counts none of them),
+// the payloads are answered with the error (not acknowledged), and the projection is rebuilt
+// from the journal; the node keeps the burst's exits to hand in again.
+func (e *Engine) dropBurst(b *burst, records int, err error) {
 	e.setHealth(HealthJournal, err.Error())
 	e.metrics.journalErrors.Inc()
-	e.log.Error().Err(err).Int("records", len(b.ready.Records)).Msg("burst not journaled; its effects are dropped and the projection rebuilt from the journal")
+	e.log.Error().Err(err).Int("records", records).Msg("burst not journaled; its effects are dropped and the projection rebuilt from the journal")
 	e.metrics.payloads.WithLabelValues("journal_failed").Add(float64(len(b.waiting)))
 	for _, w := range b.waiting {
 		w.done <- err
 	}
-	e.exits.refused = append(e.exits.refused, b.exits...)
 	e.sched.journalRetry = e.clock.Now().Add(time.Second)
-	if rerr := e.rebuild(); rerr != nil {
-		e.log.Error().Err(rerr).Msg("cannot rebuild the projection from the journal")
+	l, lerr := Load(e.j, 0)
+	if lerr != nil {
+		e.log.Error().Err(lerr).Msg("cannot rebuild the projection from the journal")
+		_ = e.node.Step(e.clock.Now(), fsm.Advance{Err: err})
+		return
 	}
+	e.st = l.State
+	e.sched.reset()
+	_ = e.node.Step(e.clock.Now(), fsm.Advance{Err: err, Reload: l.State}) // every task decided again
+	e.coreHealth()                                                         // refusals of the burst that failed are gone with it
+	e.scheduleCleanups()
 }
 
 // release starts a durable burst's effects in the order doc.go states, one Ready field after
@@ -294,23 +302,4 @@ func (e *Engine) release(r Ready, payloads []waiting) {
 			return ReconcileInput{Observed: observed, Err: err}
 		})
 	}
-}
-
-// rebuild replaces the projection with the journal's truth, after a commit failed with
-// records already applied.
-func (e *Engine) rebuild() error {
-	l, err := Load(e.j, 0)
-	if err != nil {
-		return err
-	}
-	e.st = l.State
-	e.coreHealth()  // refusals of the burst that failed are gone with it
-	e.sched.reset() // every task is decided again, and asks for its wakes again
-	for _, t := range e.st.SortedTasks() {
-		e.sched.mark(t.ARN)
-		if t.Known == event.StatusStoppedAcked {
-			e.scheduleCleanup(t)
-		}
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/submit"
 )
@@ -26,8 +27,9 @@ func (e *Engine) Recover(ctx context.Context) error {
 		return fmt.Errorf("engine: recover: %w", err)
 	}
 	e.st, e.upkeep.snapSeq, e.recoveredAt = l.State, l.FromSnap, l.State.LastSeq
-	e.coreHealth() // refusals the journal remembers: named, degraded only (quarantine.go)
-	e.exits.resumeAt(e.st.ExitCursor, startedAt)
+	e.node = fsm.NewNode(e.st, e.nodeConfig()) // every task is decided at the first Tick
+	e.coreHealth()                             // refusals the journal remembers: named, degraded only (quarantine.go)
+	e.exitsFrom = resumeExitsAt(e.st.ExitCursor, startedAt)
 	want := e.cfg.AgentID
 	if want == "" {
 		want = e.st.AgentID // a journal from before the id was kept in its meta
@@ -40,27 +42,24 @@ func (e *Engine) Recover(ctx context.Context) error {
 		return fmt.Errorf("--agent-id %q: the journal in %s belongs to agent %q; use that id or another data dir", id, e.j.Path(), e.st.AgentID)
 	}
 	e.cfg.AgentID = id
-	observed, err := observe(ctx, e.rt, e.probes())
+	observed, err := observe(ctx, e.rt, e.node.Probes())
+	reconciled := err == nil
 	if err != nil {
 		// The agent stays up without its runtime (down, or not answering in time): it
 		// journals payloads, reports what is pending and asks the runtime again with
 		// backoff; no runtime call is made before the runtime has been reconciled.
-		e.recon.pending = true
+		e.recon.waiting = true
+		_ = e.node.Step(e.clock.Now(), fsm.RuntimeUnanswered{Err: err.Error()})
 		e.setHealth(HealthRuntime, "not reconciled yet: "+err.Error())
 		e.log.Warn().Err(err).Msgf("the %s runtime does not answer; running unreconciled, no runtime call until it does", e.rt.Name())
 	}
 	e.beginBurst(ctx)
-	e.record(event.Record{Event: &event.AgentStarted{Version: e.cfg.Version, PID: os.Getpid(), AgentID: id, JournalID: e.j.ID(), Runtime: e.cfg.RuntimeName}})
-	if !e.recon.pending {
+	_ = e.node.Step(e.clock.Now(), fsm.OwnRecord{Event: &event.AgentStarted{Version: e.cfg.Version, PID: os.Getpid(), AgentID: id, JournalID: e.j.ID(), Runtime: e.cfg.RuntimeName}})
+	if reconciled {
 		e.reconciled(e.clock.Now(), observed)
 	}
 	e.reoffer()
-	for _, t := range e.st.SortedTasks() { // in order: cleanup jitter is drawn per task
-		e.sched.mark(t.ARN)
-		if t.Known == event.StatusStoppedAcked {
-			e.scheduleCleanup(t)
-		}
-	}
+	e.scheduleCleanups()
 	if _, err := e.endBurst(); err != nil {
 		return fmt.Errorf("engine: recover: %w", err)
 	}

@@ -12,8 +12,8 @@ import (
 // report is the next state-change request, when the submitter allows and something is
 // unsent (nil: none now). It runs once a burst's commit has returned, so it chooses from the
 // durable outbox, and the submitter records the report begun only when it is really sent.
-// calls is what is out with the calls the burst decided, about to go (its layer, fsm.Over).
-func (e *Engine) report(now time.Time, calls fsm.InFlight) []protocol.StateChange {
+// The node's calls out include those the burst decided, about to go.
+func (e *Engine) report(now time.Time) []protocol.StateChange {
 	if e.cp == nil || e.sub == nil || e.st.OutboxLen() == 0 {
 		return nil
 	}
@@ -30,7 +30,7 @@ func (e *Engine) report(now time.Time, calls fsm.InFlight) []protocol.StateChang
 	// them. The burst's own count: a task's start, decided as its create ended, is not yet
 	// out, and with only what is out the gathering ended between one call and the next (bench
 	// fleet's start round: 20 agents' first reports carried half their changes).
-	e.sub.Coming(calls.Out(fsm.ActStop) || calls.Out(fsm.ActStart) || calls.Out(fsm.ActCreate) || calls.Out(fsm.ActPull))
+	e.sub.Coming(e.node.Out(fsm.ActStop) || e.node.Out(fsm.ActStart) || e.node.Out(fsm.ActCreate) || e.node.Out(fsm.ActPull))
 	// The submitter chooses from the oldest pending changes: fewer after a refused report, and
 	// never a change it holds (refused alone) nor one queued behind it in its task.
 	// Every candidate held: nil, and NextAttempt says when one is due.
@@ -59,9 +59,6 @@ func (e *Engine) handleReport(now time.Time, in ReportInput) {
 		default:
 		}
 	}
-	for _, c := range in.Sent {
-		e.sched.mark(c.TaskARN) // a settled STOPPED makes stopped_acked due
-	}
 	e.metrics.reports.WithLabelValues(string(in.Result.Outcome)).Inc()
 	if o.Log != "" {
 		if in.Result.Outcome == protocol.Settled {
@@ -71,7 +68,7 @@ func (e *Engine) handleReport(now time.Time, in ReportInput) {
 		}
 	}
 	// Lost with a failed commit: the changes are sent again, same ids.
-	e.record(e.st.Step(now, fsm.ReportAnswered{Sent: in.Sent, Settled: o.Settled, Attempt: o.Attempt}).Records...)
+	_ = e.node.Step(now, fsm.ReportAnswered{Sent: in.Sent, Settled: o.Settled, Attempt: o.Attempt})
 	// The next batch goes out with this burst (endBurst), before the decisions this answer
 	// unlocks are acted on: under throttling the request slot is the scarce thing, not the disk.
 	switch problem, credentials := e.sub.Health(); {

@@ -42,6 +42,10 @@ import (
 //	        [image=ID digest=D pulled]    a pull's image, and that the agent fetched it
 //	outcome remove-image ID [ok|failed|vanished]
 //	space free=N total=M                  the runtime's disk, as a collection cycle asked
+//	withhold KIND TASK/CTR                the next burst releases every effect but this call: it is
+//	                                      never made (the node hears so at Advance); outcomes answer
+//	                                      released calls in any order, so withholding and outcome
+//	                                      order together reorder what the runtime does
 //	verify                                journal verify's findings (ok: none)
 //	exit TASK/CTR [code=N] [oom|oom-unknown] an exit from the runtime's event stream (oom: the kernel
 //	                                      killed it; oom-unknown: a 137 whose cause no one could tell)
@@ -160,6 +164,10 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		return out
 	case "outcome":
 		return s.outcome(t, d)
+	case "withhold":
+		task, ctr := subject(t, d.CmdArgs[1].Key)
+		s.e.Withhold(fsm.ActionKey{Kind: fsm.ActionKind(d.CmdArgs[0].Key), Task: task, Container: ctr})
+		return "ok\n"
 	case "exit":
 		task, ctr := subject(t, d.CmdArgs[0].Key)
 		code := 0

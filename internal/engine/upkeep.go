@@ -16,12 +16,10 @@ func SnapshotInterval(st *fsm.State, every uint64) uint64 {
 	return max(every, 4*uint64(len(st.Tasks)+len(st.Tombstones)))
 }
 
-// upkeep is the journal's upkeep: where the last snapshot stands, and whether a compaction
-// runs. It guards that a snapshot comes every SnapshotInterval records and that one
-// compaction runs at a time.
+// upkeep is the journal's upkeep: where the last snapshot stands. It guards that a snapshot
+// comes every SnapshotInterval records (one compaction at a time is the node's: Ready.Compact).
 type upkeep struct {
-	snapSeq    uint64 // the newest snapshot's sequence number
-	compacting bool   // a compaction runs on the executor
+	snapSeq uint64 // the newest snapshot's sequence number
 }
 
 // pendingSnapshot is a snapshot the burst commits with its records.
@@ -45,26 +43,33 @@ func (e *Engine) snapshotIfDue() *pendingSnapshot {
 		e.log.Error().Err(err).Msg("cannot encode a snapshot")
 		return nil
 	}
-	n := len(e.burst.ready.Records)
-	e.record(event.Record{Event: &event.SnapshotTaken{AtSeq: at, Bytes: int(size)}})
-	if len(e.burst.ready.Records) == n {
+	n := len(e.node.Ready().Records)
+	_ = e.node.Step(e.clock.Now(), fsm.OwnRecord{Event: &event.SnapshotTaken{AtSeq: at, Bytes: int(size)}})
+	if len(e.node.Ready().Records) == n {
 		return nil // refused (quarantine.go): no record, no snapshot
 	}
 	return &pendingSnapshot{at: at, data: data}
 }
 
-// planCompaction is, after a snapshot, the compaction the projection calls for (nil: none).
-// The deletions run on the executor in commits of their own, so appends wait at most one
-// short commit; the compaction_done record follows as an input.
+// planCompaction is, after a snapshot, the compaction the node plans over the journal's
+// facts (nil: none). The deletions run on the executor in commits of their own, so appends
+// wait at most one short commit; the compaction_done record follows as an input.
 func (e *Engine) planCompaction() *CompactionPlan {
-	if e.upkeep.compacting || (e.cfg.Retention < 0 && e.cfg.JournalMaxBytes <= 0) {
+	if e.cfg.Retention < 0 && e.cfg.JournalMaxBytes <= 0 {
 		return nil
 	}
-	plan, err := PlanCompaction(e.st, e.j, e.clock.Now(), e.cfg.Retention, e.upkeep.snapSeq, e.cfg.JournalMaxBytes)
+	now := e.clock.Now()
+	f, err := journalFacts(e.j, now, e.cfg.Retention, e.upkeep.snapSeq, e.cfg.JournalMaxBytes)
 	if err != nil {
 		e.log.Warn().Err(err).Msg("compaction skipped")
 		return nil
 	}
+	_ = e.node.Step(now, fsm.SnapshotCommitted{Facts: f})
+	p := e.node.Ready().Compact
+	if p == nil {
+		return nil // one runs
+	}
+	plan := CompactionPlan{*p}
 	if plan.OverBudget != "" {
 		e.setHealth(HealthJournalBudget, plan.OverBudget)
 	} else if plan.InUse > 0 || e.cfg.JournalMaxBytes > 0 {
@@ -77,19 +82,18 @@ func (e *Engine) planCompaction() *CompactionPlan {
 	if plan.Empty() {
 		return nil
 	}
-	e.upkeep.compacting = true
 	return &plan
 }
 
 // handleCompact journals a finished compaction's record.
 func (e *Engine) handleCompact(now time.Time, in CompactInput) {
-	e.upkeep.compacting = false
 	if in.Err != nil {
+		_ = e.node.Step(now, fsm.CompactionFinished{}) // none runs now
 		e.log.Warn().Err(in.Err).Msg("compaction failed; the next snapshot tries again")
 		return
 	}
 	// Lost with a failed commit, the next compaction repeats it (the records are gone already).
-	e.record(e.st.Step(now, fsm.CompactionFinished{Done: in.Done}).Records...)
+	_ = e.node.Step(now, fsm.CompactionFinished{Done: in.Done})
 	e.coreHealth() // refusals past the retention are forgotten
 	e.metrics.droppedEarly.Add(float64(len(in.Done.Early)))
 	e.log.Info().Int("records", in.Done.Records).Int("tasks", len(in.Done.Tasks)).Int("messages", len(in.Done.Messages)).Int("histories_dropped_early", len(in.Done.Early)).Msg("journal compacted")

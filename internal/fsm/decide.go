@@ -28,7 +28,7 @@ const (
 
 // Action asks the runtime to do something to one container. The engine runs it and hands the
 // outcome to Step; until the outcome's record is applied, Decide keeps proposing the action,
-// so the engine keeps track of what it already has in flight (by Key), and Gate says from
+// so the node keeps track of what it already has in flight (by Key), and Gate says from
 // that whether a decided action may go now.
 type Action struct {
 	Kind      ActionKind
@@ -76,8 +76,9 @@ type Decisions struct {
 
 // Wake asks for a task to be decided again at a time.
 type Wake struct {
-	Task string
-	At   time.Time
+	Task    string
+	At      time.Time
+	Cleanup bool // the task's cleanup deadline (Node: the caller may add jitter)
 }
 
 // Intent is the record journaled before an action's call is made, for calls that must never

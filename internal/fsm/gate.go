@@ -3,13 +3,13 @@ package fsm
 import "time"
 
 // Which decided call may go now. Decide says what should happen; whether it may happen yet
-// depends on what the engine has out — calls made and not answered — which the engine hands
-// in as data (InFlight). The rules here are pure: the same decisions and the same view always
-// give the same answer, so the property test drives the rules the agent runs.
+// depends on what is out — calls released and not answered — which the node keeps
+// (nodecalls.go). The rules here are pure: the same decisions and the same view always give
+// the same answer, so the property test, driving the node, drives the rules the agent runs.
 
-// InFlight is the engine's view of what it has out, handed to the core as data. The engine
-// adds a call when it makes it and ends it when its outcome comes (Add, End): the calls are
-// reachable only through them, so the counts the rules read stay in step with the calls.
+// InFlight is what is out, as the Gate reads it. The node adds a call when an Advance says
+// it went and ends it when its outcome comes (Add, End): the calls are reachable only through
+// them, so the counts the rules read stay in step with the calls.
 type InFlight struct {
 	calls map[ActionKey]bool // runtime calls made and not yet answered
 	// RemovalSlots is how many container removals may be out at once (0: no bound): cleaning

@@ -10,29 +10,31 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/protocol"
 )
 
-// world drives the projection the way an engine would, with every choice drawn by rapid:
-// which task arrives, which decision is carried out now, which runtime action fails, which
-// container exits with what code, which reports the control plane settles, when time passes
-// and when the control plane re-sends or stops a task. Only records the projection accepts
-// make it into the history, as in a real journal.
+// world drives the node (fsm.Node) the way an engine would, with every choice drawn by rapid:
+// which task arrives, when the node decides, which released call it withholds, which runtime
+// action fails, which container exits with what code, which reports the control plane
+// settles, when time passes and when the control plane re-sends or stops a task. The world is
+// the node's environment only — the runtime, the control plane and the clock, with the
+// deadlines and backoffs a caller keeps — so every rule it exercises is the node's own. Only
+// records the projection accepts make it into the history, as in a real journal.
 type world struct {
 	t       *rapid.T
+	n       *fsm.Node
 	st      *fsm.State
 	cfg     fsm.Config
 	now     time.Time
 	history []event.Record
 	tasks   int
-	// inflight are calls made and not yet answered, as the engine holds them (several on one
-	// container at once where the core's Gate lets them: the rules the engine runs); running
-	// is the runtime's truth: which containers run, whatever the projection believes.
-	inflight     []fsm.Action
-	running      map[string]bool
-	removalSlots int // container removals out at once (0: no bound), as CleanupWorkers
-	// what the engine keeps between image cycles for the core: cycles put off, images sitting out
-	imagesDeferred int
-	imagesRefused  map[string]time.Time
+	// inflight are calls the node released and the runtime has not answered; running is the
+	// runtime's truth: which containers run, whatever the projection believes.
+	inflight []fsm.Action
+	running  map[string]bool
+	wakes    []fsm.Wake // deadlines the node asked for, handed back in a Tick once due
+	asked    bool       // the node asked the runtime's disk space
+	cursor   int64      // the exit stream's
 }
 
 // images are the references tasks name, and imageIDs the images each may resolve to.
@@ -46,28 +48,81 @@ var (
 
 func ctrKey(task, ctr string) string { return task + "/" + ctr }
 
-func (w *world) apply(task, container string, e event.Event) {
-	rec := event.Record{Seq: uint64(len(w.history)) + 1, Time: w.now, Task: task, Container: container, Event: e}
-	if err := w.st.Apply(rec); err != nil {
-		w.t.Fatalf("the engine's own decision was refused: %v", err)
+// input hands the node one input, then carries out its Ready as an engine would: the records
+// journaled (the history), the released calls made — some withheld — and the node told.
+func (w *world) input(in fsm.Input) {
+	if err := w.n.Step(w.now, in); err != nil {
+		w.t.Fatalf("step %T: %v", in, err)
 	}
-	w.history = append(w.history, rec)
+	r := w.n.Ready()
+	if len(r.Dropped) > 0 {
+		w.t.Fatalf("the projection refused the core's own record: %v", r.Dropped[0].Err)
+	}
+	w.history = append(w.history, r.Records...)
+	w.wakes = append(w.wakes, r.Wakes...)
+	for _, x := range r.Retries {
+		if err := w.n.Step(w.now, fsm.RetryAt{Key: x.Key, At: w.now.Add(time.Duration(rapid.IntRange(0, 30).Draw(w.t, "backoff")) * time.Second)}); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	w.asked = w.asked || r.ImageSpace
+	var withheld []fsm.ActionKey
+	for _, a := range r.Actions {
+		if rapid.IntRange(0, 7).Draw(w.t, "withhold") == 0 {
+			withheld = append(withheld, a.Key())
+			continue
+		}
+		w.inflight = append(w.inflight, a)
+	}
+	if err := w.n.Step(w.now, fsm.Advance{Withheld: withheld}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// tick hands the node the deadlines that have come, and has it decide.
+func (w *world) tick() {
+	var due []string
+	kept := w.wakes[:0]
+	for _, x := range w.wakes {
+		if x.At.After(w.now) {
+			kept = append(kept, x)
+			continue
+		}
+		due = append(due, x.Task)
+	}
+	w.wakes = kept
+	w.input(fsm.Tick{Due: due})
+}
+
+// record hands the node a fact the control plane sent, as its verdict.
+func (w *world) record(task string, e event.Event) {
+	w.input(fsm.Forced{Verdict: fsm.Verdict{Records: []event.Record{{Task: task, Event: e}}}})
+}
+
+// settle has the control plane answer a report of the pending changes: each accepted,
+// rejected or left unsettled by answer.
+func (w *world) settle(pending []fsm.Change, answer func() int) {
+	sent := make([]protocol.StateChange, len(pending))
+	e := &event.ChangesSettled{}
+	for i, c := range pending {
+		sent[i] = protocol.StateChange{ID: c.ID, TaskARN: c.Task, Container: c.Container, Status: string(c.Status)}
+		switch answer() {
+		case 0: // listed in neither: not settled
+		case 1:
+			e.Rejected = append(e.Rejected, event.Rejection{ID: c.ID, Error: "unknown_task"})
+		default:
+			e.Accepted = append(e.Accepted, c.ID)
+		}
+	}
+	w.input(fsm.ReportAnswered{Sent: sent, Settled: e})
 }
 
 func (w *world) step() {
 	switch rapid.IntRange(0, 10).Draw(w.t, "what") {
-	case 10: // an image collection cycle, planned by the core's rules as the engine runs one
-		cfg := fsm.ImageConfig{MinAge: time.Duration(rapid.IntRange(0, 300).Draw(w.t, "image age")) * time.Second, PerCycle: 2, LowFreePercent: 10}
-		free := uint64(rapid.IntRange(0, 100).Draw(w.t, "free percent"))
-		p := w.st.PlanImageCycle(w.now, cfg, fsm.ImageCycle{Free: free, Total: 100, Deferred: w.imagesDeferred, Refused: w.imagesRefused}, w.out())
-		w.imagesDeferred = p.Deferred
-		for _, id := range p.Forget {
-			delete(w.imagesRefused, id)
-		}
-		for _, a := range p.Removals {
-			if w.out().Gate(a).Reason == fsm.Go {
-				w.inflight = append(w.inflight, a) // answered later, while pulls may be decided
-			}
+	case 10: // the runtime answers a collection cycle's disk question
+		if w.asked {
+			w.asked = false
+			w.input(fsm.ImageSpace{Free: uint64(rapid.IntRange(0, 100).Draw(w.t, "free percent")), Total: 100})
 		}
 	case 0: // a task arrives (a few live at once, so each goes deep into its lifecycle)
 		if len(w.st.Tasks) >= 3 {
@@ -96,32 +151,20 @@ func (w *world) step() {
 				c0.StartTimeoutS = &timeout
 			}
 		}
-		w.apply(fmt.Sprintf("t%d", w.tasks), "", e)
+		w.record(fmt.Sprintf("t%d", w.tasks), e)
 	case 1: // time passes
 		w.now = w.now.Add(time.Duration(rapid.IntRange(1, 120).Draw(w.t, "seconds")) * time.Second)
 	case 2: // the control plane settles some of what the submitter would send
-		pending := w.st.Pending(rapid.IntRange(1, 10).Draw(w.t, "batch"))
-		if len(pending) == 0 {
-			return
+		if pending := w.st.Pending(rapid.IntRange(1, 10).Draw(w.t, "batch")); len(pending) > 0 {
+			w.settle(pending, func() int { return rapid.IntRange(0, 3).Draw(w.t, "answer") })
 		}
-		e := &event.ChangesSettled{}
-		for _, c := range pending {
-			switch rapid.IntRange(0, 3).Draw(w.t, "answer") {
-			case 0: // listed in neither: not settled
-			case 1:
-				e.Rejected = append(e.Rejected, event.Rejection{ID: c.ID, Error: "unknown_task"})
-			default:
-				e.Accepted = append(e.Accepted, c.ID)
-			}
-		}
-		w.apply("", "", e)
 	case 3: // a running container exits by itself
 		for _, t := range w.st.SortedTasks() {
 			for _, c := range t.Containers {
 				if c.Known == event.StatusRunning && rapid.Bool().Draw(w.t, "exits") {
 					delete(w.running, ctrKey(t.ARN, c.Name))
-					code := rapid.IntRange(0, 3).Draw(w.t, "code")
-					w.apply(t.ARN, c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, ExitCode: &code})
+					w.cursor++
+					w.input(fsm.ContainerExited{Task: t.ARN, Container: c.Name, RuntimeID: c.RuntimeID, ExitCode: rapid.IntRange(0, 3).Draw(w.t, "code"), Cursor: w.cursor})
 					return
 				}
 			}
@@ -132,11 +175,11 @@ func (w *world) step() {
 		}
 		arn := fmt.Sprintf("t%d", rapid.IntRange(1, w.tasks).Draw(w.t, "task"))
 		if t, live := w.st.Tasks[arn]; live && t.Desired == event.StatusRunning && rapid.Bool().Draw(w.t, "stop") {
-			w.apply(arn, "", &event.DesiredChanged{To: event.StatusStopped})
+			w.record(arn, &event.DesiredChanged{To: event.StatusStopped})
 		} else if live || w.st.Tombstones[arn] != nil {
-			w.apply(arn, "", &event.TaskResent{})
+			w.record(arn, &event.TaskResent{})
 		}
-	case 5, 6: // a call in flight comes back, mapped by the core as the engine does
+	case 5, 6: // a call in flight comes back
 		if len(w.inflight) == 0 {
 			return
 		}
@@ -144,39 +187,16 @@ func (w *world) step() {
 		a := w.inflight[i]
 		w.inflight = append(w.inflight[:i], w.inflight[i+1:]...)
 		w.answer(a)
-	default: // the engine journals a decision, or makes a call (its intent journaled first)
-		d := w.st.Decide(w.now, w.cfg)
-		w.checkDependencies(d)
-		switch {
-		case len(d.Records) > 0:
-			r := d.Records[rapid.IntRange(0, len(d.Records)-1).Draw(w.t, "record")]
-			w.apply(r.Task, r.Container, r.Event)
-		case len(d.Actions) > 0:
-			a := d.Actions[rapid.IntRange(0, len(d.Actions)-1).Draw(w.t, "action")]
-			if w.out().Gate(a).Reason != fsm.Go {
-				return // the engine's rule: it waits (fsm.InFlight.Gate)
-			}
-			for _, r := range a.Intent() {
-				w.apply(r.Task, r.Container, r.Event)
-			}
-			w.inflight = append(w.inflight, a)
-		}
+	default: // the node decides what the inputs and time made due
+		w.tick()
+		w.checkDependencies(w.n.Ready().Actions)
 	}
-}
-
-// out is the engine's view of the calls out, as the engine hands it to the core.
-func (w *world) out() fsm.InFlight {
-	f := fsm.NewInFlight(w.removalSlots)
-	for _, a := range w.inflight {
-		f.Add(a.Key())
-	}
-	return f
 }
 
 // checkDependencies: a start is decided only once every depends_on condition holds, and no
 // container is still waiting once a dependency's start_timeout_s has run out.
-func (w *world) checkDependencies(d fsm.Decisions) {
-	for _, a := range d.Actions {
+func (w *world) checkDependencies(released []fsm.Action) {
+	for _, a := range released {
 		if a.Kind != fsm.ActStart {
 			continue
 		}
@@ -257,13 +277,7 @@ func (w *world) complete(a fsm.Action, res fsm.Result, took bool) {
 	case fsm.ActRemove:
 		delete(w.running, k)
 	}
-	v := w.st.Step(w.now, fsm.ActionFinished{Action: a, Result: res})
-	if v.SitOut {
-		w.imagesRefused[a.RuntimeID] = w.now
-	}
-	for _, r := range v.Records {
-		w.apply(r.Task, r.Container, r.Event)
-	}
+	w.input(fsm.ActionFinished{Action: a, Result: res})
 }
 
 // stoppedButRunning names a container the projection holds STOPPED (and so may report
@@ -279,21 +293,13 @@ func (w *world) stoppedButRunning() string {
 	return ""
 }
 
-// nextCleanup is the earliest cleanup deadline of a STOPPED_ACKED task (zero: none).
-func nextCleanup(st *fsm.State, cfg fsm.Config) time.Time {
-	var next time.Time
-	for _, t := range st.Tasks {
-		if due := t.CleanupDue(cfg); t.Known == event.StatusStoppedAcked && (next.IsZero() || due.Before(next)) {
-			next = due
-		}
-	}
-	return next
-}
-
 func newWorld(t *rapid.T) *world {
-	return &world{t: t, st: fsm.New(), now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), running: map[string]bool{},
-		removalSlots: rapid.IntRange(0, 2).Draw(t, "removal slots"), imagesRefused: map[string]time.Time{},
-		cfg: fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}}
+	cfg := fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}
+	n := fsm.NewNode(fsm.New(), fsm.NodeConfig{Config: cfg, RemovalSlots: rapid.IntRange(0, 2).Draw(t, "removal slots"),
+		Images:        fsm.ImageConfig{MinAge: time.Duration(rapid.IntRange(0, 300).Draw(t, "image age")) * time.Second, PerCycle: 2, LowFreePercent: 10},
+		ImageInterval: time.Duration(rapid.IntRange(1, 120).Draw(t, "image interval")) * time.Second, ImageCollector: true,
+		Compaction: fsm.CompactionPolicy{Retention: -1}})
+	return &world{t: t, n: n, st: n.State(), cfg: cfg, now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), running: map[string]bool{}}
 }
 
 // run takes between one and most steps, as many as rapid draws; after each, no container the
@@ -376,58 +382,55 @@ func TestPropertySnapshotPlusTailEqualsReplay(t *testing.T) {
 }
 
 // Every task ends cleaned when the control plane eventually settles everything and time passes:
-// nothing waits forever on the agent's side.
+// nothing waits forever on the agent's side. The node is driven on: every call it releases is
+// answered at once (the runtime healed), every report accepted, the clock moved to the next
+// deadline it asked for when nothing else is left.
 func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		w := newWorld(rt)
 		w.run(150)
 		for _, task := range w.st.SortedTasks() {
 			if task.Desired == event.StatusRunning {
-				w.apply(task.ARN, "", &event.DesiredChanged{To: event.StatusStopped})
+				w.record(task.ARN, &event.DesiredChanged{To: event.StatusStopped})
 			}
 		}
 		w.now = w.now.Add(time.Hour)
-		for _, a := range w.inflight { // the calls out come back, the runtime healed
+		for len(w.inflight) > 0 { // the calls out come back, the runtime healed
+			a := w.inflight[0]
+			w.inflight = w.inflight[1:]
 			w.complete(a, fsm.Result{Kind: fsm.Succeeded, Exited: a.Kind == fsm.ActStop}, true)
 		}
-		w.inflight = nil
 		for i := 0; i < 10000 && (len(w.st.Tasks) > 0 || w.st.OutboxLen() > 0); i++ {
 			if p := w.st.Pending(100); len(p) > 0 {
-				e := &event.ChangesSettled{}
-				for _, c := range p {
-					e.Accepted = append(e.Accepted, c.ID)
-				}
-				w.apply("", "", e)
+				w.settle(p, func() int { return 2 })
 				continue
 			}
-			d := w.st.Decide(w.now, w.cfg)
-			if len(d.Records) == 0 && len(d.Actions) == 0 {
-				if due := nextCleanup(w.st, w.cfg); due.After(w.now) {
-					w.now = due // only the cleanup wait is left
-					continue
-				}
-				rt.Fatalf("stuck with %d live tasks:\n%s", len(w.st.Tasks), w.st.Format(w.now, w.cfg))
-			}
-			for _, r := range d.Records {
-				w.apply(r.Task, r.Container, r.Event)
-			}
-			if len(d.Records) > 0 {
-				continue
-			}
-			for _, a := range d.Actions {
-				if t := w.st.Tasks[a.Task]; t == nil || t.Container(a.Container).Known != a.From || (a.Kind == fsm.ActRemove && t.Container(a.Container).Removed) {
-					continue // an earlier action of this round changed it
-				}
-				for _, r := range a.Intent() {
-					w.apply(r.Task, r.Container, r.Event)
-				}
+			if len(w.inflight) > 0 {
+				a := w.inflight[0]
+				w.inflight = w.inflight[1:]
 				res := fsm.Result{Kind: fsm.Failed, Err: "task stopping"}
 				switch a.Kind {
-				case fsm.ActRemove, fsm.ActStop, fsm.ActInspect:
+				case fsm.ActRemove, fsm.ActStop, fsm.ActInspect, fsm.ActRemoveImage:
 					res = fsm.Result{Kind: fsm.Succeeded, Exited: a.Kind == fsm.ActStop}
 				}
 				w.complete(a, res, res.Kind == fsm.Succeeded)
+				continue
 			}
+			seq := w.st.LastSeq
+			w.tick()
+			if w.st.LastSeq != seq || len(w.inflight) > 0 || w.n.Waiting() { // a withheld call: decided again
+				continue
+			}
+			next := w.n.NextWake() // a backoff, the next image cycle
+			for _, x := range w.wakes {
+				if next.IsZero() || x.At.Before(next) {
+					next = x.At
+				}
+			}
+			if !next.After(w.now) {
+				rt.Fatalf("stuck with %d live tasks:\n%s", len(w.st.Tasks), w.st.Format(w.now, w.cfg))
+			}
+			w.now = next // only a wait is left
 		}
 		if len(w.st.Tasks) > 0 || w.st.OutboxLen() > 0 {
 			rt.Fatalf("did not settle: %d live, %d unsent", len(w.st.Tasks), w.st.OutboxLen())
