@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // With -tags corebug the core makes a stopped_acked for a STOPPED task whose change the
@@ -17,7 +18,7 @@ import (
 // and `journal verify` finds nothing.
 func TestRefusedRecordIsNeverJournaled(t *testing.T) {
 	r := newRig(t, time.Hour)
-	r.cp.answer = throttle // the STOPPED is never settled: the planted rule fires on every decision
+	r.cp.Answer = testrig.Throttle // the STOPPED is never settled: the planted rule fires on every decision
 	r.assign("task/bad", "RUNNING", ctr("app", "sleep", "1s", "0"))
 	r.advance(2 * time.Second)
 
@@ -38,7 +39,7 @@ func TestRefusedRecordIsNeverJournaled(t *testing.T) {
 	}
 
 	// The rest of the agent goes on.
-	r.cp.answer = acceptAll
+	r.cp.Answer = testrig.SettleAll
 	r.assign("task/good", "RUNNING", ctr("app"))
 	r.advance(time.Second)
 	if r.known("task/good") != event.StatusRunning {

@@ -12,13 +12,14 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/agentd/agentd/internal/runtime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // With the guard compiled out of the core (-tags simbug), the seed's race script must fail: a
 // script that still passed would prove nothing about the guard.
 func TestScriptsFailWithoutTheGuard(t *testing.T) {
 	rec := &failureRecorder{TB: t}
-	s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]runtime.State{}}}
+	s := &script{t: rec, dir: t.TempDir(), clock: testrig.NewClock(t0), rt: &scriptRuntime{byID: map[string]runtime.State{}}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

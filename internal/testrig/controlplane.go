@@ -70,6 +70,13 @@ func (cp *ControlPlane) Accepted() map[string]int {
 	return out
 }
 
+// Forget forgets what was sent and accepted so far.
+func (cp *ControlPlane) Forget() {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.sent, cp.accepted = nil, nil
+}
+
 // SettleAll accepts every change at once.
 func SettleAll(changes []protocol.StateChange) protocol.ReportResult {
 	r := protocol.ReportResult{Outcome: protocol.Settled, HTTPStatus: 200}

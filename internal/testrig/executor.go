@@ -49,6 +49,9 @@ func (x *Executor[T]) Due() (time.Time, bool) {
 	return x.queue[0].at, true
 }
 
+// Drop forgets every call held, as a crash does the calls in flight.
+func (x *Executor[T]) Drop() { x.queue = nil }
+
 // Len is how much work is held.
 func (x *Executor[T]) Len() int { return len(x.queue) }
 
