@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/registrytest"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // removeImagesAtEnd removes, when the test ends (after its containers: cleanups run last in,
@@ -59,66 +59,11 @@ func TestDockerPrivateRegistriesThroughTheAgent(t *testing.T) {
 	stranger.RequireAuth("someone", "else-entirely")
 	ref, d1 := private.Push(t, "app:1", registrytest.Testbox(t, "v1"))
 	otherRef, _ := stranger.Push(t, "app:1", registrytest.Testbox(t, "stranger"))
-	authFile := filepath.Join(t.TempDir(), "config.json")
-	if err := os.WriteFile(authFile, []byte(private.AuthFile(user, pass)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	a := startRegistryAgent(t, private.AuthFile(user, pass))
 
-	agentID := strings.ReplaceAll("agent-img-"+time.Now().Format("150405.000"), ".", "")
-	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
-	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
-	cpURL := "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
-	dataDir := filepath.Join(t.TempDir(), "data")
-	agent := startProc(t, "run", "--runtime", "docker", "--data-dir", dataDir, "--backend", cpURL,
-		"--listen", "127.0.0.1:0", "--cleanup-wait", "10m", "--log-format", "json", "--log-level", "debug",
-		"--agent-id", agentID, "--registry-auth-file", authFile)
-	api := "http://" + agent.await(t, "agent running", 60*time.Second)["listen"].(string)
-
-	assign := func(arn, image, policy string) {
-		c := map[string]any{"name": "app", "image": image, "command": []string{"run"}}
-		if policy != "" {
-			c["pull_policy"] = policy
-		}
-		postJSON(t, cpURL+"/v1/tasks", map[string]any{"agent": agentID, "task": map[string]any{"arn": arn, "containers": []map[string]any{c}}})
-	}
-	await := func(what string, ok func(map[string]cpWorkload) bool, arns ...string) map[string]cpWorkload {
-		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			got := map[string]cpWorkload{}
-			for _, arn := range arns {
-				var w cpWorkload
-				getJSON(t, cpURL+"/v1/tasks/"+arn, &w)
-				got[arn] = w
-			}
-			if ok(got) {
-				return got
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 90 s: %+v\n%s", what, got, agent.log())
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	digest := func(arn string) (id, digest string) {
-		t.Helper()
-		var v struct {
-			Containers []struct {
-				ImageID     string `json:"image_id"`
-				ImageDigest string `json:"image_digest"`
-			} `json:"containers"`
-		}
-		if code := getJSON(t, api+"/v1/tasks/"+arn, &v); code != 200 || len(v.Containers) != 1 {
-			t.Fatalf("GET /v1/tasks/%s: %d %+v", arn, code, v)
-		}
-		return v.Containers[0].ImageID, v.Containers[0].ImageDigest
-	}
-
-	assign("task/img-a", ref, "")
-	assign("task/img-b", otherRef, "")
-	got := await("a RUNNING, b STOPPED", func(w map[string]cpWorkload) bool {
-		return w["task/img-a"].Status == "RUNNING" && w["task/img-b"].Status == "STOPPED"
-	}, "task/img-a", "task/img-b")
+	a.assign("task/img-a", ref, "")
+	a.assign("task/img-b", otherRef, "")
+	got := a.await(map[string]string{"task/img-a": "RUNNING", "task/img-b": "STOPPED"})
 	if r := got["task/img-b"].Reason; !strings.Contains(r, "unauthorized") || !strings.Contains(r, otherRef) {
 		t.Fatalf("task/img-b stopped with reason %q: it must name the image and say unauthorized", r)
 	}
@@ -126,7 +71,7 @@ func TestDockerPrivateRegistriesThroughTheAgent(t *testing.T) {
 	if n := stranger.Count("GET /v2/ "); n > 2 {
 		t.Fatalf("the refused pull was tried %d times: unauthorized is not worth a retry\n%s", n, strings.Join(stranger.Requests(), "\n"))
 	}
-	idA, gotA := digest("task/img-a")
+	idA, gotA := a.digest("task/img-a")
 	*images = append(*images, ref, idA)
 	if gotA != d1 {
 		t.Fatalf("task/img-a shows image digest %q; the registry served %s", gotA, d1)
@@ -134,12 +79,12 @@ func TestDockerPrivateRegistriesThroughTheAgent(t *testing.T) {
 
 	// A new build under the same tag: if-not-present keeps what the host has, always gets it.
 	_, d2 := private.Push(t, "app:1", registrytest.Testbox(t, "v2"))
-	assign("task/img-cached", ref, "if-not-present")
-	await("if-not-present RUNNING", func(w map[string]cpWorkload) bool { return w["task/img-cached"].Status == "RUNNING" }, "task/img-cached")
-	assign("task/img-always", ref, "always")
-	await("always RUNNING", func(w map[string]cpWorkload) bool { return w["task/img-always"].Status == "RUNNING" }, "task/img-always")
-	_, gotCached := digest("task/img-cached")
-	idAlways, gotAlways := digest("task/img-always")
+	a.assign("task/img-cached", ref, "if-not-present")
+	a.await(map[string]string{"task/img-cached": "RUNNING"})
+	a.assign("task/img-always", ref, "always")
+	a.await(map[string]string{"task/img-always": "RUNNING"})
+	_, gotCached := a.digest("task/img-cached")
+	idAlways, gotAlways := a.digest("task/img-always")
 	*images = append(*images, idAlways)
 	if gotCached != d1 {
 		t.Fatalf("pull_policy if-not-present ran digest %q after the re-push; the host held %s", gotCached, d1)
@@ -152,34 +97,109 @@ func TestDockerPrivateRegistriesThroughTheAgent(t *testing.T) {
 	// header carry them.
 	secrets := []string{pass, base64.StdEncoding.EncodeToString([]byte(user + ":" + pass)),
 		base64.URLEncoding.EncodeToString([]byte(user + ":" + pass)), base64.StdEncoding.EncodeToString([]byte(pass))}
-	var answers bytes.Buffer
-	for _, path := range []string{"/v1/tasks", "/v1/tasks/task/img-a", "/v1/tasks/task/img-b", "/v1/metadata", "/metrics", "/healthz", "/", "/v1/journal/export"} {
-		resp, err := ownClient.Get(api + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(&answers, resp.Body)
-		resp.Body.Close()
-	}
-	printed, _ := exec.Command(agentdBinary(t), "run", "--print-config", "--backend", cpURL, "--registry-auth-file", authFile).CombinedOutput()
-	_ = agent.cmd.Process.Signal(syscall.SIGTERM)
-	_ = agent.cmd.Wait()
-	journalBytes, err := os.ReadFile(filepath.Join(dataDir, journal.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for where, text := range map[string][]byte{"the journal file": journalBytes, "an API answer": answers.Bytes(),
-		"the agent's log": []byte(agent.log()), "--print-config": printed} {
+	said := a.stopAndRead()
+	for where, text := range said {
 		for _, s := range secrets {
 			if bytes.Contains(text, []byte(s)) {
 				t.Errorf("the registry credentials (%q) appear in %s", s, where)
 			}
 		}
 	}
-	if !bytes.Contains(journalBytes, []byte(d1)) {
+	if !bytes.Contains(said["the journal file"], []byte(d1)) {
 		t.Error("the journal does not hold the digest the agent pulled (it must, with the container)")
 	}
-	noViolations(t, cpURL)
+	noViolations(t, a.cpURL)
+}
+
+// registryAgent is an agent on the Docker Engine pulling with a --registry-auth-file, and its
+// control plane, each its own process.
+type registryAgent struct {
+	t                                      *testing.T
+	agent                                  *proc
+	agentID, cpURL, api, dataDir, authFile string
+}
+
+func startRegistryAgent(t *testing.T, authConfig string) *registryAgent {
+	a := &registryAgent{t: t, dataDir: filepath.Join(t.TempDir(), "data"), authFile: filepath.Join(t.TempDir(), "config.json")}
+	if err := os.WriteFile(a.authFile, []byte(authConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.agentID = strings.ReplaceAll("agent-img-"+time.Now().Format("150405.000"), ".", "")
+	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + a.agentID) })
+	cp := startProc(t, "controlplane", "--listen", "127.0.0.1:0", "--log-format", "json")
+	a.cpURL = "http://" + cp.await(t, "reference control plane serving (development and test tool, in memory)", 30*time.Second)["listen"].(string)
+	a.agent = startProc(t, "run", "--runtime", "docker", "--data-dir", a.dataDir, "--backend", a.cpURL,
+		"--listen", "127.0.0.1:0", "--cleanup-wait", "10m", "--log-format", "json", "--log-level", "debug",
+		"--agent-id", a.agentID, "--registry-auth-file", a.authFile)
+	a.api = "http://" + a.agent.await(t, "agent running", 60*time.Second)["listen"].(string)
+	return a
+}
+
+// assign gives the agent a task of one container running image, under pull_policy policy.
+func (a *registryAgent) assign(arn, image, policy string) {
+	c := map[string]any{"name": "app", "image": image, "command": []string{"run"}}
+	if policy != "" {
+		c["pull_policy"] = policy
+	}
+	postJSON(a.t, a.cpURL+"/v1/tasks", map[string]any{"agent": a.agentID, "task": map[string]any{"arn": arn, "containers": []map[string]any{c}}})
+}
+
+// await waits (90 s at most) until the control plane knows each task in the status wanted.
+func (a *registryAgent) await(want map[string]string) map[string]cpWorkload {
+	a.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		got, all := map[string]cpWorkload{}, true
+		for arn, status := range want {
+			var w cpWorkload
+			getJSON(a.t, a.cpURL+"/v1/tasks/"+arn, &w)
+			got[arn], all = w, all && w.Status == status
+		}
+		if all {
+			return got
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("want %v: not within 90 s: %+v\n%s", want, got, a.agent.log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// digest is the image id and digest the agent's API shows for the task's one container.
+func (a *registryAgent) digest(arn string) (id, digest string) {
+	a.t.Helper()
+	var v struct {
+		Containers []struct {
+			ImageID     string `json:"image_id"`
+			ImageDigest string `json:"image_digest"`
+		} `json:"containers"`
+	}
+	if code := getJSON(a.t, a.api+"/v1/tasks/"+arn, &v); code != 200 || len(v.Containers) != 1 {
+		a.t.Fatalf("GET /v1/tasks/%s: %d %+v", arn, code, v)
+	}
+	return v.Containers[0].ImageID, v.Containers[0].ImageDigest
+}
+
+// stopAndRead is everything the agent said, by where: its API's answers, its settings
+// printout, then — stopped — its log and its journal file.
+func (a *registryAgent) stopAndRead() map[string][]byte {
+	var answers bytes.Buffer
+	for _, path := range []string{"/v1/tasks", "/v1/tasks/task/img-a", "/v1/tasks/task/img-b", "/v1/metadata", "/metrics", "/healthz", "/", "/v1/journal/export"} {
+		resp, err := ownClient.Get(a.api + path)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		_, _ = io.Copy(&answers, resp.Body)
+		resp.Body.Close()
+	}
+	printed, _ := exec.Command(agentdBinary(a.t), "run", "--print-config", "--backend", a.cpURL, "--registry-auth-file", a.authFile).CombinedOutput()
+	_ = a.agent.cmd.Process.Signal(syscall.SIGTERM)
+	_ = a.agent.cmd.Wait()
+	journalBytes, err := os.ReadFile(filepath.Join(a.dataDir, journal.FileName))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return map[string][]byte{"the journal file": journalBytes, "an API answer": answers.Bytes(), "the agent's log": []byte(a.agent.log()), "--print-config": printed}
 }
 
 // TestDockerImageCollectionOnAFakeClock: on the Docker Engine, driven on a virtual clock,
@@ -362,8 +382,8 @@ type gcRig struct {
 	t     *testing.T
 	e     *engine.Engine
 	j     *journal.Journal
-	clock *virtualClock
-	work  *queueExec
+	clock *testrig.Clock
+	work  *testrig.Executor[engine.Input]
 	msg   int
 }
 
@@ -385,13 +405,13 @@ func newGCRig(t *testing.T, prefix string, configure ...func(*engine.Config, *do
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.Close() })
-	r := &gcRig{t: t, j: j, clock: &virtualClock{now: time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)}, work: &queueExec{}}
+	r := &gcRig{t: t, j: j, clock: testrig.NewClock(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)), work: &testrig.Executor[engine.Input]{}}
 	cfg := engine.Config{AgentID: agentID, CleanupWait: time.Minute, CleanupJitter: -1, Seed: 1,
 		Images: engine.ImageGC{Interval: 10 * time.Minute, MinAge: time.Hour, PerCycle: 5}}
 	for _, c := range configure {
 		c(&cfg, rt)
 	}
-	r.e = engine.New(cfg, j, rt, acceptingCP{}, r.clock, r.work, zerolog.Nop())
+	r.e = engine.New(cfg, j, rt, &testrig.ControlPlane{}, r.clock, r.work, zerolog.Nop())
 	if err := r.e.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +425,7 @@ func (r *gcRig) settle() {
 	ctx := context.Background()
 	r.e.Step(ctx, nil)
 	for i := 0; i < 1000; i++ {
-		f := r.work.next()
+		f := r.work.Next()
 		if f == nil {
 			return
 		}
@@ -438,11 +458,11 @@ func (r *gcRig) advance(d time.Duration) {
 		r.settle()
 		next := r.e.NextWake()
 		if next.IsZero() || next.After(end) {
-			r.clock.set(end)
+			r.clock.Set(end)
 			r.settle()
 			return
 		}
-		r.clock.set(next)
+		r.clock.Set(next)
 	}
 }
 
@@ -502,48 +522,4 @@ func metricValue(t *testing.T, e *engine.Engine, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
-}
-
-// virtualClock moves only when the test says.
-type virtualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *virtualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-func (c *virtualClock) After(time.Duration) <-chan time.Time { return make(chan time.Time) }
-func (c *virtualClock) set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
-// queueExec holds the engine's work for the test to run in order on its own goroutine.
-type queueExec struct{ queue []func() engine.Input }
-
-func (x *queueExec) Go(f func() engine.Input) { x.queue = append(x.queue, f) }
-func (x *queueExec) next() func() engine.Input {
-	if len(x.queue) == 0 {
-		return nil
-	}
-	f := x.queue[0]
-	x.queue = x.queue[1:]
-	return f
-}
-
-// acceptingCP settles every report at once.
-type acceptingCP struct{}
-
-func (acceptingCP) Poll(context.Context, time.Duration) ([]protocol.Payload, error) { return nil, nil }
-func (acceptingCP) Ack(context.Context, []string) error                             { return nil }
-func (acceptingCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	r := protocol.ReportResult{Outcome: protocol.Settled, HTTPStatus: 200}
-	for _, c := range changes {
-		r.Accepted = append(r.Accepted, c.ID)
-	}
-	return r
 }

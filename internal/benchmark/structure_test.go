@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func testChurn() churnConfig {
 // replayTail counts the records a restart replays: those after the newest sound snapshot.
 func replayTail(t *testing.T, j *journal.Journal) int {
 	t.Helper()
-	snap, _, err := j.LatestSnapshot()
+	snap, _, err := j.SnapshotAtOrBefore(math.MaxUint64)
 	if err != nil || snap == nil {
 		t.Fatalf("no snapshot to recover from: %v", err)
 	}

@@ -17,6 +17,9 @@ import (
 	"github.com/agentd/agentd/internal/runtime"
 )
 
+// DefaultPidsLimit bounds the processes of a container whose task sets no limit.
+const DefaultPidsLimit = 4096
+
 // containerConfig translates a container's spec (PROTOCOL.md §4, validated at arrival) into
 // the Docker Engine's create request: one function, so what reaches Docker is all in one
 // place. agentLabels are agentd's own labels; they are set last, so no task label can pass
@@ -74,7 +77,12 @@ func containerConfig(spec runtime.CreateSpec, agentLabels map[string]string, bin
 			Retries:     h.Retries,
 		}
 	}
-	hc := hardened() // hygiene.go: no-new-privileges and the default pids limit, which the task's may replace
+	// Hardened: no process in it may gain privileges (setuid binaries, file capabilities)
+	// beyond those it was started with, and its processes are bounded (a fork bomb in one
+	// task cannot exhaust the host's pids) — by the task's own limit, below, or the default.
+	limit := int64(DefaultPidsLimit)
+	hc := &container.HostConfig{SecurityOpt: []string{"no-new-privileges"}}
+	hc.PidsLimit = &limit
 	hc.LogConfig = logConfig(c.Log)
 	hc.CPUShares = c.CPUShares
 	if c.MemoryMiB > 0 {

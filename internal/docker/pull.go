@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/runtime"
 )
 
@@ -30,7 +32,8 @@ type PullConfig struct {
 	InactivityTimeout time.Duration
 	// Tries bounds the attempts of a pull that fails transiently.
 	Tries int
-	// RetryInitial and RetryMax are the backoff between tries (tests make them short).
+	// RetryInitial and RetryMax are the backoff between tries, doubling and spread
+	// (package jitter; tests make them short).
 	RetryInitial, RetryMax time.Duration
 	Log                    zerolog.Logger
 }
@@ -216,10 +219,8 @@ func digestOf(named reference.Named, repoDigests []string, id string) string {
 // pullRetrying pulls, retrying transient failures with backoff; it says how many tries it
 // took and the digest the engine reported.
 func (e *Engine) pullRetrying(ctx context.Context, image string) (digest string, tries int, err error) {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = e.pulls.RetryInitial, e.pulls.RetryMax, 0 // bounded by tries
-	b.Reset()
-	var bo backoff.BackOff = backoff.WithContext(backoff.WithMaxRetries(b, uint64(e.pulls.Tries-1)), ctx)
+	b := jitter.NewBackoff(e.pulls.RetryInitial, e.pulls.RetryMax, jitter.Rand(rand.Uint64())) // bounded by tries
+	bo := backoff.WithContext(backoff.WithMaxRetries(b, uint64(e.pulls.Tries-1)), ctx)
 	err = backoff.RetryNotify(func() error {
 		tries++
 		d, err := e.pullOnce(ctx, image)

@@ -15,6 +15,7 @@ import (
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // lines is a log writer that hands each line to the test.
@@ -46,7 +47,7 @@ func (cp *longIDCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Paylo
 
 func (cp *longIDCP) Ack(context.Context, []string) error { return errors.New("HTTP 500") }
 func (cp *longIDCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	return acceptAll(changes)
+	return testrig.SettleAll(changes)
 }
 
 // attack31: a long message id is held by its digest so it costs the agent little (event.MessageKey),

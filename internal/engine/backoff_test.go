@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/runtime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // A streak of failures grows a goroutine's backoff; one success ends it, so the first failure
@@ -23,46 +23,18 @@ import (
 // firstWaitMax is the longest a first backoff may be: 250ms, jittered up by half.
 const firstWaitMax = 375 * time.Millisecond
 
-// clockWait is one wait the engine asked its clock for; the test ends it by firing it.
-type clockWait struct {
-	d    time.Duration
-	fire chan time.Time
-}
-
-// steppedClock hands every wait to the test instead of timing it.
-type steppedClock struct {
-	mu    sync.Mutex
-	now   time.Time
-	waits chan clockWait
-}
-
-func newSteppedClock() *steppedClock {
-	return &steppedClock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), waits: make(chan clockWait, 1)}
-}
-
-func (c *steppedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *steppedClock) After(d time.Duration) <-chan time.Time {
-	w := clockWait{d: d, fire: make(chan time.Time, 1)}
-	c.waits <- w
-	return w.fire
-}
-
-func (c *steppedClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
+// newSteppedClock is a clock that hands every wait to the test instead of timing it.
+func newSteppedClock() *testrig.Clock {
+	c := testrig.NewClock(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	c.Waits = make(chan testrig.Wait, 1)
+	return c
 }
 
 // nextWait is the next wait the engine asks for, within a bound.
-func (c *steppedClock) nextWait(t *testing.T, what string) clockWait {
+func nextWait(t *testing.T, c *testrig.Clock, what string) testrig.Wait {
 	t.Helper()
 	select {
-	case w := <-c.waits:
+	case w := <-c.Waits:
 		return w
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no wait asked for %s within 10s", what)
@@ -99,15 +71,15 @@ func runAlone(t *testing.T, e *Engine, g func(context.Context)) {
 }
 
 // growBackoff fails n times through fail and returns the last wait, fired.
-func growBackoff(t *testing.T, clk *steppedClock, n int, fail func()) time.Duration {
+func growBackoff(t *testing.T, clk *testrig.Clock, n int, fail func()) time.Duration {
 	t.Helper()
 	var last time.Duration
 	for i := 0; i < n; i++ {
 		fail()
-		w := clk.nextWait(t, "a failure")
-		last = w.d
-		clk.advance(w.d)
-		w.fire <- clk.Now()
+		w := nextWait(t, clk, "a failure")
+		last = w.D
+		clk.Advance(w.D)
+		w.Fire(clk.Now())
 	}
 	return last
 }
@@ -120,34 +92,31 @@ func needGrown(t *testing.T, grown time.Duration) {
 	}
 }
 
-// scriptedPolls answers each poll with the error the test sends (nil: an empty answer).
-type scriptedPolls struct{ next chan error }
-
-func (cp *scriptedPolls) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
-	select {
-	case err := <-cp.next:
-		return nil, err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-func (cp *scriptedPolls) Ack(context.Context, []string) error { return nil }
-func (cp *scriptedPolls) Report(context.Context, []protocol.StateChange) protocol.ReportResult {
-	return protocol.ReportResult{}
+// scriptedPolls is a control plane answering each poll with the error sent on next (nil: an
+// empty answer).
+func scriptedPolls(next chan error) *testrig.ControlPlane {
+	return &testrig.ControlPlane{Payloads: func(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
+		select {
+		case err := <-next:
+			return nil, err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
 }
 
 // Fails when the poller keeps its grown backoff after an answered poll (poller.go bo.Reset).
 func TestAnsweredPollEndsThePollBackoff(t *testing.T) {
-	clk, cp := newSteppedClock(), &scriptedPolls{next: make(chan error)}
-	e := New(Config{Seed: 1}, nil, nil, cp, clk, nil, zerolog.Nop())
+	clk, next := newSteppedClock(), make(chan error)
+	e := New(Config{Seed: 1}, nil, nil, scriptedPolls(next), clk, nil, zerolog.Nop())
 	runAlone(t, e, e.poller)
 	down := errors.New("dial tcp 127.0.0.1:8080: connect: connection refused")
-	grown := growBackoff(t, clk, 4, func() { send(t, cp.next, down, "failed poll") })
+	grown := growBackoff(t, clk, 4, func() { send(t, next, down, "failed poll") })
 	needGrown(t, grown)
-	send(t, cp.next, nil, "answered poll")
-	send(t, cp.next, down, "failed poll after the answer")
-	if w := clk.nextWait(t, "the failure after an answer"); w.d > firstWaitMax {
-		t.Fatalf("after an answered poll the next failure waits %v (grown: %v); want the initial backoff, at most %v", w.d, grown, firstWaitMax)
+	send(t, next, nil, "answered poll")
+	send(t, next, down, "failed poll after the answer")
+	if w := nextWait(t, clk, "the failure after an answer"); w.D > firstWaitMax {
+		t.Fatalf("after an answered poll the next failure waits %v (grown: %v); want the initial backoff, at most %v", w.D, grown, firstWaitMax)
 	}
 }
 
@@ -193,7 +162,7 @@ func (hw *scriptedHealth) Health(ctx context.Context) (<-chan runtime.HealthChan
 
 // stayedUpEndsTheBackoff grows a stream watcher's backoff with failed subscriptions and
 // streams that end at once, then checks that a stream up for 2s ends it.
-func stayedUpEndsTheBackoff[T any](t *testing.T, clk *steppedClock, next streams[T]) {
+func stayedUpEndsTheBackoff[T any](t *testing.T, clk *testrig.Clock, next streams[T]) {
 	t.Helper()
 	growBackoff(t, clk, 2, func() {
 		send(t, next, stream[T]{err: errors.New("Cannot connect to the Docker daemon")}, "failed subscription")
@@ -206,10 +175,10 @@ func stayedUpEndsTheBackoff[T any](t *testing.T, clk *steppedClock, next streams
 	needGrown(t, grown)
 	up := make(chan T)
 	send(t, next, stream[T]{ch: up}, "stream that stays up")
-	clk.advance(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	close(up)
-	if w := clk.nextWait(t, "the stream's end"); w.d > firstWaitMax {
-		t.Fatalf("after a stream up for 2s the resubscription waits %v (grown: %v); want the initial backoff, at most %v", w.d, grown, firstWaitMax)
+	if w := nextWait(t, clk, "the stream's end"); w.D > firstWaitMax {
+		t.Fatalf("after a stream up for 2s the resubscription waits %v (grown: %v); want the initial backoff, at most %v", w.D, grown, firstWaitMax)
 	}
 }
 
@@ -262,8 +231,8 @@ func TestResumedExitStreamHandsInTheCursorsNanosecondOnce(t *testing.T) {
 	}
 	send(t, rt.next, exits(a), "a stream that gives a's exit and breaks")
 	handedIn("a")
-	w := clk.nextWait(t, "the stream's end")
-	w.fire <- clk.Now()
+	w := nextWait(t, clk, "the stream's end")
+	w.Fire(clk.Now())
 	send(t, rt.next, exits(a, b, c), "the resumed stream: the cursor's nanosecond again, then later")
 	if got := rt.cursor.Load(); got != at {
 		t.Fatalf("resubscribed at %d; want a's cursor %d", got, at)
@@ -283,17 +252,17 @@ func (e httpStatusErr) HTTPStatus() int { return int(e) }
 // places its reports from it, so a wait grown to 30 s made the fleet's drain after an outage
 // its slowest poller's. A control plane that answers errors still gets the grown backoff.
 func TestUnreachableControlPlaneIsPolledEveryFewSeconds(t *testing.T) {
-	clk, cp := newSteppedClock(), &scriptedPolls{next: make(chan error)}
-	e := New(Config{Seed: 1}, nil, nil, cp, clk, nil, zerolog.Nop())
+	clk, next := newSteppedClock(), make(chan error)
+	e := New(Config{Seed: 1}, nil, nil, scriptedPolls(next), clk, nil, zerolog.Nop())
 	runAlone(t, e, e.poller)
 	down := errors.New("dial tcp 127.0.0.1:8080: connect: connection refused")
 	for i := 0; i < 10; i++ {
-		if w := growBackoff(t, clk, 1, func() { send(t, cp.next, down, "failed poll") }); w > 3*time.Second {
+		if w := growBackoff(t, clk, 1, func() { send(t, next, down, "failed poll") }); w > 3*time.Second {
 			t.Fatalf("refused poll %d waits %v before the next; want at most 3 s (2 s, jittered)", i+1, w)
 		}
 	}
-	send(t, cp.next, nil, "answered poll")
-	if grown := growBackoff(t, clk, 10, func() { send(t, cp.next, error(httpStatusErr(503)), "poll answered 503") }); grown <= 3*time.Second {
+	send(t, next, nil, "answered poll")
+	if grown := growBackoff(t, clk, 10, func() { send(t, next, error(httpStatusErr(503)), "poll answered 503") }); grown <= 3*time.Second {
 		t.Fatalf("after ten polls answered 503 the wait is %v; want the backoff grown past 3 s", grown)
 	}
 }

@@ -24,11 +24,10 @@ func TestAContainerFoundRunningAfterARestartReportsItsPorts(t *testing.T) {
 	raw, _ := json.Marshal(protocol.Task{ARN: "task/web", DesiredStatus: "RUNNING", Containers: []protocol.Container{web}})
 	r.e.Step(ctx, engine.PayloadInput{Payload: protocol.Payload{MessageID: "m-web", Tasks: []json.RawMessage{raw}}})
 	for started := false; !started; {
-		if len(r.exec.queue) == 0 {
+		f := r.exec.Next()
+		if f == nil {
 			t.Fatal("no start was made")
 		}
-		f := r.exec.queue[0]
-		r.exec.queue = r.exec.queue[1:]
 		in := f()
 		if ar, ok := in.(engine.ActionResult); ok && ar.Action.Kind == fsm.ActStart {
 			started = true // made; the agent dies before its outcome is journaled

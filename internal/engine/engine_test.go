@@ -9,6 +9,7 @@ import (
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // The seed's race: a throttled STOPPED, a short cleanup wait, and the control plane sending
@@ -20,7 +21,7 @@ func TestSeedRaceCannotCleanEarlyNorRunTwice(t *testing.T) {
 	if got := r.known("task/seed"); got != event.StatusRunning {
 		t.Fatalf("task is %s; want RUNNING", got)
 	}
-	r.cp.answer = throttle
+	r.cp.Answer = testrig.Throttle
 	r.advance(3 * time.Second)
 	if got := r.known("task/seed"); got != event.StatusStopped {
 		t.Fatalf("after its container exited the task is %s; want STOPPED", got)
@@ -40,25 +41,25 @@ func TestSeedRaceCannotCleanEarlyNorRunTwice(t *testing.T) {
 		t.Fatalf("after the re-send the task is %s; want STOPPED", got)
 	}
 	// Throttling ends: settled, acknowledged, cleaned at once (the wait has long passed).
-	r.cp.answer = acceptAll
+	r.cp.Answer = testrig.SettleAll
 	r.advance(time.Minute) // the submitter's backoff grew while throttled (at most 30 s ± 50%)
 	if got := r.known("task/seed"); got != event.StatusCleaned || r.containers("task/seed") != 0 {
 		t.Fatalf("after the ack the task is %s with %d containers; want CLEANED with none", got, r.containers("task/seed"))
 	}
 	first := map[string]bool{}
-	for _, c := range r.cp.sent {
+	for _, c := range r.cp.Sent() {
 		if c.TaskARN == "task/seed" && c.Status == "STOPPED" {
 			first[c.ID] = true
 		}
 	}
 	// Once tombstoned, a re-send is not run; its final STOPPED goes out again under the same ids.
-	sentBefore := len(r.cp.sent)
+	sentBefore := len(r.cp.Sent())
 	r.assign("task/seed", "RUNNING", ctr("app", "sleep", "2s", "0"))
 	r.advance(time.Minute) // ten minutes of 429s taught the submitter a pace of up to 30 s
 	if r.rt.Created() != 1 {
 		t.Fatalf("tombstoned task ran again: %d containers created", r.rt.Created())
 	}
-	again := r.cp.sent[sentBefore:]
+	again := r.cp.Sent()[sentBefore:]
 	if len(again) == 0 {
 		t.Fatal("the final STOPPED was not reported again for a re-sent tombstoned task")
 	}
@@ -73,13 +74,13 @@ func TestSeedRaceCannotCleanEarlyNorRunTwice(t *testing.T) {
 // jitter, not on a poll.
 func TestAckAfterTheWaitCleansAtOnce(t *testing.T) {
 	r := newRig(t, 5*time.Second)
-	r.cp.answer = throttle
+	r.cp.Answer = testrig.Throttle
 	r.assign("task/late", "RUNNING", ctr("app", "exit", "3"))
 	r.advance(30 * time.Second)
 	if got := r.known("task/late"); got != event.StatusStopped {
 		t.Fatalf("task is %s; want STOPPED, unacknowledged", got)
 	}
-	r.cp.answer = acceptAll
+	r.cp.Answer = testrig.SettleAll
 	r.advance(time.Minute)
 	acked := r.records("task/late", event.TypeStoppedAcked)
 	cleaned := r.records("task/late", event.TypeTaskCleaned)
@@ -162,8 +163,8 @@ func TestRestartInEveryPhaseResumes(t *testing.T) {
 		at   func(r *rig)
 	}{
 		{"assigned, not yet run", func(r *rig) {}},
-		{"running, reports throttled", func(r *rig) { r.cp.answer = throttle; r.advance(time.Second) }},
-		{"stopped, unacknowledged", func(r *rig) { r.cp.answer = throttle; r.advance(15 * time.Second) }},
+		{"running, reports throttled", func(r *rig) { r.cp.Answer = testrig.Throttle; r.advance(time.Second) }},
+		{"stopped, unacknowledged", func(r *rig) { r.cp.Answer = testrig.Throttle; r.advance(15 * time.Second) }},
 		{"acknowledged, waiting out the cleanup", func(r *rig) { r.advance(15 * time.Second) }},
 		{"exited while the agent was down", func(r *rig) {}},
 	}
@@ -173,14 +174,14 @@ func TestRestartInEveryPhaseResumes(t *testing.T) {
 			r.assign("task/x", "RUNNING", ctr("app", "sleep", "10s", "4"))
 			if i == 0 {
 				// Crash between journaling the payload and running anything: step nothing.
-				r.exec.queue = nil
+				r.exec.Drop()
 			}
 			ph.at(r)
 			before := r.known("task/x")
 			if i == 4 {
 				r.advance(2 * time.Second) // running
 				r.j.Close()
-				r.clock.set(r.clock.Now().Add(30 * time.Second)) // down while it exits
+				r.clock.Set(r.clock.Now().Add(30 * time.Second)) // down while it exits
 				r.start()
 			} else {
 				r.crash()
@@ -188,7 +189,7 @@ func TestRestartInEveryPhaseResumes(t *testing.T) {
 			if got := r.known("task/x"); got.Rank() < before.Rank() {
 				t.Fatalf("after the restart the task is %s; it was %s", got, before)
 			}
-			r.cp.answer = acceptAll
+			r.cp.Answer = testrig.SettleAll
 			r.advance(time.Minute)
 			if got := r.known("task/x"); got != event.StatusCleaned {
 				t.Fatalf("task ended %s; want CLEANED", got)
@@ -205,7 +206,7 @@ func TestRestartInEveryPhaseResumes(t *testing.T) {
 			if exit == nil || *exit != 4 {
 				t.Fatalf("exit code %v journaled; want 4", exit)
 			}
-			for id, n := range r.cp.accepted {
+			for id, n := range r.cp.Accepted() {
 				if n > 1 && i != 2 {
 					t.Fatalf("change %s accepted %d times", id, n)
 				}

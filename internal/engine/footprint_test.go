@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 var footprintTasks = flag.Int("footprint-tasks", 5000, "tasks TestFootprintStaysFlatUnderChurn runs through one agent (the issue's figure: 1000000)")
@@ -43,8 +44,8 @@ func TestFootprintStaysFlatUnderChurn(t *testing.T) {
 	if testing.Short() {
 		n = 2000
 	}
-	r := &rig{t: t, dir: fastDir(t), clock: &fakeClock{now: t0},
-		cp:  &scriptedCP{answer: acceptAll, accepted: map[string]int{}},
+	r := &rig{t: t, dir: fastDir(t), clock: testrig.NewClock(t0),
+		cp:  &testrig.ControlPlane{},
 		cfg: engine.Config{CleanupWait: 0, CleanupJitter: -1, Seed: 1, Retention: time.Minute, SnapshotEvery: 2000}}
 	r.start()
 	t.Cleanup(func() { r.j.Close() })
@@ -64,12 +65,12 @@ func TestFootprintStaysFlatUnderChurn(t *testing.T) {
 			}
 			sizes = append(sizes, size)
 			if heapTenth == 0 {
-				r.cp.sent, r.cp.accepted = nil, map[string]int{} // the test's own record of reports
+				r.cp.Forget() // the test's own record of reports
 				heapTenth = liveHeap()
 			}
 		}
 	}
-	r.cp.sent, r.cp.accepted = nil, map[string]int{}
+	r.cp.Forget()
 	heapEnd := liveHeap()
 	st := r.e.State()
 	t.Logf("%d tasks: heap %d after the first tenth, %d after the last; %d tombstones, %d message ids; used bytes each tenth %v",

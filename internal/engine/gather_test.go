@@ -10,6 +10,7 @@ import (
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // An agent that has met the throttle, handed one stop of five tasks, reports their STOPPED
@@ -20,15 +21,15 @@ import (
 func TestAStopOfManyTasksIsReportedInOneRequest(t *testing.T) {
 	r := newRig(t, time.Second)
 	var reports [][]protocol.StateChange
-	answers := []func([]protocol.StateChange) protocol.ReportResult{acceptAll, throttle} // then acceptAll
-	r.cp.answer = func(changes []protocol.StateChange) protocol.ReportResult {
+	answers := []func([]protocol.StateChange) protocol.ReportResult{testrig.SettleAll, testrig.Throttle} // then SettleAll
+	r.cp.Answer = func(changes []protocol.StateChange) protocol.ReportResult {
 		reports = append(reports, changes)
 		if len(answers) > 0 {
 			a := answers[0]
 			answers = answers[1:]
 			return a(changes)
 		}
-		return acceptAll(changes)
+		return testrig.SettleAll(changes)
 	}
 	// Met the throttle: a follow-up answered 429 (no slot learnt: the agent reports at once).
 	r.assign("task/w1", "RUNNING", ctr("app"))
@@ -45,7 +46,7 @@ func TestAStopOfManyTasksIsReportedInOneRequest(t *testing.T) {
 		}
 	}
 	if len(answers) != 0 {
-		t.Fatalf("the agent was not throttled (%d answers left): the test needs it to have met the throttle", len(answers))
+		t.Fatalf("the agent was not throttled (%d answers left): the test needs it to have met the testrig.Throttle", len(answers))
 	}
 	before := len(reports)
 	onePayload(t, r, "m-stop", "STOPPED", arns...) // stops all five
@@ -69,20 +70,19 @@ func TestAStopOfManyTasksIsReportedInOneRequest(t *testing.T) {
 func TestAStartIsReportedInOneRequestWhenTheNextCallIsDecidedAsOneEnds(t *testing.T) {
 	r := newRig(t, time.Second)
 	var reports [][]protocol.StateChange
-	r.cp.answer = func(changes []protocol.StateChange) protocol.ReportResult {
+	r.cp.Answer = func(changes []protocol.StateChange) protocol.ReportResult {
 		reports = append(reports, changes)
-		return acceptAll(changes)
+		return testrig.SettleAll(changes)
 	}
+	// The runtime ends the last call made first: each takes less than the one before.
+	shorter := time.Duration(0)
+	r.exec.Latency = func() time.Duration { shorter -= time.Millisecond; return shorter }
 	onePayload(t, r, "m-start", "RUNNING", "task/a", "task/b")
-	// The runtime ends the last call made first.
-	for i := 0; len(r.exec.queue) > 0; i++ {
+	for i := 0; r.exec.Len() > 0; i++ {
 		if i == 1000 {
 			t.Fatal("the start did not settle in 1,000 calls")
 		}
-		last := len(r.exec.queue) - 1
-		f := r.exec.queue[last]
-		r.exec.queue = r.exec.queue[:last]
-		r.e.Step(context.Background(), f())
+		r.e.Step(context.Background(), r.exec.Next()())
 	}
 	r.advance(time.Minute)
 	for _, arn := range []string{"task/a", "task/b"} {

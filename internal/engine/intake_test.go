@@ -14,6 +14,7 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // stuckRemovals is the simulated runtime with container removals that hang until released.
@@ -49,7 +50,7 @@ func (cp *burstCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payloa
 
 func (cp *burstCP) Ack(context.Context, []string) error { return nil }
 func (cp *burstCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	return acceptAll(changes)
+	return testrig.SettleAll(changes)
 }
 
 // runBurst runs an engine whose removals hang until rt.release is closed, with one removal

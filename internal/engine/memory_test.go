@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // After a burst of tasks has gone through, the agent gives the heap it left behind back to
@@ -16,8 +17,8 @@ import (
 func TestTheAgentReleasesMemoryOnceIdleAfterABurst(t *testing.T) {
 	t.Parallel()
 	released := 0
-	r := &rig{t: t, dir: fastDir(t), clock: &fakeClock{now: t0},
-		cp: &scriptedCP{answer: acceptAll, accepted: map[string]int{}},
+	r := &rig{t: t, dir: fastDir(t), clock: testrig.NewClock(t0),
+		cp: &testrig.ControlPlane{},
 		cfg: engine.Config{CleanupWait: 0, CleanupJitter: -1, Seed: 1, Retention: time.Hour,
 			ReleaseMemory: func() { released++ }}}
 	r.start()

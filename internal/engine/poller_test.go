@@ -16,6 +16,7 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // pollingCP answers the first poll with its payloads and holds every later one until the
@@ -46,7 +47,7 @@ func (cp *pollingCP) Ack(_ context.Context, ids []string) error {
 }
 
 func (cp *pollingCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	return acceptAll(changes)
+	return testrig.SettleAll(changes)
 }
 
 func payloadsOf(t *testing.T, n int) []protocol.Payload {
@@ -198,22 +199,22 @@ func refused([]protocol.StateChange) protocol.ReportResult {
 // the outage drain was 3.7–4.8× its floor when only an accepted report reset it.
 func TestAnsweredPollStartsTheReporter(t *testing.T) {
 	r := newRig(t, time.Hour)
-	r.cp.answer = refused
+	r.cp.Answer = refused
 	r.assign("task/a", "RUNNING", ctr("app"))
 	r.advance(2 * time.Minute) // the outage: every report refused, the backoff grown to its cap
 	if wait := r.e.NextWake().Sub(r.clock.Now()); wait < 5*time.Second {
 		t.Fatalf("after two minutes of refused reports the next try is %v away; the test needs a grown backoff", wait)
 	}
-	tried := len(r.cp.sent)
-	r.cp.answer = acceptAll
+	tried := len(r.cp.Sent())
+	r.cp.Answer = testrig.SettleAll
 	r.e.Step(context.Background(), engine.PollInput{}) // a poll answered, empty
 	r.settle()
-	if len(r.cp.sent) == tried {
+	if len(r.cp.Sent()) == tried {
 		t.Fatalf("the reporter still waits %v after a successful poll", r.e.NextWake().Sub(r.clock.Now()))
 	}
-	for _, c := range r.cp.sent[tried:] {
-		if r.cp.accepted[c.ID] != 1 {
-			t.Fatalf("change %s accepted %d times; want once", c.ID, r.cp.accepted[c.ID])
+	for _, c := range r.cp.Sent()[tried:] {
+		if r.cp.Accepted()[c.ID] != 1 {
+			t.Fatalf("change %s accepted %d times; want once", c.ID, r.cp.Accepted()[c.ID])
 		}
 	}
 }
@@ -265,9 +266,9 @@ func (cp *hostBurstCP) Report(_ context.Context, changes []protocol.StateChange)
 		}
 	}
 	if cp.reports.Add(1) == 1 {
-		return throttle(changes)
+		return testrig.Throttle(changes)
 	}
-	return acceptAll(changes)
+	return testrig.SettleAll(changes)
 }
 
 // An agent whose containers exit after a quiet spell, its report waiting for the slot it

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/guard"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // With the SettleRule guard off (internal/guard) the core makes a stopped_acked for a STOPPED task whose change the
@@ -21,7 +22,7 @@ func TestRefusedRecordIsNeverJournaled(t *testing.T) {
 		t.Skip(why)
 	}
 	r := newRig(t, time.Hour)
-	r.cp.answer = throttle // the STOPPED is never settled: the planted rule fires on every decision
+	r.cp.Answer = testrig.Throttle // the STOPPED is never settled: the planted rule fires on every decision
 	r.assign("task/bad", "RUNNING", ctr("app", "sleep", "1s", "0"))
 	r.advance(2 * time.Second)
 
@@ -42,7 +43,7 @@ func TestRefusedRecordIsNeverJournaled(t *testing.T) {
 	}
 
 	// The rest of the agent goes on.
-	r.cp.answer = acceptAll
+	r.cp.Answer = testrig.SettleAll
 	r.assign("task/good", "RUNNING", ctr("app"))
 	r.advance(time.Second)
 	if r.known("task/good") != event.StatusRunning {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,73 +21,16 @@ import (
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
-
-// fakeClock is a virtual clock: time moves only when the test says.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time { return make(chan time.Time) } // the rig steps time itself
-
-func (c *fakeClock) set(t time.Time) {
-	c.mu.Lock()
-	c.now = t
-	c.mu.Unlock()
-}
-
-// syncExec queues work; the rig runs it on the test's goroutine, in order.
-type syncExec struct{ queue []func() engine.Input }
-
-func (x *syncExec) Go(f func() engine.Input) { x.queue = append(x.queue, f) }
-
-// scriptedCP is a control plane whose answers the test decides. It records every change it
-// was sent and every change it accepted.
-type scriptedCP struct {
-	answer   func(changes []protocol.StateChange) protocol.ReportResult
-	sent     []protocol.StateChange
-	accepted map[string]int // id → times accepted
-}
-
-func (cp *scriptedCP) Poll(context.Context, time.Duration) ([]protocol.Payload, error) {
-	return nil, nil
-}
-func (cp *scriptedCP) Ack(context.Context, []string) error { return nil }
-func (cp *scriptedCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	cp.sent = append(cp.sent, changes...)
-	r := cp.answer(changes)
-	for _, id := range r.Accepted {
-		cp.accepted[id]++
-	}
-	return r
-}
-
-func acceptAll(changes []protocol.StateChange) protocol.ReportResult {
-	r := protocol.ReportResult{Outcome: protocol.Settled}
-	for _, c := range changes {
-		r.Accepted = append(r.Accepted, c.ID)
-	}
-	return r
-}
-
-func throttle(changes []protocol.StateChange) protocol.ReportResult {
-	return protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, RetryAfter: time.Second}
-}
 
 // rig is one agent driven step by step on a virtual clock, in the test's goroutine.
 type rig struct {
 	t        *testing.T
 	dir      string
-	clock    *fakeClock
-	exec     *syncExec
-	cp       *scriptedCP
+	clock    *testrig.Clock
+	exec     *testrig.Executor[engine.Input]
+	cp       *testrig.ControlPlane
 	cfg      engine.Config
 	j        *journal.Journal
 	rt       *simruntime.Runtime
@@ -109,8 +51,8 @@ func newRig(t *testing.T, wait time.Duration) *rig {
 // newRigIn is newRig with its files in dir (fastDir: a test that counts records and bytes
 // through many commits, not what a disk makes durable).
 func newRigIn(t *testing.T, dir string, wait time.Duration) *rig {
-	r := &rig{t: t, dir: dir, clock: &fakeClock{now: t0},
-		cp:  &scriptedCP{answer: acceptAll, accepted: map[string]int{}},
+	r := &rig{t: t, dir: dir, clock: testrig.NewClock(t0),
+		cp:  &testrig.ControlPlane{},
 		cfg: engine.Config{CleanupWait: wait, Seed: 1, CleanupJitter: 20 * time.Millisecond}}
 	r.start()
 	t.Cleanup(func() { r.j.Close() })
@@ -128,7 +70,7 @@ func (r *rig) start() {
 	if r.rt, err = simruntime.Open(r.dir, id, r.clock.Now); err != nil {
 		r.t.Fatal(err)
 	}
-	r.exec = &syncExec{}
+	r.exec = &testrig.Executor[engine.Input]{}
 	cfg := r.cfg
 	cfg.AgentID = id
 	var rt runtime.Runtime = r.rt
@@ -166,11 +108,10 @@ func (r *rig) settle() {
 			}
 			continue
 		}
-		if len(r.exec.queue) == 0 {
+		f := r.exec.Next()
+		if f == nil {
 			return
 		}
-		f := r.exec.queue[0]
-		r.exec.queue = r.exec.queue[1:]
 		r.e.Step(ctx, f())
 	}
 	r.t.Fatal("the engine did not settle in 10,000 steps")
@@ -188,14 +129,14 @@ func (r *rig) advance(d time.Duration) {
 			next = exit
 		}
 		if next.IsZero() || next.After(end) {
-			r.clock.set(end)
+			r.clock.Set(end)
 			r.settle()
 			return
 		}
 		if next.After(r.clock.Now()) {
-			r.clock.set(next)
+			r.clock.Set(next)
 		} else {
-			r.clock.set(r.clock.Now().Add(time.Millisecond))
+			r.clock.Set(r.clock.Now().Add(time.Millisecond))
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentd/agentd/internal/guard"
 	"github.com/agentd/agentd/internal/runtime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // With the CleanupAfterAck guard off (internal/guard), the seed's race script and the
@@ -24,7 +25,7 @@ func TestScriptsFailWithoutTheGuard(t *testing.T) {
 	}
 	for _, name := range []string{"seed_race", "explored_cleanup_after_ack"} {
 		rec := &failureRecorder{TB: t}
-		s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]runtime.State{}}}
+		s := &script{t: rec, dir: t.TempDir(), clock: testrig.NewClock(t0), rt: &scriptRuntime{byID: map[string]runtime.State{}}}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

@@ -24,6 +24,7 @@ import (
 	"github.com/agentd/agentd/internal/model"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/runtime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // TestScripts plays the engine's stories in testdata/ (rewrite expectations with -rewrite).
@@ -63,7 +64,7 @@ import (
 //	timeline TASK                         journal timeline's text for the task
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		s := &script{t: t, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]runtime.State{}}}
+		s := &script{t: t, dir: t.TempDir(), clock: testrig.NewClock(t0), rt: &scriptRuntime{byID: map[string]runtime.State{}}}
 		t.Cleanup(func() {
 			if s.j != nil {
 				s.j.Close()
@@ -76,7 +77,7 @@ func TestScripts(t *testing.T) {
 type script struct {
 	t     testing.TB
 	dir   string
-	clock *fakeClock
+	clock *testrig.Clock
 	rt    *scriptRuntime
 	j     *journal.Journal
 	e     *engine.Engine
@@ -186,7 +187,7 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		c := s.e.State().Tasks[task].Container(ctr)
 		return s.step(engine.HealthInput{Change: runtime.HealthChange{ID: c.RuntimeID, Task: task, Container: ctr, Health: event.Health(d.CmdArgs[1].Key)}})
 	case "tick":
-		s.clock.set(s.clock.Now().Add(mustDuration(t, d.CmdArgs[0].Key)))
+		s.clock.Set(s.clock.Now().Add(mustDuration(t, d.CmdArgs[0].Key)))
 		return s.step(nil)
 	case "runtime":
 		task, ctr := subject(t, d.CmdArgs[0].Key)
@@ -257,7 +258,9 @@ func (s *script) start() string {
 	if s.images > 0 {
 		cfg.Images = engine.ImageGC{Interval: 10 * time.Minute, MinAge: s.images, LowFreePercent: 10, PerCycle: s.perCycle}
 	}
-	s.e = engine.New(cfg, s.j, s.rt, refusingCP{}, s.clock, dropExec{}, zerolog.Nop())
+	// Effects are never carried out (the executor's work is never run, the control plane never
+	// called): the script says what each came to.
+	s.e = engine.New(cfg, s.j, s.rt, &testrig.ControlPlane{}, s.clock, &testrig.Executor[engine.Input]{}, zerolog.Nop())
 	s.actions, s.report = map[fsm.ActionKey]fsm.Action{}, nil
 	if err := s.e.Recover(context.Background()); err != nil {
 		return s.journaled() + "recover: " + err.Error() + "\n"
@@ -404,22 +407,6 @@ func mustDuration(t testing.TB, s string) time.Duration {
 		t.Fatalf("duration %q: %v", s, err)
 	}
 	return d
-}
-
-// dropExec never runs an effect: the script says what each came to.
-type dropExec struct{}
-
-func (dropExec) Go(func() engine.Input) {}
-
-// refusingCP is never called (effects are not carried out); it exists so reports are made.
-type refusingCP struct{}
-
-func (refusingCP) Poll(context.Context, time.Duration) ([]protocol.Payload, error) {
-	return nil, errors.New("scripts do not poll")
-}
-func (refusingCP) Ack(context.Context, []string) error { return errors.New("scripts do not ack") }
-func (refusingCP) Report(context.Context, []protocol.StateChange) protocol.ReportResult {
-	return protocol.ReportResult{Outcome: protocol.Network, Err: errors.New("scripts do not report")}
 }
 
 // scriptRuntime holds what the script says the runtime has, for reconciliation after a

@@ -17,6 +17,7 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // The shutdown burst may take a snapshot, and a snapshot plans a compaction; but by then Run's
@@ -42,7 +43,7 @@ func TestShutdownStartsNoCompaction(t *testing.T) {
 	}
 	t.Cleanup(func() { j.Close() })
 	t.Cleanup(func() { close(gate) }) // first: a held commit goes, then the journal closes
-	clock := &fakeClock{now: t0}
+	clock := testrig.NewClock(t0)
 	rt, err := simruntime.Open(filepath.Join(dir, "sim"), "agent-stop", clock.Now)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +68,7 @@ func TestShutdownStartsNoCompaction(t *testing.T) {
 	if err := e.Query(context.Background(), func(*fsm.State) {}); err != nil { // the loop runs
 		t.Fatal(err)
 	}
-	clock.set(t0.Add(2 * time.Hour)) // the message is past the retention now
+	clock.Set(t0.Add(2 * time.Hour)) // the message is past the retention now
 	stopping.Store(true)
 	cancel()
 	select {

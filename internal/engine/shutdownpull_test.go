@@ -38,7 +38,8 @@ func TestShutdownDoesNotWaitForAPullInProgress(t *testing.T) {
 	})
 	j := openJournal(t, dir, new(atomic.Bool))
 	defer j.Close()
-	cp := pollCP{payloads: make(chan protocol.Payload, 1)}
+	payloads := make(chan protocol.Payload, 1)
+	cp := pollFrom(payloads)
 	e := engine.New(engine.Config{AgentID: "agent-shut", Seed: 1}, j, rt, cp, nil, nil, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -48,7 +49,7 @@ func TestShutdownDoesNotWaitForAPullInProgress(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	b, _ := json.Marshal(protocol.Task{ARN: "task/big", DesiredStatus: "RUNNING", Containers: []protocol.Container{{Name: "app", Image: "big/app:1"}}})
-	cp.payloads <- protocol.Payload{MessageID: "m-1", Tasks: []json.RawMessage{b}}
+	payloads <- protocol.Payload{MessageID: "m-1", Tasks: []json.RawMessage{b}}
 	select {
 	case <-pulling:
 	case <-time.After(20 * time.Second):

@@ -16,22 +16,20 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
-// pollCP hands the test's payloads to the poller and settles every report.
-type pollCP struct{ payloads chan protocol.Payload }
-
-func (cp pollCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
-	select {
-	case p := <-cp.payloads:
-		return []protocol.Payload{p}, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-func (pollCP) Ack(context.Context, []string) error { return nil }
-func (pollCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	return acceptAll(changes)
+// pollFrom is a control plane whose polls hand out the payloads sent to it, one a poll; it
+// settles every report.
+func pollFrom(payloads chan protocol.Payload) *testrig.ControlPlane {
+	return &testrig.ControlPlane{Payloads: func(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
+		select {
+		case p := <-payloads:
+			return []protocol.Payload{p}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
 }
 
 // A registry that hangs holds every pull of its images; the agent must still stop what the
@@ -66,7 +64,8 @@ func TestSlowPullsNeverHoldUpAStop(t *testing.T) {
 	})
 	j := openJournal(t, dir, new(atomic.Bool))
 	defer j.Close()
-	cp := pollCP{payloads: make(chan protocol.Payload, 4)}
+	payloads := make(chan protocol.Payload, 4)
+	cp := pollFrom(payloads)
 	e := engine.New(engine.Config{AgentID: "agent-slow", Seed: 1, CleanupWait: time.Hour}, j, rt, cp, nil, nil, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := e.Recover(ctx); err != nil {
@@ -87,7 +86,7 @@ func TestSlowPullsNeverHoldUpAStop(t *testing.T) {
 			b, _ := json.Marshal(task)
 			raw = append(raw, b)
 		}
-		cp.payloads <- protocol.Payload{MessageID: id, Tasks: raw}
+		payloads <- protocol.Payload{MessageID: id, Tasks: raw}
 	}
 	// Every state awaited is journaled: wait for the next commit, not for time.
 	await := func(what string, ok func(*fsm.State) bool) {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"syscall"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-
 	"github.com/agentd/agentd/internal/engine"
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/sockowner"
 )
 
@@ -37,8 +37,7 @@ const (
 // (returned) or ctx ends (nil). Each failure is reported as a problem naming the address and
 // who holds it; report("") once bound.
 func (a *API) KeepTrying(ctx context.Context, err error, report func(problem string)) net.Listener {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(retryFirst), backoff.WithMaxInterval(retryMax),
-		backoff.WithMaxElapsedTime(0)) // never gives up (LIBRARY-NOTES)
+	b := jitter.NewBackoff(retryFirst, retryMax, jitter.Rand(rand.Uint64())) // never gives up
 	for {
 		report(a.Unbound(err))
 		t := time.NewTimer(b.NextBackOff())

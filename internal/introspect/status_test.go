@@ -15,6 +15,7 @@ import (
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // TestStatusPage: the page answers 503 with "recovering" before recovery and never shows a
@@ -29,7 +30,7 @@ func TestStatusPage(t *testing.T) {
 		event.Record{Time: now, Task: hostile, Event: &event.TaskRejected{Reason: "<script>alert(2)</script>"}})
 	rt, _ := simruntime.Open(dir, "agent-1", nil)
 	// Runtime calls are held, never made: task/live stays NONE however fast the loop runs.
-	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, &testrig.Executor[engine.Input]{} /* never run: nothing the engine decides happens */, zerolog.Nop())
 	e.RegisterStateCollector()
 	e.RegisterDegradedSource(engine.HealthOTLP)
 	e.SetDegraded(engine.HealthOTLP, "the OTLP endpoint answered 503")
@@ -92,11 +93,6 @@ func TestStatusPage(t *testing.T) {
 	}
 }
 
-// holdExec never runs the work it is given, so nothing the engine decides happens.
-type holdExec struct{}
-
-func (holdExec) Go(func() engine.Input) {}
-
 // TestTimelineReadsABoundedSpan: a drawing reads the journal from the task's first record on,
 // never the records before it, and at most the bound: past it the answer is 422 naming the
 // bound instead of a scan of the whole journal.
@@ -115,7 +111,7 @@ func TestTimelineReadsABoundedSpan(t *testing.T) {
 	}
 	j, dir := journalWith(t, recs...)
 	rt, _ := simruntime.Open(dir, "agent-1", nil)
-	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, &testrig.Executor[engine.Input]{} /* never run: nothing the engine decides happens */, zerolog.Nop())
 	running(t, e)
 	draw := func(bound int) *httptest.ResponseRecorder {
 		h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim", TimelineMaxRecords: bound}, fsm.Config{CleanupWait: time.Hour})

@@ -16,6 +16,7 @@ import (
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // TestAWaitingContainerSaysWhatItWaitsFor: web, created, waits for db to turn HEALTHY while db
@@ -62,7 +63,7 @@ func TestAWaitingContainerSaysWhatItWaitsFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Runtime calls are held, never made: nothing moves but the clock.
-	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, holdExec{}, zerolog.Nop())
+	e := engine.New(engine.Config{AgentID: "agent-1", CleanupWait: time.Hour}, j, rt, nil, nil, &testrig.Executor[engine.Input]{} /* never run: nothing the engine decides happens */, zerolog.Nop())
 	h := introspect.Handler(e, introspect.Info{Version: "test", DataDir: dir, Runtime: "sim"}, fsm.Config{CleanupWait: time.Hour})
 	if err := e.Recover(ctx); err != nil {
 		t.Fatal(err)

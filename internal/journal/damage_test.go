@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -299,7 +300,7 @@ func exercise(path string, readOnly bool) error {
 		return err
 	}
 	_ = j.Iterate(0, func(event.Record) error { return nil })
-	_, _, _ = j.LatestSnapshot()
+	_, _, _ = j.SnapshotAtOrBefore(math.MaxUint64)
 	if !readOnly {
 		_, err := j.Append(context.Background(), transition("task/after", "app", event.StatusNone, event.StatusPulled, 1))
 		if err != nil && !errors.Is(err, journal.ErrClosed) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -216,7 +217,7 @@ func TestSnapshotThenTail(t *testing.T) {
 	if _, err := j.SaveSnapshot(ctx, 99, nil, event.Record{Time: t0, Event: &event.SnapshotTaken{}}); err == nil {
 		t.Fatal("a snapshot beyond the last record was accepted")
 	}
-	snap, skipped, err := j.LatestSnapshot()
+	snap, skipped, err := j.SnapshotAtOrBefore(math.MaxUint64)
 	if err != nil || len(skipped) != 0 || snap.AtSeq != 10 || string(snap.Data) != "state10" {
 		t.Fatalf("latest snapshot %+v, %v, %v; want state10 at 10", snap, skipped, err)
 	}
@@ -416,7 +417,7 @@ func TestLargeSnapshotsAreChunkedAndChecked(t *testing.T) {
 	if _, err := j.SaveSnapshot(ctx, 1, big, event.Record{Time: t0, Event: &event.SnapshotTaken{AtSeq: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	snap, skipped, err := j.LatestSnapshot()
+	snap, skipped, err := j.SnapshotAtOrBefore(math.MaxUint64)
 	if err != nil || len(skipped) != 0 || string(snap.Data) != string(big) {
 		t.Fatalf("large snapshot read back: %v %v (%d bytes)", skipped, err, len(snap.Data))
 	}
@@ -429,7 +430,7 @@ func TestLargeSnapshotsAreChunkedAndChecked(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if snap, skipped, _ := j.LatestSnapshot(); snap != nil || len(skipped) != 1 {
+	if snap, skipped, _ := j.SnapshotAtOrBefore(math.MaxUint64); snap != nil || len(skipped) != 1 {
 		t.Fatalf("a damaged snapshot was used: %v, skipped %v", snap != nil, skipped)
 	}
 	if res, _ := j.Verify(nil); len(res.Problems) != 1 || res.Problems[0].Seq != 1 {

@@ -74,13 +74,9 @@ func (j *Journal) SaveSnapshot(ctx context.Context, atSeq uint64, data []byte, r
 	return req.recs[0], nil
 }
 
-// LatestSnapshot returns the newest snapshot whose checksum holds. Snapshots that fail their
-// checksum are skipped and reported in skipped, so the caller can say it replayed further back.
-func (j *Journal) LatestSnapshot() (snap *Snapshot, skipped []error, err error) {
-	return j.SnapshotAtOrBefore(^uint64(0))
-}
-
-// SnapshotAtOrBefore returns the newest sound snapshot covering at most record seq.
+// SnapshotAtOrBefore returns the newest sound snapshot covering at most record seq (the newest
+// of all: math.MaxUint64). Snapshots that fail their checksum are skipped and reported in
+// skipped, so the caller can say it replayed further back.
 func (j *Journal) SnapshotAtOrBefore(seq uint64) (snap *Snapshot, skipped []error, err error) {
 	err = j.db.View(func(tx *bolt.Tx) error {
 		seqs := snapshotSeqs(tx)

@@ -175,8 +175,11 @@ func TestPayloadSealing(t *testing.T) {
 
 type fakeRuntime struct {
 	runtime.Runtime
-	got []runtime.CreateSpec
+	got          []runtime.CreateSpec
+	neverStarted []string
 }
+
+func (f *fakeRuntime) NeverStarted(id string) { f.neverStarted = append(f.neverStarted, id) }
 
 func (f *fakeRuntime) Create(_ context.Context, s runtime.CreateSpec) (string, error) {
 	f.got = append(f.got, s)
@@ -201,6 +204,12 @@ func TestOpeningRuntime(t *testing.T) {
 	}
 	if len(inner.got) != 1 {
 		t.Fatal("the runtime was called with a value that did not open")
+	}
+	// The daemon's engine holds this wrapper: what it tells the runtime must reach it (a
+	// never-started container's bind descriptors are let go only then).
+	rt.NeverStarted("id")
+	if len(inner.neverStarted) != 1 {
+		t.Fatal("NeverStarted did not reach the runtime through the wrapper")
 	}
 }
 

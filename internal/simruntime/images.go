@@ -13,6 +13,7 @@ import (
 	"github.com/distribution/reference"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/runtime"
 )
 
@@ -228,6 +229,14 @@ func (s *Runtime) registryImage(ref string) *heldImage {
 	return &heldImage{Ref: ref, ID: digestOf("id", src, g), Digest: digestOf("digest", src, g), Size: uint64(16+h.Sum32()%240) << 20}
 }
 
+// pullSeed seeds a pull's backoff: the same agent pulling the same image waits the same, so a
+// run replays; two agents (or images) spread apart, as the Docker runtime's pulls do.
+func pullSeed(agent, image string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(agent + "\x00" + image))
+	return h.Sum64()
+}
+
 // namedBy lists the keys under which the engine holds an image id (its tags, and its
 // dangling key when no tag names it), sorted.
 func (s *Runtime) namedBy(id string) []string {
@@ -295,7 +304,7 @@ func (s *Runtime) PullImage(ctx context.Context, image, policy string) (runtime.
 	if err := failsAt(image, "pull"); err != nil {
 		return runtime.PullOutcome{}, fmt.Errorf("pull %s: manifest unknown: simulated failure (image name contains fail-pull)", image)
 	}
-	wait := time.Second
+	bo := jitter.NewBackoff(time.Second, 15*time.Second, jitter.Rand(pullSeed(s.agent, image))) // as the Docker runtime's
 tries:
 	for try := 1; ; try++ {
 		var f PullFault
@@ -309,10 +318,9 @@ tries:
 		case f.Permanent != "":
 			return runtime.PullOutcome{}, fmt.Errorf("pull %s: %s (simulated)", image, f.Permanent)
 		case f.Transient && try < PullTries:
-			if err := sleep(ctx, wait); err != nil {
+			if err := sleep(ctx, bo.NextBackOff()); err != nil {
 				return runtime.PullOutcome{}, fmt.Errorf("pull %s: %w (after %d tries)", image, err, try)
 			}
-			wait *= 2
 			continue
 		case f.Transient && present && policy == event.PullAlways:
 			out.Note = fmt.Sprintf("pull of %s failed transiently (simulated 503, %d tries); using the cached image %s", image, try, out.ImageID)

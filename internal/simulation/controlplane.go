@@ -16,16 +16,11 @@ import (
 	"github.com/agentd/agentd/internal/protocol"
 )
 
-// cpClient is the agent's side of the control plane, in process: the requests go through the
-// reference control plane's HTTP handler, the faults (5xx, throttling, answers lost after the
-// control plane acted on them) are drawn from the seed.
-type cpClient struct{ s *sim }
-
-func (c cpClient) Poll(context.Context, time.Duration) ([]protocol.Payload, error) { return nil, nil }
-func (c cpClient) Ack(context.Context, []string) error                             { return nil }
-
-func (c cpClient) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	s := c.s
+// report is the control plane's answer to the agent's report (the agent's side is a
+// testrig.ControlPlane; its polls are the run's own, poll), in process: the requests go
+// through the reference control plane's HTTP handler, the faults (5xx, throttling, answers
+// lost after the control plane acted on them) are drawn from the seed.
+func (s *sim) report(changes []protocol.StateChange) protocol.ReportResult {
 	if s.faults && s.rng.Float64() < s.failRate {
 		return protocol.ReportResult{Outcome: protocol.ServerError, HTTPStatus: 503}
 	}
@@ -35,7 +30,7 @@ func (c cpClient) Report(_ context.Context, changes []protocol.StateChange) prot
 	body, _ := json.Marshal(protocol.StateChangesRequest{Changes: changes})
 	w := httptest.NewRecorder()
 	s.cpH.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/agents/"+agentID+"/state-changes", bytes.NewReader(body)))
-	r := protocol.ClassifyReport(w.Code, w.Header().Get("Retry-After"), w.Body.Bytes(), s.clock.now)
+	r := protocol.ClassifyReport(w.Code, w.Header().Get("Retry-After"), w.Body.Bytes(), s.clock.Now())
 	if s.faults && s.rng.Float64() < s.loseRate {
 		// The control plane acted, the answer never arrived: the changes go again, same ids.
 		s.log("answer lost after the control plane settled %d changes", len(r.Accepted))

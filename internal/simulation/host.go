@@ -17,6 +17,7 @@ import (
 	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
 	"github.com/agentd/agentd/internal/submit"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // start opens the journal and runtime files and recovers an engine from them — at the
@@ -35,19 +36,19 @@ func (s *sim) start() error {
 	if _, err := engine.ResolveAgentID(context.Background(), s.j, agentID); err != nil {
 		return err
 	}
-	if s.rt, err = simruntime.Open(s.o.Dir, agentID, func() time.Time { return s.clock.now }); err != nil {
+	if s.rt, err = simruntime.Open(s.o.Dir, agentID, func() time.Time { return s.clock.Now() }); err != nil {
 		return err
 	}
 	s.rt.SetFaults(s.runtimeFault)
 	s.registries()
-	s.queue = nil
+	s.exec = &testrig.Executor[engine.Input]{Clock: s.clock, Latency: func() time.Duration { return time.Duration(s.rng.IntN(200)) * time.Millisecond }} // calls in flight die with the process
 	s.mark = runtime.ExitMark{}
 	log := zerolog.New(nil).Level(zerolog.ErrorLevel).Hook(bugHook{s})
 	s.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Duration(s.rng.IntN(5)) * time.Second,
 		Seed: s.rng.Uint64() | 1, CleanupWorkers: 2, SnapshotEvery: uint64(50 + s.rng.IntN(200)),
 		Submit: submit.Policy{Seed: s.rng.Uint64() | 1, Max: 20 * time.Second, SlowRetry: 10 * time.Second},
 		Images: engine.ImageGC{Interval: 30 * time.Second, MinAge: time.Duration(s.pulls.IntN(90)) * time.Second, LowFreePercent: 10},
-	}, s.j, s.rt, cpClient{s}, s.clock, executor{s}, log)
+	}, s.j, s.rt, &testrig.ControlPlane{Answer: s.report}, s.clock, s.exec, log)
 	if err := s.e.Recover(context.Background()); err != nil {
 		return err
 	}
@@ -79,7 +80,7 @@ func (s *sim) damageNewestSnapshot() {
 // crash — and starts again from the files.
 func (s *sim) crash() {
 	s.res.Crashes++
-	s.log("CRASH with %d calls in flight", len(s.queue))
+	s.log("CRASH with %d calls in flight", s.exec.Len())
 	if err := s.j.Close(); err != nil {
 		s.fail("close journal: %v", err)
 		return

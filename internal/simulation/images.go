@@ -53,7 +53,7 @@ func (s *sim) registries() {
 	}
 	s.rt.SetDisk(4<<30, uint64(s.pulls.IntN(4))<<30)
 	s.rt.SetSleep(func(ctx context.Context, d time.Duration) error {
-		s.clock.now = s.clock.now.Add(d) // the pull or its backoff takes virtual time
+		s.clock.Advance(d) // the pull or its backoff takes virtual time
 		return nil
 	})
 	s.rt.SetPullFaults(func(image string, try int) simruntime.PullFault {

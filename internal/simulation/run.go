@@ -14,6 +14,7 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // agentID is the one agent of every run.
@@ -47,15 +48,14 @@ type Result struct {
 type sim struct {
 	o     Options
 	rng   *rand.Rand
-	clock *clock
+	clock *testrig.Clock
 	cp    *controlplane.Server
 	cpH   http.Handler
 	j     *journal.Journal
 	rt    *simruntime.Runtime
 	e     *engine.Engine
-	queue workQueue
-	n     int
-	mark  runtime.ExitMark // how far feedExits has handed in the runtime's exits
+	exec  *testrig.Executor[engine.Input] // the calls in flight
+	mark  runtime.ExitMark                // how far feedExits has handed in the runtime's exits
 	trace []string
 	full  []string
 	hash  uint64
@@ -95,10 +95,10 @@ func Run(o Options) (res Result) {
 	if o.MaxTrace <= 0 {
 		o.MaxTrace = 400
 	}
-	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0xa5a5a5a5)), pulls: rand.New(rand.NewPCG(o.Seed, o.Seed^0x17171717)), deps: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5c5c5c5c)), clock: &clock{now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)},
+	s := &sim{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0xa5a5a5a5)), pulls: rand.New(rand.NewPCG(o.Seed, o.Seed^0x17171717)), deps: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5c5c5c5c)), clock: testrig.NewClock(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)),
 		expected: map[string]int{}, unkeyed: map[string]bool{}, res: &Result{Seed: o.Seed}}
 	s.cp = controlplane.New("", controlplane.Faults{ResendAcked: true, Seed: o.Seed})
-	s.cp.SetClock(func() time.Time { return s.clock.now })
+	s.cp.SetClock(func() time.Time { return s.clock.Now() })
 	s.cpH = s.cp.Handler()
 	s.failRate = []float64{0, 0.05, 0.2}[s.rng.IntN(3)]
 	s.loseRate = []float64{0, 0.05, 0.15}[s.rng.IntN(3)]

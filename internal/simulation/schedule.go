@@ -47,7 +47,7 @@ func (s *sim) step() {
 		// The clock jumps forward (a suspended VM, an NTP step): every wait measured from a
 		// journaled time must come out right.
 		d := time.Duration(1+s.rng.IntN(120)) * time.Minute
-		s.clock.now = s.clock.now.Add(d)
+		s.clock.Advance(d)
 		s.log("clock jumps %s", d)
 	case k < 60:
 		if !s.runWork() && !s.feedExits() {

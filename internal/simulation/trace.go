@@ -16,7 +16,7 @@ import (
 )
 
 func (s *sim) log(format string, a ...any) {
-	line := fmt.Sprintf("%s ", s.clock.now.Format("15:04:05.000")) + fmt.Sprintf(format, a...)
+	line := fmt.Sprintf("%s ", s.clock.Now().Format("15:04:05.000")) + fmt.Sprintf(format, a...)
 	h := fnv.New64a()
 	h.Write([]byte(line))
 	s.hash = s.hash*31 + h.Sum64()
