@@ -94,7 +94,8 @@ func TestImportChild(t *testing.T) {
 	defer f.Close()
 	n, err := forensics.ImportOTLP(f, io.Discard, nil)
 	if err != nil {
-		t.Fatal(err)
+		fmt.Printf("refused, peak RSS %d kB: %v\n", peakRSS(t), err)
+		return
 	}
 	fmt.Printf("imported %d records, peak RSS %d kB\n", n, peakRSS(t))
 }
