@@ -244,14 +244,20 @@ func (e *Engine) releaseVolume(ctx context.Context, name string) error {
 	return nil
 }
 
-// dropDescriptor closes a bind volume's held descriptor, if this process holds it, and hands
-// its place in the bound back.
+// dropDescriptor closes a bind volume's descriptor (its source's, or the placeholder's once let
+// go: bindletgo.go), if this process holds it, and hands its places in the bound back.
 func (e *Engine) dropDescriptor(name string) {
 	e.bindMu.Lock()
 	f, held := e.bindVols[name]
+	_, let := e.bindLetGo[name]
 	delete(e.bindVols, name)
+	delete(e.bindLetGo, name)
 	e.bindMu.Unlock()
-	if held {
+	switch {
+	case held && let:
+		f.Close()
+		e.bindBound.removed(1)
+	case held:
 		f.Close()
 		e.bindBound.give(1)
 	}
@@ -268,13 +274,14 @@ func (e *Engine) startAnswered(id string, err error) {
 	}
 }
 
-// NeverStarted lets go of the descriptors of a container's bind volumes (BindHolder): the
-// agent will not start it (again) — its start was answered, or it was recorded stopped
-// before it ever started. Idempotent.
+// NeverStarted lets go of the sources of a container's bind volumes (BindHolder): the agent
+// will not start it (again) — its start was answered, or it was recorded stopped before it
+// ever started. Their descriptor numbers stay, naming nothing the engine can mount, until the
+// volumes are removed (bindletgo.go). Idempotent.
 func (e *Engine) NeverStarted(id string) {
 	if v, ok := e.ours.Load(id); ok {
 		for _, name := range v.([]string) {
-			e.dropDescriptor(name)
+			e.letGo(name)
 		}
 	}
 }
@@ -327,10 +334,7 @@ func (e *Engine) checkBindMounts(c container.InspectResponse) error {
 		case m.typ == mount.TypeBind:
 			return fmt.Errorf("start %s: its bind mount of %q at %q is by path, made by an agent that did not hold bind sources open; not started (the path could lead anywhere by now)", c.ID, m.source, m.target)
 		case m.typ == mount.TypeVolume && strings.HasPrefix(m.name, BindVolumePrefix):
-			e.bindMu.Lock()
-			_, held := e.bindVols[m.name]
-			e.bindMu.Unlock()
-			if !held {
+			if !e.sourceHeld(m.name) {
 				return fmt.Errorf("start %s: its bind mount at %q (volume %s) has no descriptor of its source held by this process (prepared by an earlier agent process, or let go after a start the engine answered); not started", c.ID, m.target, m.name)
 			}
 		}
