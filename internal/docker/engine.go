@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -46,7 +47,7 @@ type Engine struct {
 	// binds are the roots bind sources are opened beneath (nil: no bind mounts); bindVols the
 	// descriptor each bind volume this process made names, held until the volume is removed
 	// (engine_binds.go); bindLetGo those whose source was let go, the number kept (bindletgo.go).
-	binds       *BindRoots
+	binds       *bindroot.Roots
 	bindMu      sync.Mutex
 	bindVols    map[string]*os.File
 	bindLetGo   map[string]struct{}

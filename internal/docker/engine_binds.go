@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -24,7 +25,7 @@ import (
 // has opened, never a path string the engine would resolve again, later, through whatever
 // links are there by then.
 //
-// Each bind source is opened beneath its root (BindRoots.Open) at create, and handed to the
+// Each bind source is opened beneath its root (bindroot.Roots.Open) at create, and handed to the
 // engine as a local volume of its own (driver local, type=none, o=bind,
 // device=/proc/<agent pid>/fd/<n>). dockerd mounts that volume in the host's mount namespace
 // when the container starts, and the kernel resolves the magic link to the opened directory,
@@ -53,7 +54,7 @@ import (
 
 // BindVolumePrefix starts the name of every volume the agent makes for a bind mount. A task's
 // own volume may not use it (protocol.ReservedVolumePrefix is the same string).
-const BindVolumePrefix = "agentd-bind-"
+const BindVolumePrefix = bindroot.VolumePrefix
 
 // LabelBindSource is put on a bind volume: the source the task asked for (for whoever lists
 // volumes; the volume itself names the opened descriptor).
@@ -69,7 +70,7 @@ const LabelBindSource = "io.agentd.bind-source"
 // root lies beneath none (a task binding it could rewrite other containers' configurations:
 // root on the host, as with the socket). An engine that does not answer yet is checked at the
 // first bind mount instead.
-func (e *Engine) SetBindRoots(r *BindRoots) error {
+func (e *Engine) SetBindRoots(r *bindroot.Roots) error {
 	if e.bindBound == nil {
 		e.bindBound = defaultBindBound()
 	}
@@ -94,11 +95,13 @@ func (e *Engine) SetBindRoots(r *BindRoots) error {
 
 // checkPeer runs checkSocketPeer, and checks the engine's data root lies beneath none of r,
 // until both have once succeeded.
-func (e *Engine) checkPeer(r *BindRoots) error {
+func (e *Engine) checkPeer(r *bindroot.Roots) error {
 	if e.peerChecked.Load() {
 		return nil
 	}
-	if err := checkSocketPeer("/proc", strings.TrimPrefix(e.host, "unix://")); err != nil {
+	if err := bindroot.CheckSocketPeer("/proc", strings.TrimPrefix(e.host, "unix://")); errors.Is(err, bindroot.ErrUnreachable) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	} else if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -153,7 +156,7 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 		if m.Type != event.MountBind {
 			continue
 		}
-		f, err := e.binds.openBind(i, m)
+		f, err := e.binds.OpenMount(i, m)
 		if err != nil {
 			return fail(err)
 		}

@@ -10,7 +10,7 @@
 //     clock given, no map order in any answer, no goroutine but the streams' own.
 //   - Docker's contract, by Docker's rules. What the package runtimetest checks of every
 //     runtime holds here too, through the rules the Docker runtime applies itself
-//     (docker.Name, docker.CheckStart, docker.StopTimeout, docker.BindRoots): containers
+//     (docker.Name, docker.CheckStart, docker.StopTimeout, bindroot.Roots): containers
 //     carry the agent's id and only the agent's are touched; Create is idempotent by task and
 //     container; a container that has run is never started again (ErrAlreadyStarted), and
 //     with -tags runtimebug the guard goes as it goes in the Docker runtime.
