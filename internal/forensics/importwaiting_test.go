@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -13,25 +11,13 @@ import (
 // writeResourceLastLine writes one line whose resource comes after 400,000 of agentd's records
 // (about 50 MiB): every record must wait for it, as JSON keeps no order.
 func writeResourceLastLine(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "resource-last.otlp.jsonl")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	w.WriteString(`{"resourceLogs":[{"scopeLogs":[{"logRecords":[` + otlpRecord(1, "cleanup_started arn:task/x"))
-	for i := 2; i <= 400_000; i++ {
-		w.WriteString("," + otlpRecord(i, "cleanup_started arn:task/x"))
-	}
-	w.WriteString(`]}],"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"agentd"}}]}}]}` + "\n")
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeFile(t, "resource-last.otlp.jsonl", func(w *bufio.Writer) {
+		w.WriteString(`{"resourceLogs":[{"scopeLogs":[{"logRecords":[` + otlpRecord(1, "cleanup_started arn:task/x"))
+		for i := 2; i <= 400_000; i++ {
+			w.WriteString("," + otlpRecord(i, "cleanup_started arn:task/x"))
+		}
+		w.WriteString(`]}],"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"agentd"}}]}}]}` + "\n")
+	})
 }
 
 // TestImportOfRecordsWaitingForTheirResourceStaysWithinItsBound (issue 41): records whose
@@ -45,18 +31,12 @@ func TestImportOfRecordsWaitingForTheirResourceStaysWithinItsBound(t *testing.T)
 	if testing.Short() {
 		t.Skip("400,000 records: seconds of CPU")
 	}
-	path := writeResourceLastLine(t)
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestImportChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "AGENTD_IMPORT_CHILD="+path)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
+	out := importInChild(t, writeResourceLastLine(t))
 	var peakKiB int
-	if _, err := fmt.Sscanf(string(out), "refused, peak RSS %d kB", &peakKiB); err != nil {
+	if _, err := fmt.Sscanf(out, "refused, peak RSS %d kB", &peakKiB); err != nil {
 		t.Fatalf("child output %q: want the import refused", out)
 	}
-	if !strings.Contains(string(out), "line 1, record ") || !strings.Contains(string(out), "4 MiB of log records wait for their resource") {
+	if !strings.Contains(out, "line 1, record ") || !strings.Contains(out, "4 MiB of log records wait for their resource") {
 		t.Fatalf("child output %q: want the refusal naming line 1, the record and the 4 MiB bound", out)
 	}
 	t.Logf("peak RSS refusing a line of 400,000 records before their resource: %d MiB", peakKiB>>10)
