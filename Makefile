@@ -39,7 +39,7 @@ dist:
 
 ## test-browser: only the status page in headless Chromium (also part of make test).
 test-browser:
-	$(GO) test -count=1 -run TestStatusPageInABrowser -v ./cmd/agentd
+	$(GO) test -count=1 -run 'TestStatusPageInABrowser|TestAStatusPageSquattersWorkerGoesAtTheNextVisit' -v ./cmd/agentd
 
 ## test-dist: tools/pack's own tests (versions, the unit), then `make dist` into a temporary
 ## directory: its binaries run, are static, and say this commit; its .deb and .rpm read back with

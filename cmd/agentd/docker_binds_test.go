@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
@@ -110,7 +111,7 @@ func TestDockerBindDescriptorOfAContainerNeverStartedGoesWithItsStop(t *testing.
 			removeLabelled("io.agentd.agent=" + cfg.AgentID)
 			removeVolumesLabelled("io.agentd.agent=" + cfg.AgentID)
 		})
-		roots, err := docker.OpenBindRoots([]string{root})
+		roots, err := bindroot.Open([]string{root})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentd/agentd/internal/backend"
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/fsm"
@@ -85,7 +86,7 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 	}
 	// Bind roots are opened once, here, and held for the agent's life: a source is resolved
 	// beneath the directory a root named now, whatever it is relinked to later.
-	roots, err := docker.OpenBindRoots(r.AllowBindRoot)
+	roots, err := bindroot.Open(r.AllowBindRoot)
 	if err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func (r *runCmd) Run(ctx context.Context, kctx *kong.Context) error {
 		}
 	}
 	if len(r.AllowBindRoot) > 0 && r.Runtime == "docker" {
-		if err := docker.CheckHostNamespaces(); err != nil {
+		if err := bindroot.CheckHostNamespaces(); err != nil {
 			return err
 		}
 	}
@@ -162,7 +163,7 @@ type agentConfig struct {
 	CleanupWait                                                               time.Duration
 	Engine                                                                    engine.Config
 	TaskRules                                                                 protocol.Rules // --allow-bind-root; the engine must decode tasks with it
-	BindRoots                                                                 *docker.BindRoots
+	BindRoots                                                                 *bindroot.Roots
 	Trust                                                                     trustFlags
 	Pulls                                                                     pullSettings
 	MemoryLimit                                                               memoryLimit // --memory-limit (zero: the runtime's own)
@@ -357,7 +358,7 @@ func (a *agent) close() {
 // newDockerRuntime connects to the Docker Engine. An engine that is down gives a runtime and
 // an ErrUnavailable error (the agent runs without it and keeps asking); a misconfigured one
 // gives no runtime.
-func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.PullConfig, roots *docker.BindRoots) (runtime.Runtime, error) {
+func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.PullConfig, roots *bindroot.Roots) (runtime.Runtime, error) {
 	e, err := docker.NewEngine(ctx, host, agentID, pulls)
 	if e == nil {
 		return nil, err

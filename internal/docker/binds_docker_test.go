@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"golang.org/x/sys/unix"
 
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/runtime"
 )
@@ -42,7 +43,7 @@ func newBindRig(t *testing.T) *bindRig {
 	must(t, os.MkdirAll(r.root+"/shared", 0o755))
 	must(t, os.MkdirAll(r.outside, 0o755))
 	must(t, os.WriteFile(r.outside+"/f", []byte("secret"), 0o644))
-	roots, err := OpenBindRoots([]string{r.root})
+	roots, err := bindroot.Open([]string{r.root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestDockerARootInUseIsTakenAgainAtRestart(t *testing.T) {
 	if !strings.Contains(string(table), "/volumes/"+BindVolumePrefix) {
 		t.Fatalf("no mount of a bind volume while its task runs: this test proves nothing\n%s", table)
 	}
-	roots, err := OpenBindRoots([]string{r.root})
+	roots, err := bindroot.Open([]string{r.root})
 	if err != nil {
 		t.Fatalf("the root of a running task's bind, at restart: %v; want it taken", err)
 	}
@@ -343,12 +344,12 @@ func mustInspect(t *testing.T, e *Engine, id string) []container.MountPoint {
 // serves the engine's socket. The test binary runs itself under unshare(1) to be that agent.
 func TestDockerBindRootsNeedTheEnginesNamespaces(t *testing.T) {
 	if sock := os.Getenv("AGENTD_PEER_CHECK_SOCKET"); sock != "" {
-		fmt.Printf("peer check: %v\n", checkSocketPeer("/proc", sock))
+		fmt.Printf("peer check: %v\n", bindroot.CheckSocketPeer("/proc", sock))
 		return
 	}
 	e, _ := dockerEngine(t)
 	sock := strings.TrimPrefix(e.Host(), "unix://")
-	if err := checkSocketPeer("/proc", sock); err != nil {
+	if err := bindroot.CheckSocketPeer("/proc", sock); err != nil {
 		t.Fatalf("this test's own process: %v", err)
 	}
 	if _, err := exec.LookPath("unshare"); err != nil {
@@ -406,7 +407,7 @@ func TestDockerBindRootsAreRefusedOnPodman(t *testing.T) {
 	if !e.podman {
 		t.Skip("on Docker bind roots are taken (the bind rig's tests)")
 	}
-	roots, err := OpenBindRoots([]string{t.TempDir()})
+	roots, err := bindroot.Open([]string{t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

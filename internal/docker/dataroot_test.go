@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/bindroot"
 )
 
 // infoEngine serves /info, naming dataRoot as the engine's root directory, on a unix socket
@@ -36,7 +38,7 @@ func infoEngine(t *testing.T, dataRoot string) *Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	return &Engine{cli: cli, agent: "agent-1", host: "unix://" + sock, bindVols: map[string]*os.File{}}
+	return &Engine{cli: cli, agent: "agent-1", host: "unix://" + sock, bindVols: map[string]*os.File{}, bindLetGo: map[string]struct{}{}}
 }
 
 // TestABindRootHoldingTheEnginesDataRootIsRefused: a task binding the engine's data root —
@@ -44,8 +46,11 @@ func infoEngine(t *testing.T, dataRoot string) *Engine {
 // as much as one binding its socket, so a root holding it is refused, naming both; a data
 // root elsewhere is no matter.
 func TestABindRootHoldingTheEnginesDataRootIsRefused(t *testing.T) {
-	root, outside := bindTree(t)
-	roots, err := OpenBindRoots([]string{root})
+	base := t.TempDir()
+	root, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+	must(t, os.MkdirAll(filepath.Join(root, "inside"), 0o755))
+	must(t, os.MkdirAll(outside, 0o755))
+	roots, err := bindroot.Open([]string{root})
 	if err != nil {
 		t.Fatal(err)
 	}

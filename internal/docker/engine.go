@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/runtime"
 )
 
@@ -45,10 +46,11 @@ type Engine struct {
 	pulls PullConfig
 	// binds are the roots bind sources are opened beneath (nil: no bind mounts); bindVols the
 	// descriptor each bind volume this process made names, held until the volume is removed
-	// (engine_binds.go).
-	binds       *BindRoots
+	// (engine_binds.go); bindLetGo those whose source was let go, the number kept (bindletgo.go).
+	binds       *bindroot.Roots
 	bindMu      sync.Mutex
 	bindVols    map[string]*os.File
+	bindLetGo   map[string]struct{}
 	bindBound   *bindBound  // how many of bindVols may be open at once (bindbound.go; set with the roots)
 	peerChecked atomic.Bool // the engine's socket is served from this pid and mount namespace, its data root beneath no bind root
 	// claims are others' pulls, tags and loads of images, from the engine's events
@@ -78,7 +80,7 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults(), bindVols: map[string]*os.File{}}
+	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults(), bindVols: map[string]*os.File{}, bindLetGo: map[string]struct{}{}}
 	e.followClaims()
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/runtime"
 )
@@ -25,7 +26,7 @@ import (
 // has opened, never a path string the engine would resolve again, later, through whatever
 // links are there by then.
 //
-// Each bind source is opened beneath its root (BindRoots.Open) at create, and handed to the
+// Each bind source is opened beneath its root (bindroot.Roots.Open) at create, and handed to the
 // engine as a local volume of its own (driver local, type=none, o=bind,
 // device=/proc/<agent pid>/fd/<n>). dockerd mounts that volume in the host's mount namespace
 // when the container starts, and the kernel resolves the magic link to the opened directory,
@@ -54,7 +55,7 @@ import (
 
 // BindVolumePrefix starts the name of every volume the agent makes for a bind mount. A task's
 // own volume may not use it (protocol.ReservedVolumePrefix is the same string).
-const BindVolumePrefix = "agentd-bind-"
+const BindVolumePrefix = bindroot.VolumePrefix
 
 // LabelBindSource is put on a bind volume: the source the task asked for (for whoever lists
 // volumes; the volume itself names the opened descriptor).
@@ -70,7 +71,7 @@ const LabelBindSource = "io.agentd.bind-source"
 // root lies beneath none (a task binding it could rewrite other containers' configurations:
 // root on the host, as with the socket). An engine that does not answer yet is checked at the
 // first bind mount instead.
-func (e *Engine) SetBindRoots(r *BindRoots) error {
+func (e *Engine) SetBindRoots(r *bindroot.Roots) error {
 	if e.bindBound == nil {
 		e.bindBound = defaultBindBound()
 	}
@@ -95,11 +96,13 @@ func (e *Engine) SetBindRoots(r *BindRoots) error {
 
 // checkPeer runs checkSocketPeer, and checks the engine's data root lies beneath none of r,
 // until both have once succeeded.
-func (e *Engine) checkPeer(r *BindRoots) error {
+func (e *Engine) checkPeer(r *bindroot.Roots) error {
 	if e.peerChecked.Load() {
 		return nil
 	}
-	if err := checkSocketPeer("/proc", strings.TrimPrefix(e.host, "unix://")); err != nil {
+	if err := bindroot.CheckSocketPeer("/proc", strings.TrimPrefix(e.host, "unix://")); errors.Is(err, bindroot.ErrUnreachable) {
+		return fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
+	} else if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -154,7 +157,7 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec runtime.CreateSpec) (
 		if m.Type != event.MountBind {
 			continue
 		}
-		f, err := e.binds.openBind(i, m)
+		f, err := e.binds.OpenMount(i, m)
 		if err != nil {
 			return fail(err)
 		}
@@ -245,14 +248,20 @@ func (e *Engine) releaseVolume(ctx context.Context, name string) error {
 	return nil
 }
 
-// dropDescriptor closes a bind volume's held descriptor, if this process holds it, and hands
-// its place in the bound back.
+// dropDescriptor closes a bind volume's descriptor (its source's, or the placeholder's once let
+// go: bindletgo.go), if this process holds it, and hands its places in the bound back.
 func (e *Engine) dropDescriptor(name string) {
 	e.bindMu.Lock()
 	f, held := e.bindVols[name]
+	_, let := e.bindLetGo[name]
 	delete(e.bindVols, name)
+	delete(e.bindLetGo, name)
 	e.bindMu.Unlock()
-	if held {
+	switch {
+	case held && let:
+		f.Close()
+		e.bindBound.removed(1)
+	case held:
 		f.Close()
 		e.bindBound.give(1)
 	}
@@ -269,13 +278,14 @@ func (e *Engine) startAnswered(id string, err error) {
 	}
 }
 
-// NeverStarted lets go of the descriptors of a container's bind volumes (runtime.Runtime): the
-// agent will not start it (again) — its start was answered, or it was recorded stopped
-// before it ever started. Idempotent.
+// NeverStarted lets go of the sources of a container's bind volumes (runtime.Runtime): the agent
+// will not start it (again) — its start was answered, or it was recorded stopped before it
+// ever started. Their descriptor numbers stay, naming nothing the engine can mount, until the
+// volumes are removed (bindletgo.go). Idempotent.
 func (e *Engine) NeverStarted(id string) {
 	if v, ok := e.ours.Load(id); ok {
 		for _, name := range v.([]string) {
-			e.dropDescriptor(name)
+			e.letGo(name)
 		}
 	}
 }
@@ -328,10 +338,7 @@ func (e *Engine) checkBindMounts(c container.InspectResponse) error {
 		case m.typ == mount.TypeBind:
 			return fmt.Errorf("start %s: its bind mount of %q at %q is by path, made by an agent that did not hold bind sources open; not started (the path could lead anywhere by now)", c.ID, m.source, m.target)
 		case m.typ == mount.TypeVolume && strings.HasPrefix(m.name, BindVolumePrefix):
-			e.bindMu.Lock()
-			_, held := e.bindVols[m.name]
-			e.bindMu.Unlock()
-			if !held {
+			if !e.sourceHeld(m.name) {
 				return fmt.Errorf("start %s: its bind mount at %q (volume %s) has no descriptor of its source held by this process (prepared by an earlier agent process, or let go after a start the engine answered); not started", c.ID, m.target, m.name)
 			}
 		}

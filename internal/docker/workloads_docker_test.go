@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/runtime"
@@ -268,7 +269,7 @@ func TestDockerBindMountWritesReachTheHostOnlyUnderAllowedRoots(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o777) // the container writes as uid 1234
-	roots, err := OpenBindRoots([]string{root})
+	roots, err := bindroot.Open([]string{root})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"time"
+	"unsafe"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	logspb "go.opentelemetry.io/proto/otlp/logs/v1"
@@ -84,21 +85,34 @@ func (imp *otlpImport) line(l *jsonLine) error {
 	return l.end()
 }
 
+// MaxOTLPWaiting bounds the log records of one resource held while its resource has not come
+// yet (JSON keeps no order; the Collector writes the resource first): counted as their JSON and
+// what each costs held, they may fill four of agentd's 1 MiB batches (PROTOCOL.md §5) — a
+// resource of more records before it is refused, naming the line and the record.
+const MaxOTLPWaiting = 4 << 20
+
 // resourceLogs reads one resource's records; the resource may come after them (JSON keeps no
-// order), so its records wait for it, those not agentd's at all (no record type) dropped first.
+// order), so its records wait for it, those not agentd's at all (no record type) dropped
+// first, at most MaxOTLPWaiting of them.
 func (imp *otlpImport) resourceLogs(l *jsonLine) error {
 	var host string
 	var known bool
 	var waiting []pending
-	keep := func(e Entry, o origin) {
+	waitingBytes := 0
+	keep := func(e Entry, o origin, size int) error {
 		if known {
 			if host != "" {
 				e.Host = host
 				imp.set.add(e, o)
 			}
-			return
+			return nil
+		}
+		if waitingBytes += size + int(unsafe.Sizeof(pending{})); waitingBytes > MaxOTLPWaiting {
+			return fmt.Errorf("line %d, record %d: more than %d MiB of log records wait for their resource, which has not come yet on the line: the bound on records held for it (agentd's shipper sends at most 1 MiB a request, its resource first): %w",
+				l.n, o.record, MaxOTLPWaiting>>20, errRefused)
 		}
 		waiting = append(waiting, pending{e, o})
+		return nil
 	}
 	err := l.object("resourceLogs", func(key string) error {
 		switch key {
@@ -116,7 +130,7 @@ func (imp *otlpImport) resourceLogs(l *jsonLine) error {
 			}
 			known = true
 			for _, p := range waiting {
-				keep(p.e, p.o)
+				_ = keep(p.e, p.o, 0) // known: kept, never refused
 			}
 			waiting = nil
 			return nil
@@ -128,12 +142,12 @@ func (imp *otlpImport) resourceLogs(l *jsonLine) error {
 					}
 					return l.array(key, func() error {
 						imp.record++
-						e, ok, err := imp.logRecord(l)
+						e, size, err := imp.logRecord(l)
 						if errors.Is(err, errOverBound) {
 							return l.refuse(fmt.Sprintf("record %d", imp.record))
 						}
-						if ok {
-							keep(e, origin{line: int32(l.n), record: int32(imp.record)})
+						if err == nil && size > 0 {
+							err = keep(e, origin{line: int32(l.n), record: int32(imp.record)}, size)
 						}
 						return err
 					})
@@ -150,21 +164,21 @@ type pending struct {
 	o origin
 }
 
-// logRecord reads one log record as an Entry (its host set by the caller); ok is false for a
-// record that is not one of agentd's journal records.
-func (imp *otlpImport) logRecord(l *jsonLine) (Entry, bool, error) {
+// logRecord reads one log record as an Entry (its host set by the caller), and the size of its
+// JSON; the size is 0 for a record that is not one of agentd's journal records.
+func (imp *otlpImport) logRecord(l *jsonLine) (Entry, int, error) {
 	raw, err := l.value()
 	if err != nil {
-		return Entry{}, false, err
+		return Entry{}, 0, err
 	}
 	if !bytes.Contains(raw, []byte(otlpship.AttrType)) && !bytes.Contains(raw, []byte(`\u`)) {
 		// Without its type attribute (its key unescaped or escaped) a record is none of
 		// agentd's: a line of millions of such records costs no decoding.
-		return Entry{}, false, nil
+		return Entry{}, 0, nil
 	}
 	var lr logspb.LogRecord
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(nullAsEmpty(raw), &lr); err != nil {
-		return Entry{}, false, fmt.Errorf("record %d: %w", imp.record, err)
+		return Entry{}, 0, fmt.Errorf("record %d: %w", imp.record, err)
 	}
 	a := lr.Attributes
 	e := Entry{Seq: uint64(integer(a, otlpship.AttrSeq)), Time: time.Unix(0, int64(lr.TimeUnixNano)).UTC(),
@@ -178,7 +192,10 @@ func (imp *otlpImport) logRecord(l *jsonLine) (Entry, bool, error) {
 	}
 	// An Entry's Text is the details, whichever agent shipped it (1.3 ships the whole dump line).
 	e.Text = otlpship.BodyDetails(lr.GetBody().GetStringValue(), e.Type, e.Task, e.Container)
-	return e, e.Type != "", nil
+	if e.Type == "" {
+		return Entry{}, 0, nil
+	}
+	return e, len(raw), nil
 }
 
 // nullAsEmpty reads a JSON null as an empty message, as protojson does for a field.

@@ -123,6 +123,9 @@ func (a *API) Wrap(h http.Handler) http.Handler {
 			writeJSON(w, http.StatusMisdirectedRequest, map[string]string{"error": fmt.Sprintf("Host %q is not a name of this agent's API: ask for localhost, an IP address, or a name given with --api-host", r.Host)})
 			return
 		}
+		if servedWorkerRemoval(w, r) { // serviceworker.go: a squatter's worker goes, whoever asks
+			return
+		}
 		present, ok := a.credentials(r)
 		full := ok || a.network == "unix" || (a.loopback && trustedPeer(r))
 		switch {

@@ -244,7 +244,7 @@ func clearStaleSocket(flag, path string) error {
 	c, err := sockowner.DialUnix(ctx, path)
 	cancel()
 	if err == nil {
-		h, herr := sockowner.UnixPeer(c)
+		h, herr := sockowner.UnixPeer(c.UnixConn)
 		c.Close()
 		who := "a live process"
 		if herr == nil {

@@ -128,6 +128,9 @@ func registerStatus(mux *http.ServeMux, e *engine.Engine, info Info, cfg fsm.Con
 			return
 		}
 		statusHeaders(w, "text/html; charset=utf-8")
+		if name == "page" {
+			w.Header().Set("Clear-Site-Data", `"storage"`) // serviceworker.go: no other worker of this origin
+		}
 		if page.Problem != "" && name == "page" {
 			// The page says 503 like /healthz; the script's refresh gets 200, so a browser
 			// console stays clean while the fragment shows what is wrong.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/runtime"
 )
@@ -32,7 +32,7 @@ func linkTree(t *testing.T) (root string) {
 // which mount, which source and which root.
 func TestSimRefusesLinkedBindSources(t *testing.T) {
 	root := linkTree(t)
-	roots, err := docker.OpenBindRoots([]string{root})
+	roots, err := bindroot.Open([]string{root})
 	if err != nil {
 		t.Fatal(err)
 	}

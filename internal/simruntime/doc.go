@@ -10,7 +10,7 @@
 //     clock given, no map order in any answer, no goroutine but the streams' own.
 //   - Docker's contract, by Docker's rules. What the package runtimetest checks of every
 //     runtime holds here too, through the rules the Docker runtime applies itself
-//     (runtime.Name, runtime.CheckStart, runtime.StopTimeout, docker.BindRoots): containers
+//     (runtime.Name, runtime.CheckStart, runtime.StopTimeout, bindroot.Roots): containers
 //     carry the agent's id and only the agent's are touched; Create is idempotent by task and
 //     container; a container that has run is never started again (ErrAlreadyStarted), and
 //     with the RuntimeStartCheck guard off (internal/guard) it goes as in the Docker runtime.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/bindroot"
 	"github.com/agentd/agentd/internal/runtime"
 )
 
@@ -23,8 +23,8 @@ type Runtime struct {
 	agent  string
 	now    func() time.Time
 	faults func(op, id string) Fault
-	reg    registries        // images.go
-	binds  *docker.BindRoots // bind sources are resolved beneath these (nil: no bind mounts)
+	reg    registries      // images.go
+	binds  *bindroot.Roots // bind sources are resolved beneath these (nil: no bind mounts)
 
 	mu      sync.Mutex
 	state   fileState
@@ -81,8 +81,8 @@ func (s *Runtime) Name() string { return "sim" }
 
 // SetBindRoots gives the simulated runtime the roots bind sources are resolved beneath (nil:
 // no bind mount is allowed). It refuses what the Docker runtime refuses, by the same rule
-// (docker.BindRoots.Open), and mounts nothing. Call it before the first Create.
-func (s *Runtime) SetBindRoots(r *docker.BindRoots) { s.binds = r }
+// (bindroot.Roots.Open), and mounts nothing. Call it before the first Create.
+func (s *Runtime) SetBindRoots(r *bindroot.Roots) { s.binds = r }
 
 func (s *Runtime) Create(ctx context.Context, spec runtime.CreateSpec) (string, error) {
 	if err := failsAt(spec.Container.Image, "create"); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,7 +51,14 @@ func hold(spec string) error {
 		return err
 	}
 	if path != "" {
-		if _, err := net.Listen("unix", path); err != nil {
+		at := path
+		if len(path) >= 108 { // longer than a socket address holds: bound by its name in its directory
+			if err := os.Chdir(filepath.Dir(path)); err != nil {
+				return err
+			}
+			at = filepath.Base(path)
+		}
+		if _, err := net.Listen("unix", at); err != nil {
 			return err
 		}
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,18 +35,12 @@ func CheckServer(c net.Conn) error {
 
 // socketDirOwner is the owner of a unix socket's directory when nobody else may write there
 // (-1 otherwise): only that user (or root) can have put a socket in it — an agent running as
-// its own user, in its data directory. A TCP port has no such place.
+// its own user, in its data directory. Only a connection DialUnix made knows that directory:
+// the name a peer reports is whatever it passed to bind (a relative one names a directory
+// of the client's), so it proves nothing. A TCP port has no such place.
 func socketDirOwner(c net.Conn) int64 {
-	u, ok := c.RemoteAddr().(*net.UnixAddr)
-	if !ok {
-		return -1
-	}
-	st, err := os.Stat(filepath.Dir(u.Name))
-	if err != nil || st.Mode().Perm()&0o022 != 0 {
-		return -1
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		return int64(sys.Uid)
+	if d, ok := c.(*Conn); ok {
+		return d.dirOwner // read through the descriptor it was dialled by (dialunix.go)
 	}
 	return -1
 }
@@ -56,6 +48,9 @@ func socketDirOwner(c net.Conn) int64 {
 var errRemote = errors.New("the peer is on another host")
 
 func name(c net.Conn) string {
+	if d, ok := c.(*Conn); ok {
+		return "unix:" + d.Path
+	}
 	if u, ok := c.RemoteAddr().(*net.UnixAddr); ok {
 		return "unix:" + u.Name
 	}
@@ -65,6 +60,9 @@ func name(c net.Conn) string {
 // serverOf is the user holding the other end of c, and how to find its process (a walk of
 // every process's descriptors: only to name a server that is refused).
 func serverOf(c net.Conn) (uid int64, pid func() int, err error) {
+	if d, ok := c.(*Conn); ok {
+		c = d.UnixConn
+	}
 	switch c := c.(type) {
 	case *net.UnixConn:
 		h, err := UnixPeer(c)

@@ -1,6 +1,7 @@
 package sockowner_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -209,7 +210,7 @@ func TestOnlyRootOrThisUserServes(t *testing.T) {
 	holdSocketsAt(t, 65534, 2, filepath.Join(shared, "s"))
 	holdSocketsAt(t, 65534, 2, filepath.Join(private, "s"))
 	for dir, refused := range map[string]bool{shared: true, private: false} {
-		c, err := net.Dial("unix", filepath.Join(dir, "s"))
+		c, err := sockowner.DialUnix(context.Background(), filepath.Join(dir, "s"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package docker
+package bindroot
 
 import (
 	"fmt"
@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/agentd/agentd/internal/runtime"
 )
 
 // nsFix is what an operator does about a private namespace under the shipped unit.
@@ -20,7 +18,7 @@ const nsFix = "under systemd, install deploy/agentd-bind-roots.conf as " +
 	"that give the unit a mount namespace of its own), then systemctl daemon-reload && systemctl restart agentd"
 
 // CheckHostNamespaces refuses bind roots to an agent the Docker Engine cannot follow: the
-// engine mounts a bind source through /proc/<agent pid>/fd/<n> (engine_binds.go), which
+// engine mounts a bind source through /proc/<agent pid>/fd/<n> (internal/docker engine_binds.go), which
 // names the opened directory only if the agent shares the host's mount namespace (a mount of
 // another namespace cannot be bound: every container's start would fail) and its pid
 // namespace (else the engine would read another process's descriptor). The reference is
@@ -71,15 +69,15 @@ func sameMountNamespace(proc, pid, who string) error {
 	return nil
 }
 
-// checkSocketPeer checks the process serving the engine's unix socket (dockerd, or the init
+// CheckSocketPeer checks the process serving the engine's unix socket (dockerd, or the init
 // that holds the socket for it) against this one: the kernel reports its pid as seen from
 // here, 0 when it lives outside this pid namespace — agentd is then in a pid namespace of its
 // own (a container), and the engine would read /proc/<pid>/fd of another process — and it
-// must share this mount namespace. A socket that cannot be reached is ErrUnavailable.
-func checkSocketPeer(proc, socket string) error {
+// must share this mount namespace. A socket that cannot be reached is ErrUnreachable.
+func CheckSocketPeer(proc, socket string) error {
 	conn, err := net.DialTimeout("unix", socket, 5*time.Second)
 	if err != nil {
-		return fmt.Errorf("--allow-bind-root: the Docker Engine's socket %s: %w: %v", socket, runtime.ErrUnavailable, err)
+		return fmt.Errorf("--allow-bind-root: the Docker Engine's socket %s: %w: %v", socket, ErrUnreachable, err)
 	}
 	defer conn.Close()
 	raw, err := conn.(*net.UnixConn).SyscallConn()

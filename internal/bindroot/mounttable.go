@@ -1,4 +1,4 @@
-package docker
+package bindroot
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 // The mount table, read from /proc/self/mountinfo (proc_pid_mountinfo(5)), tells where else a
 // bind root shows: a path check walks one path, but a file system mounted twice, or a parent
 // of the root bind-mounted elsewhere, is the same directory under another name — one that may
-// be open to local users while the configured one is closed (OpenBindRoots). It is parsed
+// be open to local users while the configured one is closed (Open). It is parsed
 // here rather than through github.com/moby/sys/mountinfo: the few fields needed take a few
 // lines, and that module is not a dependency of this one.
 
@@ -231,7 +231,7 @@ func otherPaths(mounts []mountEntry, holder int, dir string) (fsLocation, []expo
 }
 
 // engineBindVolume says whether a mount point is where the Docker Engine's local driver mounts
-// a bind volume an agent made (engine_binds.go): DATA-ROOT/volumes/agentd-bind-<16 hex>/_data.
+// a bind volume an agent made (internal/docker engine_binds.go): DATA-ROOT/volumes/agentd-bind-<16 hex>/_data.
 // It shows a bind source to the containers that use it, and to local users only as far as the
 // engine's data root lets them — as it shows every task's plain volume, where tasks write as
 // root too: the data root's own modes (0710 root:root, Docker's) are what keep those closed,
@@ -240,7 +240,7 @@ func otherPaths(mounts []mountEntry, holder int, dir string) (fsLocation, []expo
 func engineBindVolume(point string) bool {
 	rest, ok := strings.CutSuffix(point, "/_data")
 	name := path.Base(rest)
-	hex, named := strings.CutPrefix(name, BindVolumePrefix)
+	hex, named := strings.CutPrefix(name, VolumePrefix)
 	if !ok || !named || len(hex) != 16 || path.Base(path.Dir(rest)) != "volumes" {
 		return false
 	}

@@ -1,4 +1,4 @@
-package docker
+package bindroot
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 	"github.com/agentd/agentd/internal/event"
 )
 
-// BindRoots are the host directories under which tasks may bind-mount (--allow-bind-root),
+// Roots are the host directories under which tasks may bind-mount (--allow-bind-root),
 // each opened once, at start, and held open for the agent's life.
 //
 // It protects DESIGN.md "What must hold" 12: a bind source reaches only what lies beneath its
@@ -22,12 +22,12 @@ import (
 // whenever a link, a rename or a mount appears in the root. A source is resolved from the
 // root's descriptor with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS|
 // RESOLVE_NO_XDEV), the kubelet's answer to the same bug (CVE-2021-25741), and the runtime is handed the opened descriptor, never the
-// string (engine_binds.go): a link planted after the check cannot redirect the mount.
+// string (internal/docker engine_binds.go): a link planted after the check cannot redirect the mount.
 //
 // A root given through a link is resolved once, when it is opened; relinking it later changes
 // nothing. Sources may name a root by the name it was configured with or by the directory it
 // resolved to.
-type BindRoots struct {
+type Roots struct {
 	roots  []bindRoot
 	mounts []mountEntry // the mount table when the roots were opened
 }
@@ -39,11 +39,11 @@ type bindRoot struct {
 	f          *os.File   // O_PATH|O_DIRECTORY, held until Close
 }
 
-// OpenBindRoots opens each root: it must be an absolute path naming an existing directory.
+// Open opens each root: it must be an absolute path naming an existing directory.
 // The name it resolved to is read back from the descriptor, so what is checked is what was
 // opened (no window between resolving and opening). A bad root is an error naming it.
-func OpenBindRoots(paths []string) (*BindRoots, error) {
-	r := &BindRoots{}
+func Open(paths []string) (*Roots, error) {
+	r := &Roots{}
 	if len(paths) > 0 {
 		b, err := os.ReadFile("/proc/self/mountinfo")
 		if err == nil {
@@ -150,7 +150,7 @@ func checkOtherPaths(mounts []mountEntry, f *os.File, dir string) (fsLocation, e
 // as resolved), or is the same directory: tasks write beneath a root, so one with a writable
 // bind above an inner root can replace it by a link to any directory — "/" — and the next
 // start would open that as a root. An inner root adds nothing the outer one does not allow.
-func (r *BindRoots) checkNotNested() error {
+func (r *Roots) checkNotNested() error {
 	for i, a := range r.roots {
 		for j, b := range r.roots {
 			if i == j {
@@ -172,7 +172,7 @@ func (r *BindRoots) checkNotNested() error {
 // differs, as resolved. They are what the task rules check lexically at arrival
 // (protocol.NewRules), so a source plainly outside every root is refused before it is
 // journaled as accepted.
-func (r *BindRoots) Names() []string {
+func (r *Roots) Names() []string {
 	if r == nil {
 		return nil
 	}
@@ -195,7 +195,7 @@ func (r *BindRoots) Names() []string {
 // in that file system: beneath the root's directory there, the root holds it. A path resolved
 // through a link that lies beneath a root is held by it too, wherever the link points now: a
 // task can re-point it (and the engine's socket is dialled again on every call).
-func (r *BindRoots) Holds(path string) string {
+func (r *Roots) Holds(path string) string {
 	if r == nil || path == "" {
 		return ""
 	}
@@ -271,7 +271,7 @@ func linksOn(p string) []string {
 }
 
 // Close releases the roots' descriptors.
-func (r *BindRoots) Close() error {
+func (r *Roots) Close() error {
 	if r == nil {
 		return nil
 	}
@@ -301,7 +301,7 @@ func within(root, source string) (string, bool) {
 // mount point crossed beneath the root (a mount, too, shows another directory under the
 // root's name), a path that does not exist, and a source that is not a directory (the
 // runtime mounts directories only). The longest matching root is used.
-func (r *BindRoots) Open(source string) (*os.File, string, error) {
+func (r *Roots) Open(source string) (*os.File, string, error) {
 	var best *bindRoot
 	var rel string
 	if r != nil {
@@ -375,9 +375,9 @@ func resolveError(err error) string {
 	return err.Error()
 }
 
-// openBind opens mounts[i]'s source beneath its root; its error names the mount, its target,
+// OpenMount opens mounts[i]'s source beneath its root; its error names the mount, its target,
 // the source and the root — the words a task's STOPPED reason carries.
-func (r *BindRoots) openBind(i int, m event.Mount) (*os.File, error) {
+func (r *Roots) OpenMount(i int, m event.Mount) (*os.File, error) {
 	f, _, err := r.Open(m.Source)
 	if err != nil {
 		return nil, fmt.Errorf("mounts[%d].source %q (target %q): %w", i, m.Source, m.Target, err)
@@ -388,12 +388,12 @@ func (r *BindRoots) openBind(i int, m event.Mount) (*os.File, error) {
 // CheckSources resolves every bind source of a container beneath its root and lets go of
 // it: the Docker runtime's rule, for a runtime that mounts nothing (the simulated one). A nil
 // r allows no bind mount.
-func (r *BindRoots) CheckSources(mounts []event.Mount) error {
+func (r *Roots) CheckSources(mounts []event.Mount) error {
 	for i, m := range mounts {
 		if m.Type != event.MountBind {
 			continue
 		}
-		f, err := r.openBind(i, m)
+		f, err := r.OpenMount(i, m)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package docker
+package bindroot
 
 import (
 	"errors"
@@ -150,7 +150,7 @@ func TestHoldsSeesThroughOtherMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := "/x-agentd-test/binds" // none of these paths exists here: Holds judges them as named
-	r := &BindRoots{mounts: mounts, roots: []bindRoot{{configured: root, resolved: root, fs: fsLocation{"254:0", "/data/binds"}}}}
+	r := &Roots{mounts: mounts, roots: []bindRoot{{configured: root, resolved: root, fs: fsLocation{"254:0", "/data/binds"}}}}
 	for path, want := range map[string]string{
 		"/x-agentd-test/run/docker.sock": root, // its directory is /data/binds/run
 		"/data/binds/agentd":             root, // through the root file system's own mount
@@ -180,7 +180,7 @@ func TestABindRootShownByAnotherMountIsRefused(t *testing.T) {
 	must(t, os.MkdirAll(root, 0o755))
 	must(t, os.Mkdir(open, 0o755))
 	must(t, os.Chmod(closed, 0o700))
-	roots, err := OpenBindRoots([]string{root})
+	roots, err := Open([]string{root})
 	if err != nil {
 		t.Fatalf("closed above by %s, no other mount: %v; want it taken", closed, err)
 	}
@@ -206,7 +206,7 @@ func TestABindRootShownByAnotherMountIsRefused(t *testing.T) {
 		if how == "read-only" {
 			must(t, unix.Mount("", open, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""))
 		}
-		roots, err := OpenBindRoots([]string{root})
+		roots, err := Open([]string{root})
 		if err == nil {
 			roots.Close()
 			t.Fatalf("%s shown %s at %s/root, open to local users: the root was taken", mid, how, open)
@@ -227,7 +227,7 @@ func TestABindRootShownByAnotherMountIsRefused(t *testing.T) {
 			unix.Unmount(inside, unix.MNT_DETACH)
 		}
 	})
-	roots, err = OpenBindRoots([]string{root})
+	roots, err = Open([]string{root})
 	if err != nil {
 		t.Fatalf("%s shown again only inside %s (0700): %v; want it taken", mid, closed, err)
 	}
@@ -267,7 +267,7 @@ func TestABindSourceDoesNotCrossAMountBeneathItsRoot(t *testing.T) {
 	must(t, os.Chmod(filepath.Dir(root), 0o700)) // closed above: the root is taken
 	must(t, os.Mkdir(root+"/up", 0o755))
 	bindMount(t, outside, root+"/up")
-	roots, err := OpenBindRoots([]string{root})
+	roots, err := Open([]string{root})
 	if err != nil {
 		t.Fatalf("a closed root with a mount beneath it: %v; want it taken", err)
 	}
@@ -308,11 +308,11 @@ func TestAMountOnlyNamedLikeTheEnginesBindVolumeIsChecked(t *testing.T) {
 	must(t, os.MkdirAll(root+"/x", 0o755))
 	must(t, os.Chmod(closed, 0o700))
 	data := filepath.Join(base, "data-root")
-	point := filepath.Join(data, "volumes", BindVolumePrefix+"0123456789abcdef", "_data")
+	point := filepath.Join(data, "volumes", VolumePrefix+"0123456789abcdef", "_data")
 	must(t, os.MkdirAll(point, 0o755))
 	bindMount(t, root+"/x", point)
 
-	roots, err := OpenBindRoots([]string{root})
+	roots, err := Open([]string{root})
 	if err == nil {
 		roots.Close()
 		t.Fatalf("%s shown at %s, open to local users: the root was taken", root+"/x", point)
@@ -321,7 +321,7 @@ func TestAMountOnlyNamedLikeTheEnginesBindVolumeIsChecked(t *testing.T) {
 		t.Errorf("refused as %v; want the other path named", err)
 	}
 	must(t, os.Chmod(data, 0o710)) // as Docker makes its data root
-	roots, err = OpenBindRoots([]string{root})
+	roots, err = Open([]string{root})
 	if err != nil {
 		t.Fatalf("the same mount under a data root of mode 0710 root:root: %v; want the root taken", err)
 	}
