@@ -36,7 +36,7 @@ func infoEngine(t *testing.T, dataRoot string) *Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	return &Engine{cli: cli, agent: "agent-1", host: "unix://" + sock, bindVols: map[string]*os.File{}}
+	return &Engine{cli: cli, agent: "agent-1", host: "unix://" + sock, bindVols: map[string]*os.File{}, ident: identity{kind: kindDocker}}
 }
 
 // TestABindRootHoldingTheEnginesDataRootIsRefused: a task binding the engine's data root —

@@ -342,7 +342,7 @@ func TestDockerVolumeAndTmpfsMounts(t *testing.T) {
 	if st := waitExit(t, e, id); st.ExitCode != 0 {
 		t.Fatalf("write into the tmpfs exited %d", st.ExitCode)
 	}
-	if !e.podman { // Podman's inspect has no HostConfig.Mounts (the write above is the proof there)
+	if !onPodman(e) { // Podman's inspect has no HostConfig.Mounts (the write above is the proof there)
 		if got := dockerInspect(t, id, `{{index .HostConfig.Mounts 0 | json}}`); !strings.Contains(got, `"SizeBytes":1048576`) {
 			t.Fatalf("tmpfs mount %s", got)
 		}
