@@ -124,7 +124,7 @@ func start(t *testing.T, e *Engine, task string, cmd ...string) string {
 
 func waitExit(t *testing.T, e *Engine, id string) State {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		st, err := e.Inspect(context.Background(), id)
 		if err != nil {
@@ -134,7 +134,7 @@ func waitExit(t *testing.T, e *Engine, id string) State {
 			return st
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not exit in 30 s", id)
+			t.Fatalf("%s did not exit in 2 min", id)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
