@@ -437,6 +437,10 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 
 func (e *Engine) Inspect(ctx context.Context, id string) (State, error) { return e.own(ctx, id) }
 
+// podmanStopped is Podman's state between its container's exit and its cleanup: the exit
+// code and end time are known, and the die event has come (an inspect at the die reads it).
+const podmanStopped container.ContainerState = "stopped"
+
 // phase is the one mapping of Docker's container state to State's Running and Exited, for an
 // inspect and a list alike. Running is Docker's own State.Running, which holds for a paused or
 // restarting container too (its status string says which); created and removing are neither.
@@ -444,7 +448,7 @@ func phase(s container.ContainerState) (running, exited bool) {
 	switch s {
 	case container.StateRunning, container.StatePaused, container.StateRestarting:
 		return true, false
-	case container.StateExited, container.StateDead:
+	case container.StateExited, container.StateDead, podmanStopped:
 		return false, true
 	}
 	return false, false
@@ -491,9 +495,7 @@ func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
 // Close releases the client's connections and the descriptors of bind volumes.
 func (e *Engine) Close() error {
 	e.unfollowClaims()
-	if e.ident.stop != nil {
-		e.ident.stop()
-	}
+	e.stopIdentifying()
 	if e.probes != nil {
 		e.probes.stop()
 	}

@@ -51,6 +51,7 @@ type identity struct {
 	changed chan struct{} // closed, and replaced, at every naming and every loss
 	ctx     context.Context
 	stop    context.CancelFunc
+	loops   sync.WaitGroup // the keepIdentifying loop, waited for by stopIdentifying
 }
 
 // startIdentifying names the engine once, now, and keeps asking in the background if it
@@ -145,11 +146,23 @@ func (e *Engine) lost(why error) {
 		return
 	}
 	e.ident.asking = true
+	e.ident.loops.Add(1)
 	go e.keepIdentifying()
+}
+
+// stopIdentifying ends the asking, and waits for it to end (Close).
+func (e *Engine) stopIdentifying() {
+	e.ident.mu.Lock()
+	if e.ident.stop != nil {
+		e.ident.stop() // under mu: lost starts no loop after this
+	}
+	e.ident.mu.Unlock()
+	e.ident.loops.Wait()
 }
 
 // keepIdentifying asks until the engine is named or closed, with backoff.
 func (e *Engine) keepIdentifying() {
+	defer e.ident.loops.Done()
 	bo := jitter.NewBackoff(250*time.Millisecond, 30*time.Second, jitter.Rand(rand.Uint64()))
 	for {
 		err := e.identify(e.ident.ctx)
