@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -160,10 +161,30 @@ func exitEvent(ctx context.Context, t *testing.T, exits <-chan Exit, id string) 
 func TestDockerResourceLimitsReachTheKernel(t *testing.T) {
 	e, _ := dockerEngine(t)
 	id := startSpec(t, e, "task/limits", event.ContainerSpec{CPUShares: 512, MemoryMiB: 64, MemoryReservationMiB: 32, PidsLimit: 40})
+	info, _, err := e.inspect(context.Background(), id)
+	if err != nil || info.State == nil {
+		t.Fatalf("inspect %s: %v", id, err)
+	}
+	// The process's own cgroups, wherever the engine put them (Docker: docker/<id>; Podman:
+	// libpod_parent/libpod-<id>).
+	cgroups, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", info.State.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := func(ctrl, file string) string {
+		for _, line := range strings.Split(string(cgroups), "\n") {
+			// hierarchy-ID:controller-list:cgroup-path
+			if f := strings.SplitN(line, ":", 3); len(f) == 3 && slices.Contains(strings.Split(f[1], ","), ctrl) {
+				return filepath.Join("/sys/fs/cgroup", ctrl, f[2], file)
+			}
+		}
+		t.Skipf("no cgroup v1 %s controller for the container's process:\n%s", ctrl, cgroups)
+		return ""
+	}
 	read := func(ctrl, file string) string {
-		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctrl, "docker", id, file))
+		b, err := os.ReadFile(path(ctrl, file))
 		if err != nil {
-			t.Skipf("cgroup v1 files not where the cgroupfs driver puts them: %v", err)
+			t.Skipf("cgroup v1 files not where the container's process says: %v", err)
 		}
 		return strings.TrimSpace(string(b))
 	}
@@ -174,7 +195,7 @@ func TestDockerResourceLimitsReachTheKernel(t *testing.T) {
 		{"memory", "memory.soft_limit_in_bytes", fmt.Sprint(32 << 20)},
 		{"pids", "pids.max", "40"},
 	} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c.ctrl, "docker", id, c.file)); err != nil && c.file == "memory.memsw.limit_in_bytes" {
+		if _, err := os.Stat(path(c.ctrl, c.file)); err != nil && c.file == "memory.memsw.limit_in_bytes" {
 			continue // swap accounting is off on this kernel
 		}
 		if got := read(c.ctrl, c.file); got != c.want {
