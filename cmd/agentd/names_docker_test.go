@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // TestDockerNameCollisionFailsOneTask: a container not the agent's holds the very name the agent
@@ -24,7 +24,7 @@ func TestDockerNameCollisionFailsOneTask(t *testing.T) {
 	}
 	agentID := strings.ReplaceAll("agent-names-"+time.Now().Format("150405.000"), ".", "")
 	t.Cleanup(func() { removeLabelled("io.agentd.agent=" + agentID) })
-	squatted := docker.Name(agentID, "task/squatted", "app")
+	squatted := runtime.Name(agentID, "task/squatted", "app")
 	out, err := exec.Command("docker", "run", "-d", "--name", squatted, "agentd-testbox:latest", "run").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run --name %s: %v: %s", squatted, err, out)

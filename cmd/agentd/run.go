@@ -23,6 +23,7 @@ import (
 	"github.com/agentd/agentd/internal/introspect"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/seal"
 	"github.com/agentd/agentd/internal/simruntime"
 )
@@ -192,7 +193,7 @@ func (p pullSettings) pullConfig(log zerolog.Logger) (docker.PullConfig, error) 
 type agent struct {
 	log    zerolog.Logger
 	j      *journal.Journal
-	rt     docker.Runtime
+	rt     runtime.Runtime
 	cp     *backend.Client
 	eng    *engine.Engine
 	srv    *http.Server // the API on --listen
@@ -256,7 +257,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 			return fail(err)
 		}
 		a.rt, err = newDockerRuntime(ctx, c.DockerHost, id, pulls, c.BindRoots)
-		if a.rt != nil && errors.Is(err, docker.ErrUnavailable) {
+		if a.rt != nil && errors.Is(err, runtime.ErrUnavailable) {
 			log.Warn().Err(err).Msg("the Docker Engine does not answer; the agent runs unhealthy and keeps asking")
 			err = nil
 		}
@@ -284,7 +285,7 @@ func startAgent(ctx context.Context, c agentConfig, log zerolog.Logger) (*agent,
 	a.eng.RegisterStateCollector()
 	registerHealthCollector(a.eng) // healthmetrics.go
 	// The API answers 503 while recovering, so it starts first.
-	h := introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: logReader(a.rt)}, fsm.Config{CleanupWait: c.CleanupWait})
+	h := introspect.Handler(a.eng, introspect.Info{Version: buildVersion().Version, DataDir: c.DataDir, Runtime: c.Runtime, Logs: a.rt}, fsm.Config{CleanupWait: c.CleanupWait})
 	a.srv = api.Server(h)
 	a.listen = a.serveAPI(apiCtx, api, a.srv, introspect.HealthListen)
 	if sockAPI != nil {
@@ -356,7 +357,7 @@ func (a *agent) close() {
 // newDockerRuntime connects to the Docker Engine. An engine that is down gives a runtime and
 // an ErrUnavailable error (the agent runs without it and keeps asking); a misconfigured one
 // gives no runtime.
-func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.PullConfig, roots *docker.BindRoots) (docker.Runtime, error) {
+func newDockerRuntime(ctx context.Context, host, agentID string, pulls docker.PullConfig, roots *docker.BindRoots) (runtime.Runtime, error) {
 	e, err := docker.NewEngine(ctx, host, agentID, pulls)
 	if e == nil {
 		return nil, err
@@ -393,12 +394,4 @@ func (a *agent) serveAPI(ctx context.Context, api *introspect.API, srv *http.Ser
 		}
 	}()
 	return api.Addr()
-}
-
-// logReader is the runtime's log reader, or nil (the API then says it serves no logs).
-func logReader(rt docker.Runtime) docker.LogReader {
-	if lr, ok := rt.(docker.LogReader); ok {
-		return lr
-	}
-	return nil
 }

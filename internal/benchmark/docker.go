@@ -21,8 +21,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // DockerOptions configure the Docker Engine benchmark.
@@ -369,7 +369,7 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, host st
 		}
 	}()
 	agentID := fmt.Sprintf("agent-bench-%d", time.Now().UnixNano())
-	defer removeLabelled(cli, docker.LabelAgent+"="+agentID)
+	defer removeLabelled(cli, runtime.LabelAgent+"="+agentID)
 	cp := controlplane.New("", controlplane.Faults{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -386,7 +386,7 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, host st
 	ectx, cancelEvents := context.WithCancel(ctx)
 	defer cancelEvents()
 	events := cli.Events(ectx, client.EventsListOptions{Filters: client.Filters{}.
-		Add("type", "container").Add("label", docker.LabelAgent+"="+agentID)})
+		Add("type", "container").Add("label", runtime.LabelAgent+"="+agentID)})
 	seen := engineEvents{}
 
 	api, dropAPI, err := apiSocket(dir)
@@ -430,7 +430,7 @@ func agentLoop(ctx context.Context, cli *client.Client, o DockerOptions, host st
 			}
 			delete(seen, m.Actor.ID) // gone: no failure will ask of it
 			cleaned++
-			delete(waiting, m.Actor.Attributes[docker.LabelTask])
+			delete(waiting, m.Actor.Attributes[runtime.LabelTask])
 			stalled.Reset(limit)
 			if assigned < o.Tasks {
 				if err := assign(assigned); err != nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/forensics"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // A Docker benchmark run that fails must say why: which tasks were not cleaned, and what the
@@ -99,7 +99,7 @@ func notCleaned(cli *client.Client, cp *controlplane.Server, sock, agentID strin
 // sent of each since the run began (did it ever say die?).
 func engineView(ctx context.Context, cli *client.Client, agentID, arn string, seen engineEvents) string {
 	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.
-		Add("label", docker.LabelAgent+"="+agentID).Add("label", docker.LabelTask+"="+arn)})
+		Add("label", runtime.LabelAgent+"="+agentID).Add("label", runtime.LabelTask+"="+arn)})
 	if err != nil {
 		return fmt.Sprintf("  engine: list: %v\n", err)
 	}

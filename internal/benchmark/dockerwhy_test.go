@@ -14,7 +14,7 @@ import (
 	dockerevents "github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // An agent side that stops cleaning its tasks fails the Docker benchmark with the
@@ -102,7 +102,7 @@ func floodEngineEvents(ctx context.Context, cli *client.Client, arn string, sinc
 	ectx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := cli.Events(ectx, client.EventsListOptions{Since: since.UTC().Format(time.RFC3339Nano),
-		Filters: client.Filters{}.Add("type", "container").Add("event", "start").Add("label", docker.LabelTask+"="+arn)})
+		Filters: client.Filters{}.Add("type", "container").Add("event", "start").Add("label", runtime.LabelTask+"="+arn)})
 	select {
 	case <-started.Messages:
 	case err := <-started.Err:

@@ -8,15 +8,14 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/agentd/agentd/internal/forensics"
-
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // RecoveryRow is one journal size: the time from open to a ready agent, with snapshots and
@@ -322,15 +321,15 @@ func (b *builder) noteSize() {
 
 // inventory is a runtime that has every container the journal names, running: recovery is
 // measured without the cost of a runtime.
-type inventory struct{ docker.Runtime }
+type inventory struct{ runtime.Runtime }
 
-func (inventory) Name() string                                 { return "inventory" }
-func (inventory) List(context.Context) ([]docker.State, error) { return nil, nil }
-func (inventory) Inspect(_ context.Context, id string) (docker.State, error) {
-	return docker.State{ID: id, Running: true}, nil
+func (inventory) Name() string                                  { return "inventory" }
+func (inventory) List(context.Context) ([]runtime.State, error) { return nil, nil }
+func (inventory) Inspect(_ context.Context, id string) (runtime.State, error) {
+	return runtime.State{ID: id, Running: true}, nil
 }
-func (inventory) Find(context.Context, string, string) (docker.State, error) {
-	return docker.State{}, docker.ErrNotFound
+func (inventory) Find(context.Context, string, string) (runtime.State, error) {
+	return runtime.State{}, runtime.ErrNotFound
 }
 
 // ready opens the journal and recovers an agent: the time to a ready agent.

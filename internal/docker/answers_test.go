@@ -8,6 +8,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Where Docker and Podman answer the same question differently, the engine reads both the one
@@ -22,12 +23,12 @@ func TestTheSweepTakesOnlyThisAgentsBindVolumes(t *testing.T) {
 		labels map[string]string
 		want   bool
 	}{
-		{BindVolumePrefix + "a", map[string]string{LabelAgent: "agent-1"}, true},
-		{BindVolumePrefix + "b", map[string]string{LabelAgent: "agent-1-other"}, false},
-		{BindVolumePrefix + "c", map[string]string{LabelAgent: "agent-"}, false},
+		{BindVolumePrefix + "a", map[string]string{runtime.LabelAgent: "agent-1"}, true},
+		{BindVolumePrefix + "b", map[string]string{runtime.LabelAgent: "agent-1-other"}, false},
+		{BindVolumePrefix + "c", map[string]string{runtime.LabelAgent: "agent-"}, false},
 		{BindVolumePrefix + "d", map[string]string{"io.agentd.agent.x": "agent-1"}, false},
 		{BindVolumePrefix + "e", nil, false},
-		{"pgdata", map[string]string{LabelAgent: "agent-1"}, false},
+		{"pgdata", map[string]string{runtime.LabelAgent: "agent-1"}, false},
 	} {
 		if got := e.sweepable(c.name, c.labels); got != c.want {
 			t.Errorf("volume %s labelled %v: sweepable %v; want %v", c.name, c.labels, got, c.want)
@@ -61,10 +62,10 @@ func TestTheOwnStopTimeoutIsWhatTheCreateRecorded(t *testing.T) {
 	}{
 		{"none given, Podman's 0", &container.Config{StopTimeout: n(0), Labels: map[string]string{}}, nil},
 		{"none given, Docker's nil", &container.Config{}, nil},
-		{"30 given", &container.Config{StopTimeout: n(30), Labels: map[string]string{LabelStopTimeout: "30"}}, n(30)},
-		{"0 given", &container.Config{StopTimeout: n(0), Labels: map[string]string{LabelStopTimeout: "0"}}, n(0)},
+		{"30 given", &container.Config{StopTimeout: n(30), Labels: map[string]string{runtime.LabelStopTimeout: "30"}}, n(30)},
+		{"0 given", &container.Config{StopTimeout: n(0), Labels: map[string]string{runtime.LabelStopTimeout: "0"}}, n(0)},
 		{"made before the label, 5", &container.Config{StopTimeout: n(5)}, n(5)},
-		{"a label no create wrote", &container.Config{StopTimeout: n(5), Labels: map[string]string{LabelStopTimeout: "soon"}}, nil},
+		{"a label no create wrote", &container.Config{StopTimeout: n(5), Labels: map[string]string{runtime.LabelStopTimeout: "soon"}}, nil},
 		{"no config", nil, nil},
 	} {
 		got := ownStopTimeout(c.cfg)
@@ -74,13 +75,13 @@ func TestTheOwnStopTimeoutIsWhatTheCreateRecorded(t *testing.T) {
 	}
 	// The label is the agent's: a task's own is dropped, the spec's is written.
 	sec := 7
-	spec := CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "app", Image: "i", Labels: map[string]string{LabelStopTimeout: "0"}, StopTimeoutS: &sec}}
-	cfg, _, err := containerConfig(spec, map[string]string{LabelAgent: "a"}, nil)
-	if err != nil || cfg.Labels[LabelStopTimeout] != "7" {
+	spec := runtime.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "app", Image: "i", Labels: map[string]string{runtime.LabelStopTimeout: "0"}, StopTimeoutS: &sec}}
+	cfg, _, err := containerConfig(spec, map[string]string{runtime.LabelAgent: "a"}, nil)
+	if err != nil || cfg.Labels[runtime.LabelStopTimeout] != "7" {
 		t.Fatalf("labels %v, %v; want the spec's 7", cfg.Labels, err)
 	}
 	spec.Container.StopTimeoutS = nil
-	if cfg, _, _ := containerConfig(spec, map[string]string{LabelAgent: "a"}, nil); cfg.Labels[LabelStopTimeout] != "" {
+	if cfg, _, _ := containerConfig(spec, map[string]string{runtime.LabelAgent: "a"}, nil); cfg.Labels[runtime.LabelStopTimeout] != "" {
 		t.Fatalf("labels %v; want no stop timeout label without one in the spec", cfg.Labels)
 	}
 }

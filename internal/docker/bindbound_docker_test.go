@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Issue 41, item 6, on the real engine: a bind source's descriptor is held from its container's
@@ -18,17 +20,17 @@ func TestDockerBindDescriptorsAreHeldUntilTheStartAndBounded(t *testing.T) {
 	ctx := context.Background()
 	src := r.insideDir(t, "shared/held")
 	r.e.bindBound = newBindBound(1, 200*time.Millisecond)
-	spec := func(name string) CreateSpec { return catSpec(name, src) }
+	spec := func(name string) runtime.CreateSpec { return catSpec(name, src) }
 
 	a := mustCreate(t, r.e, spec("a"))
 	r.heldOn(t, src, 1, "after a's create")
 
 	// Past the bound, with nothing starting: the create fails alone, saying why.
 	if _, err := r.e.Create(ctx, spec("past-bound")); err == nil || !strings.Contains(err.Error(), "all 1 of the bound on bind descriptors open at once") ||
-		errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("create past the bound: %v; want a failure of its own naming the bound", err)
 	}
-	if _, err := r.e.Find(ctx, "task/binds", "past-bound"); !errors.Is(err, ErrNotFound) {
+	if _, err := r.e.Find(ctx, "task/binds", "past-bound"); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("the create past the bound left a container: %v", err)
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // bindTree makes a root with shared/ and inside/x, a file, links of every kind, and an
@@ -144,7 +145,7 @@ func TestBindVolumePrefixIsReservedForTheAgent(t *testing.T) {
 	if BindVolumePrefix != protocol.ReservedVolumePrefix {
 		t.Fatalf("docker %q, protocol %q: the rules must reserve what the runtime makes", BindVolumePrefix, protocol.ReservedVolumePrefix)
 	}
-	spec := CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "a", Image: "i",
+	spec := runtime.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "a", Image: "i",
 		Mounts: []event.Mount{{Type: event.MountVolume, Source: BindVolumePrefix + "00", Target: "/x"}}}}
 	if _, _, err := containerConfig(spec, nil, nil); err == nil || !strings.Contains(err.Error(), "agent's own") {
 		t.Fatalf("a task volume named as the agent's bind volumes: %v; want refused", err)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Issue 22, item 1, on the real engine: a bind source that is — or becomes, at any moment — a
@@ -68,15 +69,15 @@ func (r *bindRig) insideDir(t *testing.T, rel string) string {
 }
 
 func agentVolumes(t *testing.T, agent string) []string {
-	out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+LabelAgent+"="+agent).Output()
+	out, err := exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+runtime.LabelAgent+"="+agent).Output()
 	if err != nil {
 		t.Errorf("docker volume ls: %v", err)
 	}
 	return strings.Fields(string(out))
 }
 
-func catSpec(name, src string) CreateSpec {
-	return CreateSpec{Task: "task/binds", Container: event.ContainerSpec{Name: name, Image: testbox, Command: []string{"cat", "/data/f"},
+func catSpec(name, src string) runtime.CreateSpec {
+	return runtime.CreateSpec{Task: "task/binds", Container: event.ContainerSpec{Name: name, Image: testbox, Command: []string{"cat", "/data/f"},
 		Mounts: []event.Mount{{Type: event.MountBind, Source: src, Target: "/data", ReadOnly: true}}}}
 }
 
@@ -89,7 +90,7 @@ func (r *bindRig) seen(t *testing.T, id string) string {
 		t.Fatalf("start %s: %v", id, err)
 	}
 	st := waitExit(t, r.e, id)
-	rc, err := r.e.Logs(ctx, id, LogOptions{Tail: -1})
+	rc, err := r.e.Logs(ctx, id, runtime.LogOptions{Tail: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,10 +120,10 @@ func TestDockerBindSourceLinkedBeforeCreateIsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("bind of %s: %v; want refused: %s", src, err, want)
 		}
-		if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
+		if errors.Is(err, runtime.ErrUnavailable) || errors.Is(err, runtime.ErrNotFound) {
 			t.Fatalf("refusal %v is not permanent", err)
 		}
-		if _, err := r.e.Find(ctx, "task/binds", fmt.Sprintf("c%d", i)); !errors.Is(err, ErrNotFound) {
+		if _, err := r.e.Find(ctx, "task/binds", fmt.Sprintf("c%d", i)); !errors.Is(err, runtime.ErrNotFound) {
 			t.Fatalf("a refused create left a container: %v", err)
 		}
 	}
@@ -134,7 +135,7 @@ func TestDockerBindSourceLinkedBeforeCreateIsRefused(t *testing.T) {
 	}
 }
 
-func mustCreate(t *testing.T, e *Engine, spec CreateSpec) string {
+func mustCreate(t *testing.T, e *Engine, spec runtime.CreateSpec) string {
 	t.Helper()
 	id, err := e.Create(context.Background(), spec)
 	if err != nil {
@@ -241,7 +242,7 @@ func TestDockerBindMountsOfAnEarlierProcessAreNeverStarted(t *testing.T) {
 	defer later.Close()
 	must(t, later.SetBindRoots(r.e.binds))
 	err = later.Start(ctx, id)
-	if err == nil || !strings.Contains(err.Error(), "earlier agent process") || errors.Is(err, ErrAlreadyStarted) || errors.Is(err, ErrUnavailable) {
+	if err == nil || !strings.Contains(err.Error(), "earlier agent process") || errors.Is(err, runtime.ErrAlreadyStarted) || errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("start of an adopted container with bind volumes: %v; want a permanent refusal", err)
 	}
 	if got := dockerInspect(t, id, "{{.State.StartedAt}}"); !strings.HasPrefix(got, "0001-") {
@@ -254,8 +255,8 @@ func TestDockerBindMountsOfAnEarlierProcessAreNeverStarted(t *testing.T) {
 	}
 	// A bind by path, labelled as this agent's.
 	name := "agentd-bindpath-" + strings.ReplaceAll(r.agent, "_", "-")
-	out, err := exec.Command("docker", "create", "--name", name, "--label", LabelAgent+"="+r.agent, "--label", LabelTask+"=task/old",
-		"--label", LabelContainer+"=app", "-v", r.root+"/shared/x:/data", testbox, "cat", "/data/f").Output()
+	out, err := exec.Command("docker", "create", "--name", name, "--label", runtime.LabelAgent+"="+r.agent, "--label", runtime.LabelTask+"=task/old",
+		"--label", runtime.LabelContainer+"=app", "-v", r.root+"/shared/x:/data", testbox, "cat", "/data/f").Output()
 	if err != nil {
 		t.Fatalf("docker create: %v", err)
 	}
@@ -299,7 +300,7 @@ func TestDockerUnusedBindVolumesAreSweptAtStart(t *testing.T) {
 	inUse := bindVolumesOf(mustInspect(t, r.e, id))
 	mk := func(name, agent string) {
 		t.Helper()
-		if out, err := exec.Command("docker", "volume", "create", "--label", LabelAgent+"="+agent, name).CombinedOutput(); err != nil {
+		if out, err := exec.Command("docker", "volume", "create", "--label", runtime.LabelAgent+"="+agent, name).CombinedOutput(); err != nil {
 			t.Fatalf("docker volume create: %v %s", err, out)
 		}
 	}
@@ -381,15 +382,15 @@ func TestDockerANamedVolumeThatIsAHostDirectoryIsRefused(t *testing.T) {
 		t.Fatalf("docker volume create: %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("docker", "volume", "rm", "-f", hostVol).Run() })
-	volSpec := func(name, vol string) CreateSpec {
-		return CreateSpec{Task: "task/binds", Container: event.ContainerSpec{Name: name, Image: testbox, Command: []string{"cat", "/data/f"},
+	volSpec := func(name, vol string) runtime.CreateSpec {
+		return runtime.CreateSpec{Task: "task/binds", Container: event.ContainerSpec{Name: name, Image: testbox, Command: []string{"cat", "/data/f"},
 			Mounts: []event.Mount{{Type: event.MountVolume, Source: vol, Target: "/data"}}}}
 	}
 	id, err := r.e.Create(ctx, volSpec("hostdir", hostVol))
 	if err == nil {
 		t.Fatalf("a volume naming a host directory was mounted: the container saw %q", r.seen(t, id))
 	}
-	if want := fmt.Sprintf("mounts[0].source: volume %q", hostVol); !strings.Contains(err.Error(), want) || errors.Is(err, ErrUnavailable) {
+	if want := fmt.Sprintf("mounts[0].source: volume %q", hostVol); !strings.Contains(err.Error(), want) || errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("refusal %v: want a permanent one naming %s", err, want)
 	}
 	plain := fmt.Sprintf("agentd-test-plain-%d", time.Now().UnixNano())

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/runtimetest"
 )
 
@@ -33,7 +34,7 @@ func TestDockerAgentsOwnHealthChecksKeepTheContract(t *testing.T) {
 // checks when probe says so.
 func contractEngine(probe bool) func(t *testing.T) runtimetest.Engine {
 	return func(t *testing.T) runtimetest.Engine {
-		return runtimetest.Engine{Image: docker.Testbox, Open: func(t *testing.T, agent string) docker.Full {
+		return runtimetest.Engine{Image: docker.Testbox, Open: func(t *testing.T, agent string) runtime.Runtime {
 			e, err := docker.NewEngine(context.Background(), "", agent, docker.PullConfig{})
 			if err != nil {
 				t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
-	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Engine is the Docker Engine runtime, through the maintained moby client module
@@ -71,7 +71,7 @@ type Engine struct {
 // wrapping ErrUnavailable — and the Engine is returned anyway, so the agent can run without
 // it and keep asking; a misconfigured host gives no Engine.
 func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*Engine, error) {
-	if err := CheckPullPolicy(pulls.DefaultPolicy); err != nil {
+	if err := runtime.CheckPullPolicy(pulls.DefaultPolicy); err != nil {
 		return nil, fmt.Errorf("--pull-policy: %w", err)
 	}
 	cli, err := newClient(host)
@@ -88,7 +88,7 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 			// Down, not misconfigured: the agent stays up without it and keeps asking (every
 			// call says ErrUnavailable until it answers); the caller decides whether to say so.
 			e.lost(err)
-			return e, fmt.Errorf("docker engine at %s does not answer: %w: %v", e.host, ErrUnavailable, err)
+			return e, fmt.Errorf("docker engine at %s does not answer: %w: %v", e.host, runtime.ErrUnavailable, err)
 		}
 		e.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
@@ -149,38 +149,32 @@ func (e *Engine) wrap(op, what string, err error) error {
 		return nil
 	}
 	if cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("%s %s: %w", op, what, ErrNotFound)
+		return fmt.Errorf("%s %s: %w", op, what, runtime.ErrNotFound)
 	}
 	if client.IsErrConnectionFailed(err) {
 		e.lost(err) // it may be another engine when it answers again (identify.go)
-		return fmt.Errorf("%s %s: docker engine at %s: %w: %v", op, what, e.host, ErrUnavailable, err)
+		return fmt.Errorf("%s %s: docker engine at %s: %w: %v", op, what, e.host, runtime.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s %s: %w", op, what, err)
 }
 
-// Pull pulls the image only when the engine does not have it (PullImage, if-not-present).
-func (e *Engine) Pull(ctx context.Context, image string) error {
-	_, err := e.PullImage(ctx, image, event.PullIfNotPresent)
-	return err
-}
-
 func (e *Engine) labels(task, name string) map[string]string {
-	return map[string]string{LabelAgent: e.agent, LabelTask: task, LabelContainer: name}
+	return map[string]string{runtime.LabelAgent: e.agent, runtime.LabelTask: task, runtime.LabelContainer: name}
 }
 
 // Create makes the task's container under a name derived from the agent, task and container, so a
 // crash between create and journaling its id never makes a second one: the engine refuses the
 // name, and the container that holds it is looked at (nameTaken). (Creating first and looking
 // only on a conflict saves a list of every container on each create.)
-func (e *Engine) Create(ctx context.Context, spec CreateSpec) (string, error) {
+func (e *Engine) Create(ctx context.Context, spec runtime.CreateSpec) (string, error) {
 	for k := range spec.Container.Env {
 		// A journal from before PROTOCOL.md 1.1 may hold a name like "PATH=/evil:", which
 		// Docker would read as PATH: refuse it here too.
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return "", fmt.Errorf("create %s: env name %q is empty or holds \"=\" or NUL", Name(e.agent, spec.Task, spec.Container.Name), k)
+			return "", fmt.Errorf("create %s: env name %q is empty or holds \"=\" or NUL", runtime.Name(e.agent, spec.Task, spec.Container.Name), k)
 		}
 	}
-	name := Name(e.agent, spec.Task, spec.Container.Name)
+	name := runtime.Name(e.agent, spec.Task, spec.Container.Name)
 	if _, err := e.knownKind(); err != nil { // what it makes may depend on which engine runs it
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
@@ -238,7 +232,7 @@ func nameConflict(err error) bool {
 // — never the runtime's: the engine answered, and only this task cannot have the name. A
 // holder the engine does not show yet (still being created) is asked for again for a few
 // seconds, then the call is a timeout: it may yet turn out ours, so it is made again later.
-func (e *Engine) nameTaken(ctx context.Context, spec CreateSpec, name string) (string, error) {
+func (e *Engine) nameTaken(ctx context.Context, spec runtime.CreateSpec, name string) (string, error) {
 	for i := 0; i < 20; i++ {
 		res, err := e.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
 		if err == nil {
@@ -247,15 +241,15 @@ func (e *Engine) nameTaken(ctx context.Context, spec CreateSpec, name string) (s
 			if c.Config != nil {
 				labels = c.Config.Labels
 			}
-			if labels[LabelAgent] == e.agent && labels[LabelTask] == spec.Task && labels[LabelContainer] == spec.Container.Name {
+			if labels[runtime.LabelAgent] == e.agent && labels[runtime.LabelTask] == spec.Task && labels[runtime.LabelContainer] == spec.Container.Name {
 				e.ours.Store(c.ID, bindVolumesOf(c.Mounts))
 				return c.ID, nil
 			}
 			whose := "not made by agentd"
-			if a, ok := labels[LabelAgent]; ok {
+			if a, ok := labels[runtime.LabelAgent]; ok {
 				whose = fmt.Sprintf("not this agent's: made by agent %.64q", a) // a label anyone may set: bounded, quoted
 			}
-			return "", fmt.Errorf("create %s: %w: container %.12s holds it, %s", name, ErrNameTaken, c.ID, whose)
+			return "", fmt.Errorf("create %s: %w: container %.12s holds it, %s", name, runtime.ErrNameTaken, c.ID, whose)
 		}
 		if !cerrdefs.IsNotFound(err) {
 			return "", e.wrap("create", name, err)
@@ -285,7 +279,7 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if running, err := CheckStart(st); err != nil || running {
+		if running, err := runtime.CheckStart(st); err != nil || running {
 			return err
 		}
 		if err := e.checkBindMounts(c); err != nil { // engine_binds.go
@@ -326,7 +320,7 @@ func (e *Engine) Stop(ctx context.Context, id string, timeout time.Duration) err
 	if err != nil {
 		return err
 	}
-	secs := int(math.Ceil(StopTimeout(ownStopTimeout(c.Config), timeout).Seconds()))
+	secs := int(math.Ceil(runtime.StopTimeout(ownStopTimeout(c.Config), timeout).Seconds()))
 	_, err = e.cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs})
 	return e.wrap("stop", id, err)
 }
@@ -340,7 +334,7 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 		vols = v.([]string)
 	} else {
 		c, _, err := e.inspect(ctx, id)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, runtime.ErrNotFound) {
 			return nil
 		} else if err != nil {
 			return err
@@ -389,27 +383,27 @@ func (e *Engine) forceRemove(ctx context.Context, id string) error {
 const removeTries = 6
 
 // own inspects a container and refuses one that does not carry this agent's id.
-func (e *Engine) own(ctx context.Context, id string) (State, error) {
+func (e *Engine) own(ctx context.Context, id string) (runtime.State, error) {
 	_, st, err := e.inspect(ctx, id)
 	return st, err
 }
 
 // inspect is own with the engine's full answer, for the callers that need more than State.
-func (e *Engine) inspect(ctx context.Context, id string) (container.InspectResponse, State, error) {
+func (e *Engine) inspect(ctx context.Context, id string) (container.InspectResponse, runtime.State, error) {
 	res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return container.InspectResponse{}, State{}, e.wrap("inspect", id, err)
+		return container.InspectResponse{}, runtime.State{}, e.wrap("inspect", id, err)
 	}
 	c := res.Container
 	var labels map[string]string
 	if c.Config != nil {
 		labels = c.Config.Labels
 	}
-	if labels[LabelAgent] != e.agent {
-		return c, State{}, fmt.Errorf("container %s belongs to agent %q, not %q: %w", id, labels[LabelAgent], e.agent, ErrNotFound)
+	if labels[runtime.LabelAgent] != e.agent {
+		return c, runtime.State{}, fmt.Errorf("container %s belongs to agent %q, not %q: %w", id, labels[runtime.LabelAgent], e.agent, runtime.ErrNotFound)
 	}
 	e.ours.Store(id, bindVolumesOf(c.Mounts))
-	st := State{ID: c.ID, Task: labels[LabelTask], Container: labels[LabelContainer]}
+	st := runtime.State{ID: c.ID, Task: labels[runtime.LabelTask], Container: labels[runtime.LabelContainer]}
 	if s := c.State; s != nil {
 		st.Running, st.Exited = phase(s.Status)
 		st.ExitCode, st.OOMKilled = s.ExitCode, s.OOMKilled || e.oom.seen(c.ID)
@@ -435,7 +429,9 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 	return c, st, nil
 }
 
-func (e *Engine) Inspect(ctx context.Context, id string) (State, error) { return e.own(ctx, id) }
+func (e *Engine) Inspect(ctx context.Context, id string) (runtime.State, error) {
+	return e.own(ctx, id)
+}
 
 // podmanStopped is Podman's state between its container's exit and its cleanup: the exit
 // code and end time are known, and the die event has come (an inspect at the die reads it).
@@ -454,15 +450,15 @@ func phase(s container.ContainerState) (running, exited bool) {
 	return false, false
 }
 
-func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
-	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f.Add("label", LabelAgent+"="+e.agent)})
+func (e *Engine) list(ctx context.Context, f client.Filters) ([]runtime.State, error) {
+	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f.Add("label", runtime.LabelAgent+"="+e.agent)})
 	if err != nil {
 		return nil, e.wrap("list", "containers", err)
 	}
-	out := make([]State, 0, len(res.Items))
+	out := make([]runtime.State, 0, len(res.Items))
 	for _, c := range res.Items {
 		e.ours.Store(c.ID, bindVolumesOf(c.Mounts)) // listed under this agent's label
-		st := State{ID: c.ID, Task: c.Labels[LabelTask], Container: c.Labels[LabelContainer]}
+		st := runtime.State{ID: c.ID, Task: c.Labels[runtime.LabelTask], Container: c.Labels[runtime.LabelContainer]}
 		st.Running, st.Exited = phase(c.State)
 		if st.Running {
 			st.Bindings = summaryBindings(c.Ports) // a restart's reconcile learns them here
@@ -475,19 +471,21 @@ func (e *Engine) list(ctx context.Context, f client.Filters) ([]State, error) {
 		}
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b runtime.State) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
-func (e *Engine) List(ctx context.Context) ([]State, error) { return e.list(ctx, client.Filters{}) }
+func (e *Engine) List(ctx context.Context) ([]runtime.State, error) {
+	return e.list(ctx, client.Filters{})
+}
 
-func (e *Engine) Find(ctx context.Context, task, name string) (State, error) {
-	list, err := e.list(ctx, client.Filters{}.Add("label", LabelTask+"="+task, LabelContainer+"="+name))
+func (e *Engine) Find(ctx context.Context, task, name string) (runtime.State, error) {
+	list, err := e.list(ctx, client.Filters{}.Add("label", runtime.LabelTask+"="+task, runtime.LabelContainer+"="+name))
 	if err != nil {
-		return State{}, err
+		return runtime.State{}, err
 	}
 	if len(list) == 0 {
-		return State{}, fmt.Errorf("find %s: %w", Name(e.agent, task, name), ErrNotFound)
+		return runtime.State{}, fmt.Errorf("find %s: %w", runtime.Name(e.agent, task, name), runtime.ErrNotFound)
 	}
 	return list[0], nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Bind mounts on the Docker Engine (issue 22): what reaches Docker is a directory the agent
@@ -81,7 +82,7 @@ func (e *Engine) SetBindRoots(r *BindRoots) error {
 	if !strings.HasPrefix(e.host, "unix://") {
 		return fmt.Errorf("--allow-bind-root needs the Docker Engine on this host, reached through its unix socket (it mounts bind sources through this process's descriptors); --docker-host is %s", e.host)
 	}
-	if err := e.checkPeer(r); err != nil && !errors.Is(err, ErrUnavailable) {
+	if err := e.checkPeer(r); err != nil && !errors.Is(err, runtime.ErrUnavailable) {
 		return err
 	}
 	e.binds = r
@@ -125,7 +126,7 @@ func (e *Engine) checkPeer(r *BindRoots) error {
 //
 // It takes a descriptor of the bound (bindbound.go) for each bind mount before it opens any,
 // and the one of each volume stays taken while the volume's descriptor is held.
-func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]string, error) {
+func (e *Engine) makeBindVolumes(ctx context.Context, spec runtime.CreateSpec) (map[int]string, error) {
 	n := 0
 	for _, m := range spec.Container.Mounts {
 		if m.Type == event.MountBind {
@@ -179,7 +180,7 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 		if err != nil {
 			return fail(e.wrap("create bind volume for mounts["+strconv.Itoa(i)+"]", name, err))
 		}
-		if got := res.Volume.Options["device"]; got != dev || res.Volume.Labels[LabelAgent] != e.agent {
+		if got := res.Volume.Options["device"]; got != dev || res.Volume.Labels[runtime.LabelAgent] != e.agent {
 			delete(vols, i) // not ours to remove
 			e.dropDescriptor(name)
 			return fail(fmt.Errorf("create bind volume %s for mounts[%d]: the engine has another volume of that name (device %q)", name, i, got))
@@ -195,7 +196,7 @@ func (e *Engine) makeBindVolumes(ctx context.Context, spec CreateSpec) (map[int]
 // either would give the task what --allow-bind-root does not. One that does not exist yet is
 // made plain by the engine at create. The error names the mount, the volume and its driver,
 // never the options' values (a cifs password is one).
-func (e *Engine) checkNamedVolumes(ctx context.Context, spec CreateSpec) error {
+func (e *Engine) checkNamedVolumes(ctx context.Context, spec runtime.CreateSpec) error {
 	for i, m := range spec.Container.Mounts {
 		if m.Type != event.MountVolume || m.Source == "" {
 			continue
@@ -235,7 +236,7 @@ func (e *Engine) releaseVolume(ctx context.Context, name string) error {
 		} else if err != nil {
 			return e.wrap("inspect bind volume", name, err)
 		}
-		if v.Volume.Labels[LabelAgent] != e.agent {
+		if v.Volume.Labels[runtime.LabelAgent] != e.agent {
 			return nil
 		}
 	}
@@ -271,7 +272,7 @@ func (e *Engine) startAnswered(id string, err error) {
 	}
 }
 
-// NeverStarted lets go of the descriptors of a container's bind volumes (BindHolder): the
+// NeverStarted lets go of the descriptors of a container's bind volumes (runtime.Runtime): the
 // agent will not start it (again) — its start was answered, or it was recorded stopped
 // before it ever started. Idempotent.
 func (e *Engine) NeverStarted(id string) {
@@ -346,7 +347,7 @@ func (e *Engine) checkBindMounts(c container.InspectResponse) error {
 // was removed by someone else. Best effort; they are harmless until used, and nothing of the
 // agent's starts a container with one (checkBindMounts).
 func (e *Engine) sweepBindVolumes(ctx context.Context) error {
-	f := client.Filters{}.Add("label", LabelAgent+"="+e.agent).Add("dangling", "true")
+	f := client.Filters{}.Add("label", runtime.LabelAgent+"="+e.agent).Add("dangling", "true")
 	res, err := e.cli.VolumeList(ctx, client.VolumeListOptions{Filters: f})
 	if err != nil {
 		return e.wrap("list", "bind volumes", err)
@@ -373,7 +374,7 @@ func (e *Engine) sweepBindVolumes(ctx context.Context) error {
 // this agent's by its label. The server's filter is not trusted for either: Podman ORs filters
 // of different kinds, so its answer holds every dangling volume, any agent's.
 func (e *Engine) sweepable(name string, labels map[string]string) bool {
-	return strings.HasPrefix(name, BindVolumePrefix) && labels[LabelAgent] == e.agent
+	return strings.HasPrefix(name, BindVolumePrefix) && labels[runtime.LabelAgent] == e.agent
 }
 
 // closeBindVolumes closes every held descriptor (the engine is closing).

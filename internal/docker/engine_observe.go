@@ -11,12 +11,13 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Health streams health verdicts: the current one of every running container of this agent
 // that has a verdict, then the engine's health_status events. It subscribes before it lists,
 // so no change falls between the two.
-func (e *Engine) Health(ctx context.Context) (<-chan HealthChange, error) {
+func (e *Engine) Health(ctx context.Context) (<-chan runtime.HealthChange, error) {
 	kind, err := e.knownKind()
 	if err != nil {
 		return nil, fmt.Errorf("health stream: %w", err)
@@ -24,7 +25,7 @@ func (e *Engine) Health(ctx context.Context) (<-chan HealthChange, error) {
 	if e.probing(kind) {
 		return e.probeHealth(ctx) // the engine runs no checks: the agent's own (healthprobe.go)
 	}
-	f := client.Filters{}.Add("type", "container").Add("event", "health_status").Add("label", LabelAgent+"="+e.agent)
+	f := client.Filters{}.Add("type", "container").Add("event", "health_status").Add("label", runtime.LabelAgent+"="+e.agent)
 	ctx, cancel := context.WithCancel(ctx)
 	res := e.cli.Events(ctx, client.EventsListOptions{Filters: f})
 	list, err := e.List(ctx)
@@ -32,11 +33,11 @@ func (e *Engine) Health(ctx context.Context) (<-chan HealthChange, error) {
 		cancel()
 		return nil, err
 	}
-	out := make(chan HealthChange, 64)
+	out := make(chan runtime.HealthChange, 64)
 	go func() {
 		defer cancel()
 		defer close(out)
-		send := func(h HealthChange) bool {
+		send := func(h runtime.HealthChange) bool {
 			select {
 			case out <- h:
 				return true
@@ -50,7 +51,7 @@ func (e *Engine) Health(ctx context.Context) (<-chan HealthChange, error) {
 				continue
 			}
 			if full, err := e.own(ctx, st.ID); err == nil && full.Health != event.HealthUnknown {
-				if !send(HealthChange{ID: st.ID, Task: st.Task, Container: st.Container, Health: full.Health, At: now}) {
+				if !send(runtime.HealthChange{ID: st.ID, Task: st.Task, Container: st.Container, Health: full.Health, At: now}) {
 					return
 				}
 			}
@@ -75,7 +76,7 @@ func (e *Engine) Health(ctx context.Context) (<-chan HealthChange, error) {
 				default:
 					continue
 				}
-				if !send(HealthChange{ID: m.Actor.ID, Task: m.Actor.Attributes[LabelTask], Container: m.Actor.Attributes[LabelContainer],
+				if !send(runtime.HealthChange{ID: m.Actor.ID, Task: m.Actor.Attributes[runtime.LabelTask], Container: m.Actor.Attributes[runtime.LabelContainer],
 					Health: h, At: time.Unix(0, m.TimeNano).UTC()}) {
 					return
 				}
@@ -87,7 +88,7 @@ func (e *Engine) Health(ctx context.Context) (<-chan HealthChange, error) {
 
 // Logs returns the container's json-file log, stdout and stderr multiplexed (stdcopy
 // framing, as the engine sends it for a container without a TTY).
-func (e *Engine) Logs(ctx context.Context, id string, opts LogOptions) (io.ReadCloser, error) {
+func (e *Engine) Logs(ctx context.Context, id string, opts runtime.LogOptions) (io.ReadCloser, error) {
 	if _, err := e.own(ctx, id); err != nil {
 		return nil, err
 	}

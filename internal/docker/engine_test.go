@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // The Docker tests run against the real engine of this machine when AGENTD_DOCKER_TESTS=1
@@ -37,7 +38,7 @@ func dockerEngineWith(t *testing.T, pc PullConfig) (*Engine, string) {
 	needDockerTests(t)
 	agent := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	e, err := NewEngine(context.Background(), "", agent, pc)
-	if e != nil && errors.Is(err, ErrUnavailable) {
+	if e != nil && errors.Is(err, runtime.ErrUnavailable) {
 		err = awaitNamed(e, 2*time.Minute) // a loaded engine: named by the retries, or never
 	}
 	if err != nil {
@@ -53,12 +54,12 @@ func dockerEngineWith(t *testing.T, pc PullConfig) (*Engine, string) {
 // removeAgentContainers removes every container of the test's agent id and fails the test if
 // the code under test left any behind that it should have removed.
 func removeAgentContainers(t *testing.T, agent string) {
-	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+LabelAgent+"="+agent).Output()
+	out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label="+runtime.LabelAgent+"="+agent).Output()
 	for _, id := range strings.Fields(string(out)) {
 		_ = exec.Command("docker", "rm", "-f", "-v", id).Run()
 	}
 	// The bind volumes of containers removed here rather than by the engine.
-	out, _ = exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+LabelAgent+"="+agent).Output()
+	out, _ = exec.Command("docker", "volume", "ls", "-q", "--filter", "label="+runtime.LabelAgent+"="+agent).Output()
 	for _, v := range strings.Fields(string(out)) {
 		_ = exec.Command("docker", "volume", "rm", "-f", v).Run()
 	}
@@ -109,10 +110,10 @@ var testbox = cmp.Or(os.Getenv("AGENTD_TESTBOX_IMAGE"), "agentd-testbox:latest")
 func start(t *testing.T, e *Engine, task string, cmd ...string) string {
 	t.Helper()
 	ctx := context.Background()
-	if err := e.Pull(ctx, testbox); err != nil {
+	if _, err := e.PullImage(ctx, testbox, ""); err != nil {
 		t.Fatalf("pull of a present image: %v", err)
 	}
-	id, err := e.Create(ctx, CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: testbox, Command: cmd, Env: map[string]string{"A": "1"}}})
+	id, err := e.Create(ctx, runtime.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: testbox, Command: cmd, Env: map[string]string{"A": "1"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func start(t *testing.T, e *Engine, task string, cmd ...string) string {
 	return id
 }
 
-func waitExit(t *testing.T, e *Engine, id string) State {
+func waitExit(t *testing.T, e *Engine, id string) runtime.State {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -183,7 +184,7 @@ func TestDockerCommandWordsAndExitCodes(t *testing.T) {
 		t.Fatalf("exit events %v", got)
 	}
 	// Create is idempotent by task and container name.
-	again, err := e.Create(ctx, CreateSpec{Task: "task/quick", Container: event.ContainerSpec{Name: "app", Image: testbox}})
+	again, err := e.Create(ctx, runtime.CreateSpec{Task: "task/quick", Container: event.ContainerSpec{Name: "app", Image: testbox}})
 	if err != nil || again != quick {
 		t.Fatalf("second create: %s, %v; want the existing %s", again, err, quick)
 	}
@@ -206,7 +207,7 @@ func TestDockerCommandWordsAndExitCodes(t *testing.T) {
 
 func TestDockerMissingImageFailsThePullWithAReason(t *testing.T) {
 	e, _ := dockerEngine(t)
-	err := e.Pull(context.Background(), "agentd-test/no-such-image:1")
+	_, err := e.PullImage(context.Background(), "agentd-test/no-such-image:1", "")
 	if err == nil || !strings.Contains(err.Error(), "pull agentd-test/no-such-image:1") {
 		t.Fatalf("pull of a missing image: %v", err)
 	}
@@ -217,7 +218,7 @@ func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
 		t.Skip("Docker Engine tests: run with make test-docker")
 	}
 	e, err := NewEngine(context.Background(), "tcp://127.0.0.1:1", "x", PullConfig{})
-	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !errors.Is(err, ErrUnavailable) {
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("unreachable engine: %v; want ErrUnavailable naming 127.0.0.1:1", err)
 	}
 	// Down, not misconfigured: the agent gets an engine that keeps answering ErrUnavailable,
@@ -226,20 +227,20 @@ func TestDockerUnreachableEngineNamesTheAddress(t *testing.T) {
 		t.Fatal("no Engine for an engine that is down: the agent could not stay up")
 	}
 	defer e.Close()
-	if _, err := e.List(context.Background()); !errors.Is(err, ErrUnavailable) {
+	if _, err := e.List(context.Background()); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("list on a down engine: %v; want ErrUnavailable", err)
 	}
 	// A pull says the engine is away (not a registry fault, which would fail the task), for
 	// every policy; and so do the image calls.
 	for _, p := range []string{"", "always", "never"} {
-		if _, err := e.PullImage(context.Background(), "registry.example/app:1", p); !errors.Is(err, ErrUnavailable) {
+		if _, err := e.PullImage(context.Background(), "registry.example/app:1", p); !errors.Is(err, runtime.ErrUnavailable) {
 			t.Fatalf("pull (%q) on a down engine: %v; want ErrUnavailable", p, err)
 		}
 	}
-	if err := e.RemoveImage(context.Background(), "sha256:"+strings.Repeat("a", 64), []string{"registry.example/app:1"}); !errors.Is(err, ErrUnavailable) {
+	if err := e.RemoveImage(context.Background(), "sha256:"+strings.Repeat("a", 64), []string{"registry.example/app:1"}); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("remove image on a down engine: %v; want ErrUnavailable", err)
 	}
-	if _, _, err := e.ImageDiskFree(context.Background()); !errors.Is(err, ErrUnavailable) {
+	if _, _, err := e.ImageDiskFree(context.Background()); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Fatalf("disk free on a down engine: %v; want ErrUnavailable", err)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // oomWait bounds how long an exit with code 137 and no OOM kill on record waits for its
@@ -50,16 +52,16 @@ const catchUpSlack = time.Minute
 // twice; the core records an exit only for a container it holds RUNNING. While the buffer
 // still reaches back past the cursor, its replay misses nothing and the catch-up is skipped: a
 // stream resumed at an exit's cursor gives again only the dies of that nanosecond, which the
-// reader drops as taken (docker.ExitMark) — one of them may be another container's.
+// reader drops as taken (runtime.ExitMark) — one of them may be another container's.
 //
 // While the engine is not named (identify.go) no subscription is made: the agent's exit
 // stream is its standing link to the engine, so an unnamed engine makes it unhealthy even
 // with no task running. A stream the engine broke has the engine named again.
-func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
+func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan runtime.Exit, error) {
 	if _, err := e.knownKind(); err != nil {
 		return nil, fmt.Errorf("exit stream: %w", err)
 	}
-	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("event", "oom").Add("label", LabelAgent+"="+e.agent)
+	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("event", "oom").Add("label", runtime.LabelAgent+"="+e.agent)
 	opts := client.EventsListOptions{Filters: f}
 	if cursor > 0 {
 		opts.Since = stamp(cursor)
@@ -73,7 +75,7 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan Exit, error) {
 		cancel()
 		return nil, err
 	}
-	out := make(chan Exit, 64)
+	out := make(chan runtime.Exit, 64)
 	go func() {
 		defer cancel()
 		defer close(out)
@@ -129,14 +131,14 @@ type exitStream struct {
 
 // heldExit is an exit not yet sent: known (it may go), or waiting for its oom until until.
 type heldExit struct {
-	x     Exit
+	x     runtime.Exit
 	known bool
 	until time.Time
 }
 
 // pastExit is a container the catch-up found exited, with what the exit stream asks of it.
 type pastExit struct {
-	State
+	runtime.State
 	memoryLimited, kernelKnows bool
 }
 
@@ -164,7 +166,7 @@ func (s *exitStream) start(ctx context.Context, cursor int64) error {
 	s.caught = make(map[string]int64, len(past))
 	for _, p := range past {
 		s.caught[p.ID] = p.FinishedAt.UnixNano()
-		x := Exit{ID: p.ID, Task: p.Task, Container: p.Container, ExitCode: p.ExitCode, At: p.FinishedAt.UTC(), Cursor: cursor}
+		x := runtime.Exit{ID: p.ID, Task: p.Task, Container: p.Container, ExitCode: p.ExitCode, At: p.FinishedAt.UTC(), Cursor: cursor}
 		s.queueExit(x, exitState{oomKilled: p.OOMKilled, memoryLimited: p.memoryLimited, kernelKnows: p.kernelKnows})
 	}
 	return nil
@@ -202,7 +204,7 @@ func (s *exitStream) event(ctx context.Context, m events.Message) {
 		return
 	}
 	code, _ := strconv.Atoi(m.Actor.Attributes["exitCode"])
-	x := Exit{ID: id, Task: m.Actor.Attributes[LabelTask], Container: m.Actor.Attributes[LabelContainer],
+	x := runtime.Exit{ID: id, Task: m.Actor.Attributes[runtime.LabelTask], Container: m.Actor.Attributes[runtime.LabelContainer],
 		ExitCode: code, At: time.Unix(0, m.TimeNano).UTC(), Cursor: m.TimeNano}
 	if _, ok := s.ooms[id]; ok {
 		delete(s.ooms, id)
@@ -220,7 +222,7 @@ func (s *exitStream) event(ctx context.Context, m events.Message) {
 // queueExit queues x behind the exits before it, known at once unless it is a 137 that
 // neither an oom nor the inspect (st) has shown to be an OOM kill, of a container under a
 // memory limit: that one waits for its oom until the wait runs out (expire).
-func (s *exitStream) queueExit(x Exit, st exitState) {
+func (s *exitStream) queueExit(x runtime.Exit, st exitState) {
 	x.OOMKilled = x.OOMKilled || st.oomKilled
 	s.queue = append(s.queue, heldExit{x: x, known: x.ExitCode != 137 || x.OOMKilled || !st.memoryLimited, until: time.Now().Add(s.wait)})
 	if s.queue[len(s.queue)-1].known {
@@ -230,9 +232,9 @@ func (s *exitStream) queueExit(x Exit, st exitState) {
 
 // name words the cause of a known exit where no one could tell it: a 137 under a memory limit
 // that is no OOM kill by the engine's word, with the kernel's unheard.
-func (s *exitStream) name(x *Exit, st exitState) {
+func (s *exitStream) name(x *runtime.Exit, st exitState) {
 	if x.ExitCode == 137 && !x.OOMKilled && st.memoryLimited && !st.kernelKnows {
-		x.Reason = OOMUnknown
+		x.Reason = runtime.OOMUnknown
 	}
 }
 
@@ -249,7 +251,7 @@ func (s *exitStream) expire(ctx context.Context) {
 }
 
 // flush sends the known exits at the head of the queue; false when ctx ended.
-func (s *exitStream) flush(ctx context.Context, out chan<- Exit) bool {
+func (s *exitStream) flush(ctx context.Context, out chan<- runtime.Exit) bool {
 	for len(s.queue) > 0 && s.queue[0].known {
 		select {
 		case out <- s.queue[0].x:
@@ -291,7 +293,7 @@ func memoryLimited(c container.InspectResponse) bool {
 func (e *Engine) replaysFrom(ctx context.Context, cursor int64) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("label", LabelAgent+"="+e.agent)
+	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("label", runtime.LabelAgent+"="+e.agent)
 	res := e.cli.Events(rctx, client.EventsListOptions{Until: stamp(cursor), Filters: f})
 	select {
 	case m := <-res.Messages:
@@ -311,7 +313,7 @@ func stamp(ns int64) string { return fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9) }
 // gives no exit code nor end time). The list is not filtered by status: Podman refuses the
 // status "dead" (a 500), which Docker's exited containers may have; phase picks them out.
 func (e *Engine) pastExits(ctx context.Context) ([]pastExit, error) {
-	f := client.Filters{}.Add("label", LabelAgent+"="+e.agent)
+	f := client.Filters{}.Add("label", runtime.LabelAgent+"="+e.agent)
 	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, e.wrap("list", "exited containers", err)
@@ -322,7 +324,7 @@ func (e *Engine) pastExits(ctx context.Context) ([]pastExit, error) {
 			continue
 		}
 		c, st, err := e.inspect(ctx, item.ID)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, runtime.ErrNotFound) {
 			continue // removed since the list
 		} else if err != nil {
 			return nil, err

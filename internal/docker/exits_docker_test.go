@@ -10,6 +10,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Docker replays to a resubscription only its last 256 events (moby daemon/events
@@ -47,7 +48,7 @@ func TestDockerExitLostFromTheEventBufferIsCaughtUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := startSpec(t, e, "task/last", exitSpec(5))
-	seen := map[string]Exit{}
+	seen := map[string]runtime.Exit{}
 	for x := range exits {
 		if _, twice := seen[x.ID]; twice {
 			t.Fatalf("the exit of %s sent twice in one subscription: %+v", x.ID, x)
@@ -106,7 +107,7 @@ func bufferedDies(ctx context.Context, t *testing.T, e *Engine, cursor int64) ma
 	res := e.cli.Events(ctx, client.EventsListOptions{
 		Since:   fmt.Sprintf("%d.%09d", cursor/1e9, cursor%1e9),
 		Until:   fmt.Sprintf("%d.%09d", time.Now().Unix(), time.Now().Nanosecond()),
-		Filters: client.Filters{}.Add("type", "container").Add("event", "die").Add("label", LabelAgent+"="+e.agent),
+		Filters: client.Filters{}.Add("type", "container").Add("event", "die").Add("label", runtime.LabelAgent+"="+e.agent),
 	})
 	dies := map[string]bool{}
 	for {

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/events"
+
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // The exit stream's order and OOM rules, without an engine: the inspect is scripted.
 func TestExitStreamWaitsForTheOOMOfA137(t *testing.T) {
 	die := func(id, code string, at int64) events.Message {
-		return events.Message{Action: events.ActionDie, TimeNano: at, Actor: events.Actor{ID: id, Attributes: map[string]string{"exitCode": code, LabelTask: "task/" + id, LabelContainer: "app"}}}
+		return events.Message{Action: events.ActionDie, TimeNano: at, Actor: events.Actor{ID: id, Attributes: map[string]string{"exitCode": code, runtime.LabelTask: "task/" + id, runtime.LabelContainer: "app"}}}
 	}
 	oom := func(id string) events.Message {
 		return events.Message{Action: events.ActionOOM, Actor: events.Actor{ID: id}}
@@ -23,32 +25,32 @@ func TestExitStreamWaitsForTheOOMOfA137(t *testing.T) {
 		events  []events.Message
 		oomSays map[string]bool // what inspect reads from this step on
 		expire  bool            // the head's wait runs out
-		want    []Exit          // sent, in order, after the events (and the expiry)
+		want    []runtime.Exit  // sent, in order, after the events (and the expiry)
 	}{
 		{name: "a plain exit leaves at once", events: []events.Message{die("a", "0", 1)},
-			want: []Exit{{ID: "a", ExitCode: 0}}},
+			want: []runtime.Exit{{ID: "a", ExitCode: 0}}},
 		{name: "die 137 before its oom, inspect not yet OOMKilled: held, then an OOM kill", events: []events.Message{die("b", "137", 2), die("c", "3", 3)},
 			want: nil},
 		{name: "the oom arrives", events: []events.Message{oom("b")},
-			want: []Exit{{ID: "b", ExitCode: 137, OOMKilled: true}, {ID: "c", ExitCode: 3}}},
+			want: []runtime.Exit{{ID: "b", ExitCode: 137, OOMKilled: true}, {ID: "c", ExitCode: 3}}},
 		{name: "oom before die: known at once", events: []events.Message{oom("d"), die("d", "137", 4)},
-			want: []Exit{{ID: "d", ExitCode: 137, OOMKilled: true}}},
+			want: []runtime.Exit{{ID: "d", ExitCode: 137, OOMKilled: true}}},
 		{name: "a 137 whose oom never comes: held until the wait ends", events: []events.Message{die("e", "137", 5)},
 			want: nil},
 		{name: "the wait ends: inspected again, no OOM kill by the engine's word and the kernel unheard: cause unknown", expire: true,
-			want: []Exit{{ID: "e", ExitCode: 137, Reason: OOMUnknown}}},
+			want: []runtime.Exit{{ID: "e", ExitCode: 137, Reason: runtime.OOMUnknown}}},
 		{name: "a 137 the inspect at die already shows OOM-killed", events: []events.Message{die("f", "137", 6)}, oomSays: map[string]bool{"f": true},
-			want: []Exit{{ID: "f", ExitCode: 137, OOMKilled: true}}},
+			want: []runtime.Exit{{ID: "f", ExitCode: 137, OOMKilled: true}}},
 		{name: "another 137 held", events: []events.Message{die("g", "137", 7)},
 			want: nil},
 		{name: "its wait ends, the repeated inspect shows the OOM kill", expire: true, oomSays: map[string]bool{"g": true},
-			want: []Exit{{ID: "g", ExitCode: 137, OOMKilled: true}}},
+			want: []runtime.Exit{{ID: "g", ExitCode: 137, OOMKilled: true}}},
 		{name: "a 137 of a container without a memory limit leaves at once", events: []events.Message{die("h", "137", 8)},
-			want: []Exit{{ID: "h", ExitCode: 137}}},
+			want: []runtime.Exit{{ID: "h", ExitCode: 137}}},
 		{name: "a 137 whose kernel notification was watched, held", events: []events.Message{die("i", "137", 9)},
 			want: nil},
 		{name: "its wait ends, no kill heard from the kernel: a kill for another cause", expire: true,
-			want: []Exit{{ID: "i", ExitCode: 137}}},
+			want: []runtime.Exit{{ID: "i", ExitCode: 137}}},
 	}
 	inspectSays := map[string]bool{}
 	s := exitStream{wait: time.Hour, ooms: map[string]time.Time{}, inspect: func(_ context.Context, id string) (exitState, error) {
@@ -85,10 +87,10 @@ func TestExitStreamCatchesUpFromTheCursor(t *testing.T) {
 	const cursor = int64(1_000_000 * time.Second)
 	at := func(d time.Duration) time.Time { return time.Unix(0, cursor).Add(d) }
 	past := func(id string, finished time.Duration, code int, limited bool) pastExit {
-		return pastExit{State: State{ID: id, Task: "task/" + id, Container: "app", Exited: true, ExitCode: code, FinishedAt: at(finished)}, memoryLimited: limited}
+		return pastExit{State: runtime.State{ID: id, Task: "task/" + id, Container: "app", Exited: true, ExitCode: code, FinishedAt: at(finished)}, memoryLimited: limited}
 	}
 	die := func(id, code string, after time.Duration) events.Message {
-		return events.Message{Action: events.ActionDie, TimeNano: at(after).UnixNano(), Actor: events.Actor{ID: id, Attributes: map[string]string{"exitCode": code, LabelTask: "task/" + id, LabelContainer: "app"}}}
+		return events.Message{Action: events.ActionDie, TimeNano: at(after).UnixNano(), Actor: events.Actor{ID: id, Attributes: map[string]string{"exitCode": code, runtime.LabelTask: "task/" + id, runtime.LabelContainer: "app"}}}
 	}
 	listed := []pastExit{
 		past("b", 3*time.Second, 0, false),
@@ -153,8 +155,8 @@ func TestExitStreamCatchesUpOnlyWhenTheReplayMayMissDies(t *testing.T) {
 		{name: "a first subscription: reconciliation stands for the past", cursor: 0},
 		{name: "the buffer reaches back to the cursor", cursor: 1, reaches: true},
 		{name: "the buffer does not", cursor: 1, listed: true},
-		{name: "the buffer cannot be read", cursor: 1, readErr: ErrUnavailable, err: ErrUnavailable},
-		{name: "the list fails", cursor: 1, listErr: ErrUnavailable, listed: true, err: ErrUnavailable},
+		{name: "the buffer cannot be read", cursor: 1, readErr: runtime.ErrUnavailable, err: runtime.ErrUnavailable},
+		{name: "the list fails", cursor: 1, listErr: runtime.ErrUnavailable, listed: true, err: runtime.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			listed := false
@@ -167,7 +169,7 @@ func TestExitStreamCatchesUpOnlyWhenTheReplayMayMissDies(t *testing.T) {
 				},
 				exited: func(context.Context) ([]pastExit, error) {
 					listed = true
-					return []pastExit{{State: State{ID: "a", Exited: true, FinishedAt: time.Unix(0, tc.cursor)}}}, tc.listErr
+					return []pastExit{{State: runtime.State{ID: "a", Exited: true, FinishedAt: time.Unix(0, tc.cursor)}}}, tc.listErr
 				},
 			}
 			err := s.start(context.Background(), tc.cursor)
@@ -188,7 +190,7 @@ func TestExitStreamCatchesUpOnlyWhenTheReplayMayMissDies(t *testing.T) {
 func TestExitStreamGivesTheDiesAtItsCursor(t *testing.T) {
 	const cursor = int64(1_000_000 * time.Second)
 	die := func(id string, at int64) events.Message {
-		return events.Message{Action: events.ActionDie, TimeNano: at, Actor: events.Actor{ID: id, Attributes: map[string]string{"exitCode": "0", LabelTask: "task/" + id, LabelContainer: "app"}}}
+		return events.Message{Action: events.ActionDie, TimeNano: at, Actor: events.Actor{ID: id, Attributes: map[string]string{"exitCode": "0", runtime.LabelTask: "task/" + id, runtime.LabelContainer: "app"}}}
 	}
 	s := exitStream{from: cursor, wait: time.Hour, ooms: map[string]time.Time{}}
 	ctx := context.Background()
@@ -205,11 +207,11 @@ func TestExitStreamGivesTheDiesAtItsCursor(t *testing.T) {
 }
 
 // sent flushes what the stream may send now.
-func sent(ctx context.Context, s *exitStream) []Exit {
-	out := make(chan Exit, 64)
+func sent(ctx context.Context, s *exitStream) []runtime.Exit {
+	out := make(chan runtime.Exit, 64)
 	s.flush(ctx, out)
 	close(out)
-	var got []Exit
+	var got []runtime.Exit
 	for x := range out {
 		got = append(got, x)
 	}

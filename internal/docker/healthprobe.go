@@ -23,6 +23,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Docker's defaults for a health check's zero fields.
@@ -35,16 +36,16 @@ const (
 // probes is the agent's own health checking of one Engine.
 type probes struct {
 	mu       sync.Mutex
-	running  map[string]bool         // containers with a prober
-	verdicts map[string]HealthChange // the latest verdict of each probed container
-	subs     map[chan HealthChange]struct{}
+	running  map[string]bool                 // containers with a prober
+	verdicts map[string]runtime.HealthChange // the latest verdict of each probed container
+	subs     map[chan runtime.HealthChange]struct{}
 	ctx      context.Context // ends when the Engine closes
 	stop     context.CancelFunc
 }
 
 func newProbes() *probes {
 	ctx, stop := context.WithCancel(context.Background())
-	return &probes{running: map[string]bool{}, verdicts: map[string]HealthChange{}, subs: map[chan HealthChange]struct{}{}, ctx: ctx, stop: stop}
+	return &probes{running: map[string]bool{}, verdicts: map[string]runtime.HealthChange{}, subs: map[chan runtime.HealthChange]struct{}{}, ctx: ctx, stop: stop}
 }
 
 // verdict is the agent's latest verdict of the container (HealthUnknown: none yet).
@@ -100,7 +101,7 @@ func (e *Engine) probeLoop(id string) {
 			return // not running any more (or the Engine closed)
 		}
 		if verdict, ok := count.after(pass, time.Now()); ok {
-			p.publish(HealthChange{ID: id, Task: st.Task, Container: st.Container, Health: verdict, At: time.Now().UTC()})
+			p.publish(runtime.HealthChange{ID: id, Task: st.Task, Container: st.Container, Health: verdict, At: time.Now().UTC()})
 		}
 	}
 }
@@ -184,7 +185,7 @@ func (e *Engine) probeOnce(ctx context.Context, id string, test []string, timeou
 }
 
 // publish records the verdict and sends it to every subscriber when it changed.
-func (p *probes) publish(h HealthChange) {
+func (p *probes) publish(h runtime.HealthChange) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.verdicts[h.ID].Health == h.Health {
@@ -196,7 +197,7 @@ func (p *probes) publish(h HealthChange) {
 		case ch <- h:
 		default:
 			// A subscriber this far behind loses its stream rather than a change: it
-			// subscribes again and starts with the current verdicts (HealthWatcher).
+			// subscribes again and starts with the current verdicts (runtime.Runtime.Health).
 			delete(p.subs, ch)
 			close(ch)
 		}
@@ -206,9 +207,9 @@ func (p *probes) publish(h HealthChange) {
 // probeHealth is Health for an engine that runs no checks: the agent's own verdicts, first
 // the current one of every running container of this agent, then each change. Every running
 // container of this agent gets a prober, as does each this process starts.
-func (e *Engine) probeHealth(ctx context.Context) (<-chan HealthChange, error) {
+func (e *Engine) probeHealth(ctx context.Context) (<-chan runtime.HealthChange, error) {
 	p := e.probes
-	sub := make(chan HealthChange, 64)
+	sub := make(chan runtime.HealthChange, 64)
 	p.mu.Lock()
 	p.subs[sub] = struct{}{}
 	p.mu.Unlock()
@@ -225,7 +226,7 @@ func (e *Engine) probeHealth(ctx context.Context) (<-chan HealthChange, error) {
 		unsubscribe()
 		return nil, err
 	}
-	var current []HealthChange
+	var current []runtime.HealthChange
 	p.mu.Lock()
 	for _, st := range list {
 		if h, ok := p.verdicts[st.ID]; ok && st.Running {
@@ -238,7 +239,7 @@ func (e *Engine) probeHealth(ctx context.Context) (<-chan HealthChange, error) {
 			e.ensureProbe(st.ID)
 		}
 	}
-	out := make(chan HealthChange, 64)
+	out := make(chan runtime.HealthChange, 64)
 	go func() {
 		defer close(out)
 		defer unsubscribe()

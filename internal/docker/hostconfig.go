@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/network"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // containerConfig translates a container's spec (PROTOCOL.md §4, validated at arrival) into
@@ -29,7 +30,7 @@ import (
 //   - A bind mount reaches Docker only as bindVolumes[i], the volume naming the source the
 //     agent opened beneath its root (engine_binds.go), never as a path: without one it is an
 //     error. A task's own volume may not use the agent's BindVolumePrefix.
-func containerConfig(spec CreateSpec, agentLabels map[string]string, bindVolumes map[int]string) (*container.Config, *container.HostConfig, error) {
+func containerConfig(spec runtime.CreateSpec, agentLabels map[string]string, bindVolumes map[int]string) (*container.Config, *container.HostConfig, error) {
 	c := spec.Container
 	env := make([]string, 0, len(c.Env))
 	for k, v := range c.Env {
@@ -60,9 +61,9 @@ func containerConfig(spec CreateSpec, agentLabels map[string]string, bindVolumes
 			return &s
 		}(),
 	}
-	delete(labels, LabelStopTimeout) // the agent's alone (validation refuses the prefix too)
+	delete(labels, runtime.LabelStopTimeout) // the agent's alone (validation refuses the prefix too)
 	if c.StopTimeoutS != nil {
-		labels[LabelStopTimeout] = strconv.Itoa(*c.StopTimeoutS) // ownStopTimeout
+		labels[runtime.LabelStopTimeout] = strconv.Itoa(*c.StopTimeoutS) // ownStopTimeout
 	}
 	if h := c.HealthCheck; h != nil {
 		cfg.Healthcheck = &container.HealthConfig{
@@ -174,7 +175,7 @@ func bindingsOf(ports network.PortMap) []event.NetworkBinding {
 			out = append(out, event.NetworkBinding{ContainerPort: int(p.Num()), HostPort: hp, Protocol: string(p.Proto()), HostIP: ip})
 		}
 	}
-	SortBindings(out)
+	runtime.SortBindings(out)
 	return out
 }
 
@@ -191,17 +192,8 @@ func summaryBindings(ports []container.PortSummary) []event.NetworkBinding {
 		}
 		out = append(out, event.NetworkBinding{ContainerPort: int(p.PrivatePort), HostPort: int(p.PublicPort), Protocol: p.Type, HostIP: ip})
 	}
-	SortBindings(out)
+	runtime.SortBindings(out)
 	return out
-}
-
-// SortBindings puts a container's host bindings in the one order both runtimes report them in
-// (container port, protocol, host IP, host port), so equal bindings compare equal.
-func SortBindings(bs []event.NetworkBinding) {
-	slices.SortFunc(bs, func(a, b event.NetworkBinding) int {
-		return cmp.Or(cmp.Compare(a.ContainerPort, b.ContainerPort), strings.Compare(a.Protocol, b.Protocol),
-			strings.Compare(a.HostIP, b.HostIP), cmp.Compare(a.HostPort, b.HostPort))
-	})
 }
 
 // healthOf maps the engine's health status to the protocol's; "starting" and "none" are not
@@ -228,7 +220,7 @@ func ownStopTimeout(cfg *container.Config) *int {
 	if cfg == nil {
 		return nil
 	}
-	if v, ok := cfg.Labels[LabelStopTimeout]; ok {
+	if v, ok := cfg.Labels[runtime.LabelStopTimeout]; ok {
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
 			return &n
 		}

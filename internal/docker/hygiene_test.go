@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // TestDockerContainersAreHardened: every container agentd creates has no-new-privileges and the
@@ -14,10 +15,10 @@ import (
 func TestDockerContainersAreHardened(t *testing.T) {
 	e, _ := dockerEngine(t)
 	ctx := context.Background()
-	if err := e.Pull(ctx, testbox); err != nil {
+	if _, err := e.PullImage(ctx, testbox, ""); err != nil {
 		t.Fatal(err)
 	}
-	id, err := e.Create(ctx, CreateSpec{Task: "task/hardened", Container: event.ContainerSpec{Name: "app", Image: testbox, Command: []string{"run"}}})
+	id, err := e.Create(ctx, runtime.CreateSpec{Task: "task/hardened", Container: event.ContainerSpec{Name: "app", Image: testbox, Command: []string{"run"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

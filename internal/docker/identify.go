@@ -4,7 +4,7 @@ package docker
 // never guessed (issue 46). Taking Podman for Docker would run no health checks and allow
 // bind roots where they are refused, so until the engine is named, nothing that depends on
 // which it is runs: a create, a start, a health or exit subscription, a bind mount are each
-// ErrUnavailable, naming the address, and the agent is unhealthy while it keeps asking, with
+// runtime.ErrUnavailable, naming the address, and the agent is unhealthy while it keeps asking, with
 // backoff. The engine is named again whenever it was lost — a call that could not connect, or
 // the exit stream broken — since the socket may be served by another engine by then (Docker's
 // replaced by Podman's), and so is the socket's peer (checkPeer).
@@ -25,6 +25,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/jitter"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 type engineKind uint8
@@ -204,13 +205,13 @@ func (e *Engine) kindNow() (engineKind, <-chan struct{}) {
 	return e.ident.kind, e.ident.changed
 }
 
-// knownKind is the engine's kind, or, while it is not named, an error wrapping ErrUnavailable
+// knownKind is the engine's kind, or, while it is not named, an error wrapping runtime.ErrUnavailable
 // that names the address and why.
 func (e *Engine) knownKind() (engineKind, error) {
 	e.ident.mu.Lock()
 	defer e.ident.mu.Unlock()
 	if e.ident.kind == kindUnknown {
-		return kindUnknown, fmt.Errorf("docker engine at %s is not named yet, Docker or Podman (%s): %w", e.host, e.ident.problem, ErrUnavailable)
+		return kindUnknown, fmt.Errorf("docker engine at %s is not named yet, Docker or Podman (%s): %w", e.host, e.ident.problem, runtime.ErrUnavailable)
 	}
 	return e.ident.kind, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // A fake engine on a unix socket: its /_ping names it as ping does (docker, podman, or nothing),
@@ -89,15 +90,15 @@ func TestAnEngineThatDoesNotSayWhichItIsIsNeverTakenForDocker(t *testing.T) {
 		t.Run(version, func(t *testing.T) {
 			release := make(chan struct{})
 			e, sock, _, err := fakeEngineAt(t, fakeEngine{version: version, release: release})
-			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), sock) {
+			if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), sock) {
 				t.Fatalf("an engine whose /version does not answer: %v; want unavailable, naming %s", err, sock)
 			}
 			ctx := context.Background()
-			_, cerr := e.Create(ctx, CreateSpec{Task: "task/a", Container: event.ContainerSpec{Name: "app", Image: "img"}})
+			_, cerr := e.Create(ctx, runtime.CreateSpec{Task: "task/a", Container: event.ContainerSpec{Name: "app", Image: "img"}})
 			_, xerr := e.Exits(ctx, 0)
 			_, herr := e.Health(ctx)
 			for _, err := range []error{cerr, e.Start(ctx, "c1"), xerr, herr} {
-				if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "not named yet") || !strings.Contains(err.Error(), sock) {
+				if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "not named yet") || !strings.Contains(err.Error(), sock) {
 					t.Fatalf("a call before the engine is named: %v; want unavailable, saying so and naming %s", err, sock)
 				}
 			}
@@ -144,10 +145,10 @@ func TestAReplacedEngineIsNamedAgain(t *testing.T) {
 			} else {
 				docker.Close()
 				must(t, os.Remove(sock))
-				if _, err := e.List(ctx); !errors.Is(err, ErrUnavailable) {
+				if _, err := e.List(ctx); !errors.Is(err, runtime.ErrUnavailable) {
 					t.Fatalf("list with no engine: %v; want unavailable", err)
 				}
-				if _, err := e.knownKind(); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), sock) {
+				if _, err := e.knownKind(); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), sock) {
 					t.Fatalf("an engine that could not be reached: %v; want it unnamed, naming %s", err, sock)
 				}
 				fakeEngine{ping: "podman"}.serve(t, sock)

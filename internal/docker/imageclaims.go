@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Claims others make on the images the agent pulled (issue 41). The image list does not show
@@ -273,7 +274,7 @@ func (c *imageClaims) othersClaim(imageID string, refs []string, resolve func(re
 	}
 	for _, cl := range pulled {
 		got, err := resolve(cl.name)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, runtime.ErrNotFound) {
 			c.mu.Lock()
 			if c.refs[event.CanonicalImageRef(cl.name)] == cl {
 				delete(c.refs, event.CanonicalImageRef(cl.name)) // it names nothing now: nothing left to keep

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/events"
+
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // TestImageClaimsTellOthersFromTheAgent: which of the engine's image events keep an image the
@@ -18,7 +20,7 @@ func TestImageClaimsTellOthersFromTheAgent(t *testing.T) {
 		if r == ref || r == pin {
 			return id, nil
 		}
-		return "", ErrNotFound
+		return "", runtime.ErrNotFound
 	}
 	pull := func(name string) events.Message {
 		return events.Message{Action: events.ActionPull, Actor: events.Actor{ID: name}}

@@ -8,9 +8,11 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentd/agentd/internal/runtime"
 )
 
-// RemoveImage takes back the agent's names of an image it pulled (ImageCollector). Each of
+// RemoveImage takes back the agent's names of an image it pulled (runtime.Runtime). Each of
 // refs that still names the image is removed by that name — an untag, never forced: the engine
 // deletes the image only with its last name, and refuses (409) to untag the last name of an
 // image a container uses. A name that names another image now (moved by someone else) is left
@@ -34,7 +36,7 @@ func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string)
 		return fmt.Errorf("remove image %s: %w", imageID, err)
 	}
 	if why != "" {
-		return fmt.Errorf("remove image %s: %w: %s", imageID, ErrImageInUse, why)
+		return fmt.Errorf("remove image %s: %w: %s", imageID, runtime.ErrImageInUse, why)
 	}
 	untagged := false
 	for _, ref := range refs {
@@ -48,7 +50,7 @@ func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string)
 		_, err = e.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true})
 		switch {
 		case cerrdefs.IsConflict(err):
-			return fmt.Errorf("remove image %s: untag %s: %w: %v", imageID, ref, ErrImageInUse, err)
+			return fmt.Errorf("remove image %s: untag %s: %w: %v", imageID, ref, runtime.ErrImageInUse, err)
 		case cerrdefs.IsNotFound(err):
 		case err != nil:
 			return e.wrap("remove image", imageID, err)
@@ -61,15 +63,15 @@ func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string)
 	case cerrdefs.IsNotFound(err) && untagged:
 		return nil // the last name took the image with it
 	case cerrdefs.IsNotFound(err):
-		return fmt.Errorf("remove image %s: %w", imageID, ErrNotFound)
+		return fmt.Errorf("remove image %s: %w", imageID, runtime.ErrNotFound)
 	case err != nil:
 		return e.wrap("remove image", imageID, err)
 	case len(res.RepoTags) > 0:
-		return fmt.Errorf("remove image %s: %w: still named %s", imageID, ErrImageInUse, strings.Join(res.RepoTags, ", "))
+		return fmt.Errorf("remove image %s: %w: still named %s", imageID, runtime.ErrImageInUse, strings.Join(res.RepoTags, ", "))
 	}
 	_, err = e.cli.ImageRemove(ctx, imageID, client.ImageRemoveOptions{PruneChildren: true})
 	if cerrdefs.IsConflict(err) {
-		return fmt.Errorf("remove image %s: %w: %v", imageID, ErrImageInUse, err)
+		return fmt.Errorf("remove image %s: %w: %v", imageID, runtime.ErrImageInUse, err)
 	}
 	if cerrdefs.IsNotFound(err) {
 		return nil // gone between the look and the removal: removed all the same

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // nsFix is what an operator does about a private namespace under the shipped unit.
@@ -77,7 +79,7 @@ func sameMountNamespace(proc, pid, who string) error {
 func checkSocketPeer(proc, socket string) error {
 	conn, err := net.DialTimeout("unix", socket, 5*time.Second)
 	if err != nil {
-		return fmt.Errorf("--allow-bind-root: the Docker Engine's socket %s: %w: %v", socket, ErrUnavailable, err)
+		return fmt.Errorf("--allow-bind-root: the Docker Engine's socket %s: %w: %v", socket, runtime.ErrUnavailable, err)
 	}
 	defer conn.Close()
 	raw, err := conn.(*net.UnixConn).SyscallConn()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // dockerCreate makes a container with the docker CLI, as an operator or an older agent would,
@@ -30,15 +31,15 @@ func dockerCreate(t *testing.T, args ...string) string {
 func TestDockerNameTakenByAnother(t *testing.T) {
 	e, agent := dockerEngine(t)
 	ctx := context.Background()
-	spec := func(task string) CreateSpec {
-		return CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: testbox, Command: []string{"run"}}}
+	spec := func(task string) runtime.CreateSpec {
+		return runtime.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: testbox, Command: []string{"run"}}}
 	}
-	stranger := dockerCreate(t, "--name", Name(agent, "task/taken", "app"))
-	other := dockerCreate(t, "--name", Name(agent, "task/taken-by-agent", "app"), "--label", LabelAgent+"=another-"+agent,
-		"--label", LabelTask+"=task/taken-by-agent", "--label", LabelContainer+"=app")
+	stranger := dockerCreate(t, "--name", runtime.Name(agent, "task/taken", "app"))
+	other := dockerCreate(t, "--name", runtime.Name(agent, "task/taken-by-agent", "app"), "--label", runtime.LabelAgent+"=another-"+agent,
+		"--label", runtime.LabelTask+"=task/taken-by-agent", "--label", runtime.LabelContainer+"=app")
 	for task, holder := range map[string]string{"task/taken": stranger, "task/taken-by-agent": other} {
 		_, err := e.Create(ctx, spec(task))
-		if !errors.Is(err, ErrNameTaken) || errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), holder[:12]) {
+		if !errors.Is(err, runtime.ErrNameTaken) || errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), holder[:12]) {
 			t.Fatalf("create of %s under a name %s holds: %v; want ErrNameTaken naming the holder", task, holder[:12], err)
 		}
 		if exec.Command("docker", "inspect", holder).Run() != nil {
@@ -60,8 +61,8 @@ func TestDockerNameTakenByAnother(t *testing.T) {
 func TestDockerContainersOfAnOlderAgentAreFound(t *testing.T) {
 	e, agent := dockerEngine(t)
 	ctx := context.Background()
-	old := dockerCreate(t, "--name", oldName("task/upgraded-"+agent, "app"), "--label", LabelAgent+"="+agent,
-		"--label", LabelTask+"=task/upgraded-"+agent, "--label", LabelContainer+"=app")
+	old := dockerCreate(t, "--name", "agentd-upgraded-"+agent+"-app-5eed0001" /* the names before: agentd-<task id>-<container>-<fnv32a> */, "--label", runtime.LabelAgent+"="+agent,
+		"--label", runtime.LabelTask+"=task/upgraded-"+agent, "--label", runtime.LabelContainer+"=app")
 	st, err := e.Find(ctx, "task/upgraded-"+agent, "app")
 	if err != nil || st.ID != old {
 		t.Fatalf("find the container made under the old name: %+v, %v; want %s", st, err, old[:12])

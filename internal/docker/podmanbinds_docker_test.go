@@ -13,6 +13,8 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
+
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Why bind roots are refused on Podman (podmanbinds.go), on the engine itself: a bind volume
@@ -35,13 +37,13 @@ func TestDockerBindVolumeOfARemovedDirectoryNeverMountsALinkInItsPlace(t *testin
 	}
 	defer dir.Close()
 	vol := BindVolumePrefix + strings.ReplaceAll(agent, "_", "-")
-	_, err = e.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Driver: "local", Labels: map[string]string{LabelAgent: agent},
+	_, err = e.cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Driver: "local", Labels: map[string]string{runtime.LabelAgent: agent},
 		DriverOpts: map[string]string{"type": "none", "o": "bind", "device": fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), dir.Fd())}})
 	must(t, err)
 	must(t, os.Remove(src))
 	must(t, os.Symlink(outside, src+" (deleted)"))
 	res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config:     &container.Config{Image: testbox, Cmd: []string{"cat", "/data/f"}, Labels: map[string]string{LabelAgent: agent}},
+		Config:     &container.Config{Image: testbox, Cmd: []string{"cat", "/data/f"}, Labels: map[string]string{runtime.LabelAgent: agent}},
 		HostConfig: &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/data", ReadOnly: true}}}})
 	must(t, err)
 	var out bytes.Buffer

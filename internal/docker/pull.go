@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // PullConfig is how the Docker runtime pulls images. The zero value is the defaults: no
@@ -57,15 +58,6 @@ func (c PullConfig) withDefaults() PullConfig {
 		c.RetryMax = 15 * time.Second
 	}
 	return c
-}
-
-// CheckPullPolicy refuses a policy PROTOCOL.md §4 does not name (empty is the default).
-func CheckPullPolicy(policy string) error {
-	switch policy {
-	case "", event.PullAlways, event.PullIfNotPresent, event.PullNever:
-		return nil
-	}
-	return fmt.Errorf("pull policy %q: want always, if-not-present or never", policy)
 }
 
 // errNoProgress is the cause of a pull cancelled for saying nothing too long.
@@ -114,35 +106,35 @@ func classify(err error) *pullError {
 	return &pullError{msg: msg} // transient: no word for it, the engine's says it
 }
 
-// PullImage makes the image present as policy says (ImagePuller): if-not-present (or the
+// PullImage makes the image present as policy says (runtime.Runtime): if-not-present (or the
 // default) pulls only an image the engine lacks, always pulls every time (the tag may have
 // moved), never only looks. See PullOutcome for what it answers.
-func (e *Engine) PullImage(ctx context.Context, image, policy string) (PullOutcome, error) {
-	if err := CheckPullPolicy(policy); err != nil {
-		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+func (e *Engine) PullImage(ctx context.Context, image, policy string) (runtime.PullOutcome, error) {
+	if err := runtime.CheckPullPolicy(policy); err != nil {
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
 	if policy == "" {
 		policy = e.pulls.DefaultPolicy
 	}
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
-		return PullOutcome{}, fmt.Errorf("pull %s: bad reference: %v", image, err)
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: bad reference: %v", image, err)
 	}
 	cached, err := e.imageOf(ctx, named, image)
 	present := err == nil
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return PullOutcome{}, err
+	if err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return runtime.PullOutcome{}, err
 	}
 	switch {
 	case policy == event.PullNever && !present:
-		return PullOutcome{}, fmt.Errorf("pull %s: not present, and pull_policy is never", image)
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: not present, and pull_policy is never", image)
 	case policy == event.PullNever, policy == event.PullIfNotPresent && present:
 		cached.RefExisted = true
 		return cached, nil
 	}
 	held, err := e.imageIDs(ctx)
 	if err != nil {
-		return PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
 	pulled := e.claims.pull(image) // its pull events are the agent's, not another's claim
 	digest, tries, err := e.pullRetrying(ctx, image)
@@ -158,12 +150,12 @@ func (e *Engine) PullImage(ctx context.Context, image, policy string) (PullOutco
 				Msg("pull failed transiently; using the cached image")
 			return cached, nil
 		}
-		return PullOutcome{}, err
+		return runtime.PullOutcome{}, err
 	}
 	out, err := e.imageOf(ctx, named, image)
 	if err != nil {
 		pulled("")
-		return PullOutcome{}, fmt.Errorf("pull %s: pulled, but the engine does not show it: %w", image, err)
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: pulled, but the engine does not show it: %w", image, err)
 	}
 	if digest != "" {
 		out.Digest = digest
@@ -195,12 +187,12 @@ func (e *Engine) imageIDs(ctx context.Context) (map[string]bool, error) {
 }
 
 // imageOf is the engine's image under a reference: its id and the digest it came by.
-func (e *Engine) imageOf(ctx context.Context, named reference.Named, image string) (PullOutcome, error) {
+func (e *Engine) imageOf(ctx context.Context, named reference.Named, image string) (runtime.PullOutcome, error) {
 	res, err := e.cli.ImageInspect(ctx, image)
 	if err != nil {
-		return PullOutcome{}, e.wrap("inspect image", image, err)
+		return runtime.PullOutcome{}, e.wrap("inspect image", image, err)
 	}
-	return PullOutcome{ImageID: res.ID, Digest: digestOf(named, res.RepoDigests, res.ID)}, nil
+	return runtime.PullOutcome{ImageID: res.ID, Digest: digestOf(named, res.RepoDigests, res.ID)}, nil
 }
 
 // digestOf is the repo digest of named's repository among an image's repo digests, the
@@ -279,7 +271,7 @@ func (e *Engine) pullOnce(ctx context.Context, image string) (digest string, err
 			return "", ctx.Err()
 		}
 		if client.IsErrConnectionFailed(err) {
-			return "", fmt.Errorf("docker engine at %s: %w: %v", e.host, ErrUnavailable, err)
+			return "", fmt.Errorf("docker engine at %s: %w: %v", e.host, runtime.ErrUnavailable, err)
 		}
 		pe := classify(err)
 		pe.msg = scrub(pe.msg)

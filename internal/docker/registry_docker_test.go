@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/registrytest"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // The pulls of issue 17 against a registry of the test's own (internal/registrytest) on
@@ -73,10 +74,10 @@ func writeAuthFile(t *testing.T, text string) string {
 	return path
 }
 
-func runToExit(t *testing.T, e *Engine, task, image string, cmd ...string) State {
+func runToExit(t *testing.T, e *Engine, task, image string, cmd ...string) runtime.State {
 	t.Helper()
 	ctx := context.Background()
-	id, err := e.Create(ctx, CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: image, Command: cmd}})
+	id, err := e.Create(ctx, runtime.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: image, Command: cmd}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,11 +314,11 @@ func TestDockerRemoveImageRefusesAnImageInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := e.Create(ctx, CreateSpec{Task: "task/gc", Container: event.ContainerSpec{Name: "app", Image: ref, Command: []string{"exit", "0"}}})
+	id, err := e.Create(ctx, runtime.CreateSpec{Task: "task/gc", Container: event.ContainerSpec{Name: "app", Image: ref, Command: []string{"exit", "0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.RemoveImage(ctx, out.ImageID, []string{ref}); !errors.Is(err, ErrImageInUse) {
+	if err := e.RemoveImage(ctx, out.ImageID, []string{ref}); !errors.Is(err, runtime.ErrImageInUse) {
 		t.Fatalf("remove of an image a (created) container uses: %v; want ErrImageInUse", err)
 	}
 	if err := exec.Command("docker", "image", "inspect", out.ImageID).Run(); err != nil {
@@ -332,7 +333,7 @@ func TestDockerRemoveImageRefusesAnImageInUse(t *testing.T) {
 	if err := exec.Command("docker", "image", "inspect", out.ImageID).Run(); err == nil {
 		t.Fatal("RemoveImage said yes but the image is still there")
 	}
-	if err := e.RemoveImage(ctx, out.ImageID, []string{ref}); !errors.Is(err, ErrNotFound) {
+	if err := e.RemoveImage(ctx, out.ImageID, []string{ref}); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("remove of a removed image: %v; want ErrNotFound", err)
 	}
 	free, total, err := e.ImageDiskFree(ctx)
@@ -377,7 +378,7 @@ func TestDockerImagesAreTheAgentsOnlyByID(t *testing.T) {
 		t.Fatalf("docker tag: %v: %s", err, b)
 	}
 	err = e.RemoveImage(ctx, own.ImageID, []string{ownRef})
-	if !errors.Is(err, ErrImageInUse) || !strings.Contains(err.Error(), opsTag) {
+	if !errors.Is(err, runtime.ErrImageInUse) || !strings.Contains(err.Error(), opsTag) {
 		t.Fatalf("remove of the agent's image that an operator tagged too: %v; want ErrImageInUse naming %s", err, opsTag)
 	}
 	if exec.Command("docker", "image", "inspect", opsTag).Run() != nil {
@@ -422,7 +423,7 @@ func TestDockerCreateRunsThePulledImageAfterTheTagMoved(t *testing.T) {
 	if err != nil || moved.ImageID == pulled.ImageID {
 		t.Fatalf("the tag did not move: %+v, %v", moved, err)
 	}
-	id, err := e.Create(ctx, CreateSpec{Task: "task/moving", Container: event.ContainerSpec{Name: "app", Image: ref, Command: []string{"run"}}, ImageID: pulled.ImageID})
+	id, err := e.Create(ctx, runtime.CreateSpec{Task: "task/moving", Container: event.ContainerSpec{Name: "app", Image: ref, Command: []string{"run"}}, ImageID: pulled.ImageID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // fakeDocker answers the three calls a container's way to RUNNING makes (create, inspect,
@@ -44,7 +45,7 @@ func (f *fakeDocker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.started {
 			state = map[string]any{"Status": "exited", "ExitCode": 0, "StartedAt": "2026-01-01T00:00:00Z", "FinishedAt": "2026-01-01T00:00:01Z"}
 		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"Id": id, "Config": map[string]any{"Labels": map[string]string{LabelAgent: f.agent}}, "State": state})
+		_ = json.NewEncoder(w).Encode(map[string]any{"Id": id, "Config": map[string]any{"Labels": map[string]string{runtime.LabelAgent: f.agent}}, "State": state})
 	default:
 		http.Error(w, `{"message":"unexpected call"}`, http.StatusNotImplemented)
 	}
@@ -64,7 +65,7 @@ func TestFirstStartOfOwnContainerMakesOneCallAndASecondIsStillGuarded(t *testing
 	defer cli.Close()
 	e := &Engine{cli: cli, agent: f.agent, host: srv.URL, ident: identity{kind: kindDocker}}
 	ctx := context.Background()
-	id, err := e.Create(ctx, CreateSpec{Task: "task/once", Container: event.ContainerSpec{Name: "app", Image: "img"}})
+	id, err := e.Create(ctx, runtime.CreateSpec{Task: "task/once", Container: event.ContainerSpec{Name: "app", Image: "img"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestFirstStartOfOwnContainerMakesOneCallAndASecondIsStillGuarded(t *testing
 		t.Fatalf("first start of a container created here: %d inspects, %d starts; want 0 and 1", f.inspects, f.starts)
 	}
 	err = e.Start(ctx, id)
-	if !errors.Is(err, ErrAlreadyStarted) {
+	if !errors.Is(err, runtime.ErrAlreadyStarted) {
 		t.Fatalf("second start of a container that ran: %v; want ErrAlreadyStarted", err)
 	}
 	if f.inspects != 1 || f.starts != 1 {
@@ -84,7 +85,7 @@ func TestFirstStartOfOwnContainerMakesOneCallAndASecondIsStillGuarded(t *testing
 
 	// Another process of the same agent (a restart) knows nothing of the container: it asks.
 	e2 := &Engine{cli: cli, agent: f.agent, host: srv.URL, ident: identity{kind: kindDocker}}
-	if err := e2.Start(ctx, id); !errors.Is(err, ErrAlreadyStarted) || f.starts != 1 {
+	if err := e2.Start(ctx, id); !errors.Is(err, runtime.ErrAlreadyStarted) || f.starts != 1 {
 		t.Fatalf("start after a restart: %v, %d starts; want ErrAlreadyStarted and still one start", err, f.starts)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // On the real engine: Docker itself starts an exited container again (a second run), which is
@@ -23,7 +24,7 @@ func TestDockerSecondStartOfAnExitedContainerIsRefused(t *testing.T) {
 		t.Fatalf("after one run: %+v", first)
 	}
 	err := e.Start(ctx, id)
-	if !errors.Is(err, ErrAlreadyStarted) || !strings.Contains(err.Error(), "exited 3") {
+	if !errors.Is(err, runtime.ErrAlreadyStarted) || !strings.Contains(err.Error(), "exited 3") {
 		t.Fatalf("second start: %v; want ErrAlreadyStarted naming the exit", err)
 	}
 	after, err := e.Inspect(ctx, id)
@@ -46,7 +47,7 @@ func TestDockerSecondStartOfAnExitedContainerIsRefused(t *testing.T) {
 // An env name holding "=" (from a journal older than the rule) never reaches Docker.
 func TestDockerEnvNameWithEqualsIsRefused(t *testing.T) {
 	e, _ := dockerEngine(t)
-	_, err := e.Create(context.Background(), CreateSpec{Task: "task/env", Container: event.ContainerSpec{Name: "app", Image: testbox,
+	_, err := e.Create(context.Background(), runtime.CreateSpec{Task: "task/env", Container: event.ContainerSpec{Name: "app", Image: testbox,
 		Env: map[string]string{"PATH=/evil:": "x"}}})
 	if err == nil || !strings.Contains(err.Error(), "PATH=/evil:") {
 		t.Fatalf("create with env name PATH=/evil:: %v", err)

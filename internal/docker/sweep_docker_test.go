@@ -4,6 +4,8 @@ import (
 	"context"
 	"os/exec"
 	"testing"
+
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // The start-up sweep of unused bind volumes takes this agent's and leaves every other: another
@@ -22,7 +24,7 @@ func TestDockerTheSweepLeavesOtherAgentsVolumes(t *testing.T) {
 	for name, owner := range vols {
 		args := []string{"volume", "create", name}
 		if owner != "" {
-			args = append(args, "--label", LabelAgent+"="+owner)
+			args = append(args, "--label", runtime.LabelAgent+"="+owner)
 		}
 		if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
 			t.Fatalf("docker %v: %v %s", args, err, out)

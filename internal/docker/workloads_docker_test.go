@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // The tests of PROTOCOL.md §4 on the real engine: each asserts what the field does to the
@@ -37,7 +38,7 @@ func startSpec(t *testing.T, e *Engine, task string, spec event.ContainerSpec) s
 	if spec.Image == "" {
 		spec.Image = testbox
 	}
-	id, err := e.Create(ctx, CreateSpec{Task: task, Container: spec})
+	id, err := e.Create(ctx, runtime.CreateSpec{Task: task, Container: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestDockerOOMKillUnderMemoryLimitIsReported(t *testing.T) {
 // dockerOOMs subscribes to Docker's oom events of the agent's containers; the function it
 // returns gives a channel closed once an oom of that container was seen.
 func dockerOOMs(ctx context.Context, e *Engine, agent string) func(id string) <-chan struct{} {
-	f := client.Filters{}.Add("type", "container").Add("event", "oom").Add("label", LabelAgent+"="+agent)
+	f := client.Filters{}.Add("type", "container").Add("event", "oom").Add("label", runtime.LabelAgent+"="+agent)
 	res := e.cli.Events(ctx, client.EventsListOptions{Filters: f})
 	var mu sync.Mutex
 	seen := map[string]chan struct{}{}
@@ -141,7 +142,7 @@ func dockerOOMs(ctx context.Context, e *Engine, agent string) func(id string) <-
 }
 
 // exitEvent waits for the exit event of one container (others are skipped), while ctx lasts.
-func exitEvent(ctx context.Context, t *testing.T, exits <-chan Exit, id string) Exit {
+func exitEvent(ctx context.Context, t *testing.T, exits <-chan runtime.Exit, id string) runtime.Exit {
 	t.Helper()
 	for {
 		select {
@@ -379,7 +380,7 @@ func waitLog(t *testing.T, e *Engine, id, want string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		rc, err := e.Logs(context.Background(), id, LogOptions{Tail: -1})
+		rc, err := e.Logs(context.Background(), id, runtime.LogOptions{Tail: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -407,7 +408,7 @@ func TestDockerHealthTurnsHealthyThenUnhealthy(t *testing.T) {
 	id := startSpec(t, e, "task/health", event.ContainerSpec{Command: []string{"serve", "8080"},
 		Ports:       []event.PortMapping{{ContainerPort: 8080, HostIP: "127.0.0.1"}},
 		HealthCheck: &event.HealthCheck{Command: []string{"CMD", "/testbox", "probe", "8080"}, IntervalS: 1, TimeoutS: 5, Retries: 2}})
-	await := func(ch <-chan HealthChange, want event.Health) {
+	await := func(ch <-chan runtime.HealthChange, want event.Health) {
 		t.Helper()
 		for {
 			select {
@@ -480,7 +481,7 @@ func TestDockerLogsAreDemultiplexedAndTailed(t *testing.T) {
 	id := startSpec(t, e, "task/logs", event.ContainerSpec{Command: []string{"spew", "1"}})
 	waitLog(t, e, id, "testbox: [spew 1]") // the engine reads stdout and stderr apart: wait for both
 	waitLog(t, e, id, "spewed 1 KiB")
-	rc, err := e.Logs(context.Background(), id, LogOptions{Tail: -1})
+	rc, err := e.Logs(context.Background(), id, runtime.LogOptions{Tail: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +496,7 @@ func TestDockerLogsAreDemultiplexedAndTailed(t *testing.T) {
 	if errOut.String() != "testbox: spewed 1 KiB\n" {
 		t.Fatalf("stderr %q", errOut.String())
 	}
-	rc, _ = e.Logs(context.Background(), id, LogOptions{Tail: 2})
+	rc, _ = e.Logs(context.Background(), id, runtime.LogOptions{Tail: 2})
 	out.Reset()
 	errOut.Reset()
 	_, _ = stdcopy.StdCopy(&out, &errOut, rc)
@@ -509,11 +510,11 @@ func TestDockerEntrypointAndLabels(t *testing.T) {
 	e, agent := dockerEngine(t)
 	// The image's entrypoint is /testbox; a task's entrypoint replaces it, the command follows.
 	id := startSpec(t, e, "task/ep", event.ContainerSpec{Entrypoint: []string{"/testbox", "exit"}, Command: []string{"7"},
-		Labels: map[string]string{"team": "payments", LabelAgent: "forged"}})
+		Labels: map[string]string{"team": "payments", runtime.LabelAgent: "forged"}})
 	if st := waitExit(t, e, id); st.ExitCode != 7 {
 		t.Fatalf("entrypoint [/testbox exit] with command [7] exited %d", st.ExitCode)
 	}
-	if got := dockerInspect(t, id, `{{index .Config.Labels "team"}} {{index .Config.Labels "`+LabelAgent+`"}}`); got != "payments "+agent {
+	if got := dockerInspect(t, id, `{{index .Config.Labels "team"}} {{index .Config.Labels "`+runtime.LabelAgent+`"}}`); got != "payments "+agent {
 		t.Fatalf("labels %q; want the task's label and agentd's own, unforged", got)
 	}
 }
@@ -537,7 +538,7 @@ func TestDockerPullPolicy(t *testing.T) {
 			t.Fatalf("pull_policy %q of a present image: %+v, %v; want it as it is (a local image's digest is its id)", p, out, err)
 		}
 	}
-	if err := e.PullWith(ctx, "agentd-test/absent:1", event.PullNever); err == nil || !strings.Contains(err.Error(), "not present, and pull_policy is never") {
+	if _, err := e.PullImage(ctx, "agentd-test/absent:1", event.PullNever); err == nil || !strings.Contains(err.Error(), "not present, and pull_policy is never") {
 		t.Fatalf("pull_policy never of an absent image: %v", err)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/failpoint"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // dispatch puts a runtime action into the burst's Ready unless the runtime is not reconciled,
@@ -51,7 +51,7 @@ func (e *Engine) runtimeCall(a fsm.Action) func() Input {
 	return func() Input {
 		failpoint.Hit("engine-after-apply-before-runtime-call")
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout+2*time.Minute)
-		if _, ok := rt.(docker.ImagePuller); ok && a.Kind == fsm.ActPull {
+		if a.Kind == fsm.ActPull {
 			// A pull is bounded by its progress (the runtime's inactivity timeout), not by a
 			// deadline that would kill a large image's steady pull; the agent's own stop
 			// ends it (shutdown waits for calls in flight, and must not wait for a pull).
@@ -65,27 +65,19 @@ func (e *Engine) runtimeCall(a fsm.Action) func() Input {
 
 // call makes the runtime call for an action and sorts its outcome: the runtime's errors are
 // the edge's knowledge; what they mean for the container is the core's.
-func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time.Duration) fsm.Result {
+func call(ctx context.Context, rt runtime.Runtime, a fsm.Action, stopTimeout time.Duration) fsm.Result {
 	id := a.RuntimeID
 	var err error
 	var res fsm.Result
 	switch a.Kind {
 	case fsm.ActPull:
-		if ip, ok := rt.(docker.ImagePuller); ok {
-			var out docker.PullOutcome
-			out, err = ip.PullImage(ctx, a.Spec.Image, a.Spec.PullPolicy)
-			res.ImageID, res.ImageDigest, res.ImagePulled, res.ImageRefExisted, res.Note = out.ImageID, out.Digest, out.Pulled, out.RefExisted, out.Note
-		} else if pp, ok := rt.(docker.PolicyPuller); ok {
-			err = pp.PullWith(ctx, a.Spec.Image, a.Spec.PullPolicy)
-		} else {
-			err = rt.Pull(ctx, a.Spec.Image)
-		}
+		var out runtime.PullOutcome
+		out, err = rt.PullImage(ctx, a.Spec.Image, a.Spec.PullPolicy)
+		res.ImageID, res.ImageDigest, res.ImagePulled, res.ImageRefExisted, res.Note = out.ImageID, out.Digest, out.Pulled, out.RefExisted, out.Note
 	case fsm.ActRemoveImage:
-		if ic, ok := rt.(docker.ImageCollector); ok {
-			err = ic.RemoveImage(ctx, a.RuntimeID, a.Refs)
-		}
+		err = rt.RemoveImage(ctx, a.RuntimeID, a.Refs)
 	case fsm.ActCreate:
-		res.RuntimeID, err = rt.Create(ctx, docker.CreateSpec{Task: a.Task, Container: a.Spec, ImageID: a.ImageID})
+		res.RuntimeID, err = rt.Create(ctx, runtime.CreateSpec{Task: a.Task, Container: a.Spec, ImageID: a.ImageID})
 		failpoint.Hit("runtime-after-create-before-journal")
 	case fsm.ActStart:
 		err = rt.Start(ctx, id)
@@ -102,14 +94,14 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 			}
 		}
 	case fsm.ActStop:
-		if err = rt.Stop(ctx, id, stopTimeout); err == nil || errors.Is(err, docker.ErrNotFound) {
-			var st docker.State
+		if err = rt.Stop(ctx, id, stopTimeout); err == nil || errors.Is(err, runtime.ErrNotFound) {
+			var st runtime.State
 			if st, err = rt.Inspect(ctx, id); err == nil {
 				res.Saw(observed(st))
 			}
 		}
 	case fsm.ActInspect:
-		var st docker.State
+		var st runtime.State
 		if id == "" {
 			st, err = rt.Find(ctx, a.Task, a.Container)
 		} else {
@@ -119,10 +111,10 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 	case fsm.ActRemove:
 		if id == "" {
 			// Never journaled an id (a crash after create, or a stop before it): find it by name.
-			var st docker.State
+			var st runtime.State
 			if st, err = rt.Find(ctx, a.Task, a.Container); err == nil {
 				id = st.ID
-			} else if errors.Is(err, docker.ErrNotFound) {
+			} else if errors.Is(err, runtime.ErrNotFound) {
 				err = nil
 			}
 		}
@@ -133,17 +125,17 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 	switch {
 	case err == nil:
 		res.Kind = fsm.Succeeded
-	case errors.Is(err, docker.ErrUnavailable):
+	case errors.Is(err, runtime.ErrUnavailable):
 		res.Kind, res.Err = fsm.Unavailable, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
 		res.Kind, res.Err = fsm.Unknown, err.Error() // it may still take effect
-	case errors.Is(err, docker.ErrAlreadyStarted):
+	case errors.Is(err, runtime.ErrAlreadyStarted):
 		// The runtime refused a second start: the container ran once, and what became of
 		// it is asked for (inspect), never taken for a start that failed.
 		res.Kind, res.Err = fsm.Unknown, err.Error()
-	case errors.Is(err, docker.ErrNotFound):
+	case errors.Is(err, runtime.ErrNotFound):
 		res.Kind, res.Err = fsm.Vanished, err.Error()
-	case errors.Is(err, docker.ErrImageInUse):
+	case errors.Is(err, runtime.ErrImageInUse):
 		res.Kind, res.Err = fsm.Refused, err.Error() // the image stays another's: the claim ends
 	default:
 		res.Kind, res.Err = fsm.Failed, err.Error()
@@ -154,7 +146,7 @@ func call(ctx context.Context, rt docker.Runtime, a fsm.Action, stopTimeout time
 // plainFailure reports whether a call's error is one call sorts as Failed: the runtime
 // answered, and said no.
 func plainFailure(err error) bool {
-	for _, known := range []error{docker.ErrUnavailable, context.DeadlineExceeded, docker.ErrAlreadyStarted, docker.ErrNotFound} {
+	for _, known := range []error{runtime.ErrUnavailable, context.DeadlineExceeded, runtime.ErrAlreadyStarted, runtime.ErrNotFound} {
 		if errors.Is(err, known) {
 			return false
 		}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // A streak of failures grows a goroutine's backoff; one success ends it, so the first failure
@@ -171,20 +171,23 @@ func (next streams[T]) open(ctx context.Context) (<-chan T, error) {
 
 // scriptedExits is a runtime whose exit stream the test opens, fails and ends.
 type scriptedExits struct {
-	docker.Runtime // only Exits is called
-	next           streams[docker.Exit]
-	cursor         atomic.Int64 // of the last subscription
+	runtime.Runtime // only Exits is called
+	next            streams[runtime.Exit]
+	cursor          atomic.Int64 // of the last subscription
 }
 
-func (rt *scriptedExits) Exits(ctx context.Context, cursor int64) (<-chan docker.Exit, error) {
+func (rt *scriptedExits) Exits(ctx context.Context, cursor int64) (<-chan runtime.Exit, error) {
 	rt.cursor.Store(cursor)
 	return rt.next.open(ctx)
 }
 
-// scriptedHealth is a runtime's health stream the test opens, fails and ends.
-type scriptedHealth struct{ next streams[docker.HealthChange] }
+// scriptedHealth is a runtime whose health stream the test opens, fails and ends.
+type scriptedHealth struct {
+	runtime.Runtime // only Health is called
+	next            streams[runtime.HealthChange]
+}
 
-func (hw *scriptedHealth) Health(ctx context.Context) (<-chan docker.HealthChange, error) {
+func (hw *scriptedHealth) Health(ctx context.Context) (<-chan runtime.HealthChange, error) {
 	return hw.next.open(ctx)
 }
 
@@ -213,7 +216,7 @@ func stayedUpEndsTheBackoff[T any](t *testing.T, clk *steppedClock, next streams
 // Fails when the exit watcher keeps its grown backoff after a stream that stayed up (exits.go
 // bo.Reset): a stream that worked for over a second ends the streak of failures.
 func TestExitStreamThatStayedUpEndsItsBackoff(t *testing.T) {
-	clk, rt := newSteppedClock(), &scriptedExits{next: make(streams[docker.Exit])}
+	clk, rt := newSteppedClock(), &scriptedExits{next: make(streams[runtime.Exit])}
 	e := New(Config{Seed: 1}, nil, rt, nil, clk, nil, zerolog.Nop())
 	runAlone(t, e, e.watchExits)
 	stayedUpEndsTheBackoff(t, clk, rt.next)
@@ -222,30 +225,30 @@ func TestExitStreamThatStayedUpEndsItsBackoff(t *testing.T) {
 // Fails when the health watcher keeps its grown backoff after a stream that stayed up
 // (exits.go watchHealth's bo.Reset), or waits on another clock than the engine's.
 func TestHealthStreamThatStayedUpEndsItsBackoff(t *testing.T) {
-	clk, hw := newSteppedClock(), &scriptedHealth{next: make(streams[docker.HealthChange])}
-	e := New(Config{Seed: 1}, nil, nil, nil, clk, nil, zerolog.Nop())
-	runAlone(t, e, func(ctx context.Context) { e.watchHealth(ctx, hw) })
-	stayedUpEndsTheBackoff(t, clk, hw.next)
+	clk, rt := newSteppedClock(), &scriptedHealth{next: make(streams[runtime.HealthChange])}
+	e := New(Config{Seed: 1}, nil, rt, nil, clk, nil, zerolog.Nop())
+	runAlone(t, e, e.watchHealth)
+	stayedUpEndsTheBackoff(t, clk, rt.next)
 }
 
 // Fails when the exit watcher resumes after the cursor of the last exit it took, or hands that
-// exit in again (exits.go's docker.ExitMark): a resumed stream gives the exits of the cursor's
+// exit in again (exits.go's runtime.ExitMark): a resumed stream gives the exits of the cursor's
 // nanosecond again, and of those only another container's — one that exited in the same
 // nanosecond — reaches the loop.
 func TestResumedExitStreamHandsInTheCursorsNanosecondOnce(t *testing.T) {
-	clk, rt := newSteppedClock(), &scriptedExits{next: make(streams[docker.Exit])}
+	clk, rt := newSteppedClock(), &scriptedExits{next: make(streams[runtime.Exit])}
 	e := New(Config{Seed: 1}, nil, rt, nil, clk, nil, zerolog.Nop())
 	runAlone(t, e, e.watchExits)
 	const at = int64(1_000_000 * time.Second)
-	exits := func(xs ...docker.Exit) stream[docker.Exit] {
-		ch := make(chan docker.Exit, len(xs))
+	exits := func(xs ...runtime.Exit) stream[runtime.Exit] {
+		ch := make(chan runtime.Exit, len(xs))
 		for _, x := range xs {
 			ch <- x
 		}
 		close(ch)
-		return stream[docker.Exit]{ch: ch}
+		return stream[runtime.Exit]{ch: ch}
 	}
-	a, b, c := docker.Exit{ID: "a", Cursor: at}, docker.Exit{ID: "b", Cursor: at}, docker.Exit{ID: "c", Cursor: at + 1}
+	a, b, c := runtime.Exit{ID: "a", Cursor: at}, runtime.Exit{ID: "b", Cursor: at}, runtime.Exit{ID: "c", Cursor: at + 1}
 	handedIn := func(want string) {
 		t.Helper()
 		select {

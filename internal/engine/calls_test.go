@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // countingRuntime counts the engine's calls of the runtime, by name.
 type countingRuntime struct {
-	docker.Runtime
+	runtime.Runtime
 	mu    sync.Mutex
 	calls map[string]int
 }
@@ -24,12 +24,12 @@ func (c *countingRuntime) count(name string) {
 	c.mu.Unlock()
 }
 
-func (c *countingRuntime) Pull(ctx context.Context, image string) error {
+func (c *countingRuntime) PullImage(ctx context.Context, image, policy string) (runtime.PullOutcome, error) {
 	c.count("pull")
-	return c.Runtime.Pull(ctx, image)
+	return c.Runtime.PullImage(ctx, image, policy)
 }
 
-func (c *countingRuntime) Create(ctx context.Context, spec docker.CreateSpec) (string, error) {
+func (c *countingRuntime) Create(ctx context.Context, spec runtime.CreateSpec) (string, error) {
 	c.count("create")
 	return c.Runtime.Create(ctx, spec)
 }
@@ -49,12 +49,12 @@ func (c *countingRuntime) Remove(ctx context.Context, id string) error {
 	return c.Runtime.Remove(ctx, id)
 }
 
-func (c *countingRuntime) Inspect(ctx context.Context, id string) (docker.State, error) {
+func (c *countingRuntime) Inspect(ctx context.Context, id string) (runtime.State, error) {
 	c.count("inspect")
 	return c.Runtime.Inspect(ctx, id)
 }
 
-func (c *countingRuntime) Find(ctx context.Context, task, name string) (docker.State, error) {
+func (c *countingRuntime) Find(ctx context.Context, task, name string) (runtime.State, error) {
 	c.count("find")
 	return c.Runtime.Find(ctx, task, name)
 }
@@ -66,7 +66,7 @@ func (c *countingRuntime) Find(ctx context.Context, task, name string) (docker.S
 func TestAStartIsInspectedOnlyForItsPorts(t *testing.T) {
 	rt := &countingRuntime{calls: map[string]int{}}
 	r := newRig(t, 0)
-	r.wrap = func(inner docker.Runtime) docker.Runtime { rt.Runtime = inner; return rt }
+	r.wrap = func(inner runtime.Runtime) runtime.Runtime { rt.Runtime = inner; return rt }
 	r.crash() // the engine again, now through the counter
 
 	r.assign("task/plain", "RUNNING", ctr("app", "exit", "3"))
@@ -144,17 +144,17 @@ func sameCalls(got, want map[string]int) bool {
 // flakyCreates is a runtime whose creates fail while fails says so, and whose first start
 // finds its container gone (a create Docker rolled back); it notes when each create came.
 type flakyCreates struct {
-	docker.Runtime
+	runtime.Runtime
 	now     func() time.Time
 	fails   func(create int) bool
 	creates []time.Time
 	vanish  bool
 }
 
-func (f *flakyCreates) Create(ctx context.Context, spec docker.CreateSpec) (string, error) {
+func (f *flakyCreates) Create(ctx context.Context, spec runtime.CreateSpec) (string, error) {
 	f.creates = append(f.creates, f.now())
 	if f.fails(len(f.creates)) {
-		return "", fmt.Errorf("create: %w", docker.ErrUnavailable)
+		return "", fmt.Errorf("create: %w", runtime.ErrUnavailable)
 	}
 	return f.Runtime.Create(ctx, spec)
 }
@@ -165,7 +165,7 @@ func (f *flakyCreates) Start(ctx context.Context, id string) error {
 		if err := f.Runtime.Remove(ctx, id); err != nil {
 			return err
 		}
-		return fmt.Errorf("start: %w", docker.ErrNotFound)
+		return fmt.Errorf("start: %w", runtime.ErrNotFound)
 	}
 	return f.Runtime.Start(ctx, id)
 }
@@ -177,7 +177,7 @@ func TestACallsBackoffEndsWithItsSuccess(t *testing.T) {
 	rt := &flakyCreates{fails: func(n int) bool { return n <= 2 || n == 4 }}
 	r := newRig(t, time.Hour)
 	rt.now = r.clock.Now
-	r.wrap = func(inner docker.Runtime) docker.Runtime { rt.Runtime = inner; return rt }
+	r.wrap = func(inner runtime.Runtime) runtime.Runtime { rt.Runtime = inner; return rt }
 	r.crash() // the engine again, now through the flaky runtime
 
 	r.assign("task/flaky", "RUNNING", ctr("app", "sleep", "1h"))

@@ -8,11 +8,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/submit"
 )
 
@@ -47,7 +47,7 @@ type Engine struct {
 	cfg   Config
 	log   zerolog.Logger
 	j     *journal.Journal
-	rt    docker.Runtime
+	rt    runtime.Runtime
 	cp    ControlPlane
 	clock Clock
 	exec  Executor
@@ -75,7 +75,7 @@ type Engine struct {
 }
 
 // New builds an engine over an open journal. Recover must run before anything else.
-func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clock Clock, exec Executor, log zerolog.Logger) *Engine {
+func New(cfg Config, j *journal.Journal, rt runtime.Runtime, cp ControlPlane, clock Clock, exec Executor, log zerolog.Logger) *Engine {
 	cfg.defaults()
 	if clock == nil {
 		clock = WallClock
@@ -84,7 +84,7 @@ func New(cfg Config, j *journal.Journal, rt docker.Runtime, cp ControlPlane, clo
 		rng:     jitter.Rand(cfg.Seed),
 		sched:   newSchedule(),
 		calls:   newCalls(cfg.CleanupWorkers),
-		exits:   exitHold{held: map[string]docker.Exit{}},
+		exits:   exitHold{held: map[string]runtime.Exit{}},
 		images:  newImageCycle(),
 		inbox:   inbox{in: make(chan Input, 1024), queries: make(chan query), answered: make(chan struct{}, 1), drained: make(chan struct{}, 1)},
 		metrics: newMetrics(),

@@ -4,20 +4,20 @@ import (
 	"context"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/jitter"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // watchExits follows the runtime's exit stream and resubscribes at the last cursor when it
 // ends, with backoff, until ctx ends. It owns the exit stream's health slot. A resumed stream
 // gives again the exits at its cursor (a second container may have exited in that same
-// nanosecond): those this watcher handed in already are dropped (docker.ExitMark). After a
+// nanosecond): those this watcher handed in already are dropped (runtime.ExitMark). After a
 // restart the mark is gone and the core drops the repeats (an exit of a container that is not
 // RUNNING records nothing).
 func (e *Engine) watchExits(ctx context.Context) {
 	defer e.inbox.wg.Done()
 	bo := jitter.NewBackoff(250*time.Millisecond, 30*time.Second, jitter.Rand(e.cfg.Seed+3))
-	mark := docker.ExitMark{Cursor: e.exits.from}
+	mark := runtime.ExitMark{Cursor: e.exits.from}
 	for ctx.Err() == nil {
 		began := e.clock.Now()
 		ch, err := e.rt.Exits(ctx, mark.Cursor)
@@ -61,32 +61,16 @@ func (e *Engine) watchExits(ctx context.Context) {
 // spin at the first backoff.
 func (e *Engine) stayedUp(began time.Time) bool { return e.clock.Now().Sub(began) >= time.Second }
 
-// healthWatcher is the runtime's stream of health verdicts, when it has one (through a
-// wrapper that says what it wraps, too).
-func healthWatcher(rt docker.Runtime) docker.HealthWatcher {
-	for rt != nil {
-		if hw, ok := rt.(docker.HealthWatcher); ok {
-			return hw
-		}
-		u, ok := rt.(interface{ Unwrap() docker.Runtime })
-		if !ok {
-			return nil
-		}
-		rt = u.Unwrap()
-	}
-	return nil
-}
-
 // watchHealth follows the runtime's health verdicts and resubscribes when the stream ends,
 // with backoff, until ctx ends: a stream that stayed up ends the backoff, like the exit
 // stream's. Every subscription repeats the current verdicts; the core records a verdict only
 // when it changed.
-func (e *Engine) watchHealth(ctx context.Context, hw docker.HealthWatcher) {
+func (e *Engine) watchHealth(ctx context.Context) {
 	defer e.inbox.wg.Done()
 	bo := jitter.NewBackoff(250*time.Millisecond, 30*time.Second, jitter.Rand(e.cfg.Seed+4))
 	for ctx.Err() == nil {
 		began := e.clock.Now()
-		ch, err := hw.Health(ctx)
+		ch, err := e.rt.Health(ctx)
 		if err == nil {
 			for h := range ch {
 				select {

@@ -3,9 +3,9 @@ package engine
 import (
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // exitHold is the exits from the runtime's stream that are not journaled yet. It guards that
@@ -14,9 +14,9 @@ import (
 // burst the journal refused is kept (refused) until a commit takes it, since nothing else
 // re-derives it before a restart.
 type exitHold struct {
-	held     map[string]docker.Exit // exits seen before their start was journaled, by runtime id
-	released []docker.Exit          // held exits whose start is now journaled, to hand in again
-	refused  []docker.Exit          // exits the journal refused, kept until it takes them
+	held     map[string]runtime.Exit // exits seen before their start was journaled, by runtime id
+	released []runtime.Exit          // held exits whose start is now journaled, to hand in again
+	refused  []runtime.Exit          // exits the journal refused, kept until it takes them
 	// from is where the exit stream resumes (Recover sets it): the journaled cursor, but
 	// never later than a little before recovery began.
 	from int64
@@ -47,9 +47,9 @@ func (h *exitHold) after(st *fsm.State, r event.Record) {
 }
 
 // next takes the first released exit.
-func (h *exitHold) next() (docker.Exit, bool) {
+func (h *exitHold) next() (runtime.Exit, bool) {
 	if len(h.released) == 0 {
-		return docker.Exit{}, false
+		return runtime.Exit{}, false
 	}
 	x := h.released[0]
 	h.released = h.released[1:]
@@ -87,6 +87,6 @@ func (e *Engine) handleRefusedExits(now time.Time) {
 }
 
 // exitInput is the core's input for an exit from the runtime's stream.
-func exitInput(x docker.Exit) fsm.ContainerExited {
+func exitInput(x runtime.Exit) fsm.ContainerExited {
 	return fsm.ContainerExited{Task: x.Task, Container: x.Container, RuntimeID: x.ID, ExitCode: x.ExitCode, OOMKilled: x.OOMKilled, Reason: x.Reason, Cursor: x.Cursor}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/fsm"
 )
 
@@ -48,15 +47,9 @@ type ImageSpaceInput struct {
 
 func (ImageSpaceInput) isInput() {}
 
-// imageCollector is the runtime's image removal, when it has one.
-func (e *Engine) imageCollector() docker.ImageCollector {
-	ic, _ := e.rt.(docker.ImageCollector)
-	return ic
-}
-
 // imageCycleDue reports whether a collection cycle should ask for the disk space now.
 func (e *Engine) imageCycleDue(now time.Time) bool {
-	if e.cfg.Images.Interval <= 0 || e.imageCollector() == nil || e.images.asking || e.recon.pending {
+	if e.cfg.Images.Interval <= 0 || e.images.asking || e.recon.pending {
 		return false
 	}
 	if e.images.at.IsZero() {
@@ -70,11 +63,11 @@ func (e *Engine) imageCycleDue(now time.Time) bool {
 
 // askImageSpace is the executor's work for a cycle's disk question.
 func (e *Engine) askImageSpace() func() Input {
-	ic := e.imageCollector()
+	rt := e.rt
 	return func() Input {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		free, total, err := ic.ImageDiskFree(ctx)
+		free, total, err := rt.ImageDiskFree(ctx)
 		return ImageSpaceInput{Free: free, Total: total, Err: err}
 	}
 }

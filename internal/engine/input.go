@@ -4,10 +4,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // inbox is how inputs reach the loop: the goroutines that hand them in (the poller, the exit
@@ -66,10 +66,10 @@ type ActionResult struct {
 }
 
 // ExitInput is a container exit from the runtime's event stream.
-type ExitInput struct{ Exit docker.Exit }
+type ExitInput struct{ Exit runtime.Exit }
 
 // HealthInput is a verdict from the runtime's stream of health check verdicts.
-type HealthInput struct{ Change docker.HealthChange }
+type HealthInput struct{ Change runtime.HealthChange }
 
 func (HealthInput) isInput() {}
 

@@ -22,12 +22,9 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.inbox.wg.Add(1)
 		go e.poller(ctx)
 	}
-	e.inbox.wg.Add(1)
+	e.inbox.wg.Add(2)
 	go e.watchExits(ctx)
-	if hw := healthWatcher(e.rt); hw != nil {
-		e.inbox.wg.Add(1)
-		go e.watchHealth(ctx, hw)
-	}
+	go e.watchHealth(ctx)
 	e.Step(loopCtx, nil)
 	for {
 		var timer <-chan time.Time

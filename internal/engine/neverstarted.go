@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 )
 
@@ -12,13 +11,9 @@ import (
 // otherwise stay open until the task's cleanup, hours later. Only after the commit: before
 // it, a failed commit would leave the container CREATED and its start still to come.
 
-// neverStarted tells the runtime, if it holds anything for starts (docker.BindHolder), of
-// each container the committed records stopped from CREATED.
+// neverStarted tells the runtime of each container the committed records stopped from
+// CREATED (runtime.Runtime.NeverStarted).
 func (e *Engine) neverStarted(recs []event.Record) {
-	h, ok := e.rt.(docker.BindHolder)
-	if !ok {
-		return
-	}
 	for _, r := range recs {
 		ev, ok := r.Event.(*event.ContainerTransitioned)
 		if !ok || ev.From != event.StatusCreated || ev.To != event.StatusStopped {
@@ -26,7 +21,7 @@ func (e *Engine) neverStarted(recs []event.Record) {
 		}
 		if t := e.st.Tasks[r.Task]; t != nil {
 			if c := t.Container(r.Container); c != nil && c.RuntimeID != "" {
-				h.NeverStarted(c.RuntimeID)
+				e.rt.NeverStarted(c.RuntimeID)
 			}
 		}
 	}

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // What the runtime shows of a container reaches the core whole, the same way for reconcile
@@ -16,7 +16,7 @@ import (
 // container's ports missing from its RUNNING, or an exit code missing from its STOPPED.
 func TestTheRuntimesViewReachesTheCoreWhole(t *testing.T) {
 	bound := []event.NetworkBinding{{ContainerPort: 80, HostPort: 8080, Protocol: "tcp"}}
-	for _, s := range []docker.State{
+	for _, s := range []runtime.State{
 		{ID: "c1", Task: "t", Container: "app", Exited: true, ExitCode: 137, OOMKilled: true, StartedAt: time.Unix(1, 0)},
 		{ID: "c2", Task: "t", Container: "web", Running: true, Bindings: bound},
 	} {

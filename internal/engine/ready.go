@@ -6,11 +6,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/failpoint"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Ready is what one burst decided, as plain data: the records to journal, then the effects
@@ -68,7 +68,7 @@ type burst struct {
 	ready   Ready
 	next    uint64          // the sequence number the next record gets
 	waiting []waiting       // payloads of the burst, answered by its Acks once the commit returned
-	exits   []docker.Exit   // exits journaled in this burst, handed in again if the commit fails
+	exits   []runtime.Exit  // exits journaled in this burst, handed in again if the commit fails
 	out     fsm.InFlight    // the calls decided in this burst over those out (fsm.Over)
 	reports bool            // the burst decided (react): it may send the next report
 	ctx     context.Context // for the commit

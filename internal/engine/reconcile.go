@@ -6,10 +6,10 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/jitter"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // reconciler is the state of reconciling the runtime after the runtime did not answer at
@@ -98,7 +98,7 @@ func (e *Engine) probes() []Probe {
 // observe asks the runtime what it holds of this agent's containers, for reconcile: every
 // container it lists; a container created but never journaled, found by name; and, for each
 // container known by id that the runtime does not list, whether it is gone.
-func observe(ctx context.Context, rt docker.Runtime, probes []Probe) ([]fsm.Observed, error) {
+func observe(ctx context.Context, rt runtime.Runtime, probes []Probe) ([]fsm.Observed, error) {
 	owned, err := rt.List(ctx)
 	if err != nil {
 		return nil, err
@@ -118,9 +118,9 @@ func observe(ctx context.Context, rt docker.Runtime, probes []Probe) ([]fsm.Obse
 			}
 		case !listed[p.ID]:
 			_, err := rt.Inspect(ctx, p.ID)
-			if errors.Is(err, docker.ErrNotFound) {
+			if errors.Is(err, runtime.ErrNotFound) {
 				out = append(out, fsm.Observed{ID: p.ID, Task: p.Task, Container: p.Container, Gone: true})
-			} else if errors.Is(err, docker.ErrUnavailable) {
+			} else if errors.Is(err, runtime.ErrUnavailable) {
 				return nil, err
 			}
 		}
@@ -130,6 +130,6 @@ func observe(ctx context.Context, rt docker.Runtime, probes []Probe) ([]fsm.Obse
 
 // observed is a container as the runtime shows it, in the core's terms: the one mapping of
 // the runtime's state, for reconcile and for the calls that look (start, stop, inspect).
-func observed(s docker.State) fsm.Observed {
+func observed(s runtime.State) fsm.Observed {
 	return fsm.Observed{ID: s.ID, Task: s.Task, Container: s.Container, Running: s.Running, Exited: s.Exited, ExitCode: s.ExitCode, OOMKilled: s.OOMKilled, Bindings: s.Bindings}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
@@ -21,6 +20,7 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/model"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
@@ -93,11 +93,11 @@ type rig struct {
 	j        *journal.Journal
 	rt       *simruntime.Runtime
 	e        *engine.Engine
-	mark     docker.ExitMark // how far settle has handed in the runtime's exits
+	mark     runtime.ExitMark // how far settle has handed in the runtime's exits
 	msg      int
 	diskFull atomic.Bool // makes every journal commit fail, as a full disk would
 	// wrap, when set, stands between the engine and the simulated runtime (a call counter).
-	wrap func(docker.Runtime) docker.Runtime
+	wrap func(runtime.Runtime) runtime.Runtime
 }
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -131,7 +131,7 @@ func (r *rig) start() {
 	r.exec = &syncExec{}
 	cfg := r.cfg
 	cfg.AgentID = id
-	var rt docker.Runtime = r.rt
+	var rt runtime.Runtime = r.rt
 	if r.wrap != nil {
 		rt = r.wrap(rt)
 	}
@@ -139,7 +139,7 @@ func (r *rig) start() {
 	if err := r.e.Recover(context.Background()); err != nil {
 		r.t.Fatal(err)
 	}
-	r.mark = docker.ExitMark{}
+	r.mark = runtime.ExitMark{}
 }
 
 // crash drops the engine and every in-memory object without a clean shutdown, then starts

@@ -4,21 +4,21 @@ package engine_test
 
 import (
 	"fmt"
-	"runtime"
+	goruntime "runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // With the guard compiled out of the core (-tags simbug), the seed's race script must fail: a
 // script that still passed would prove nothing about the guard.
 func TestScriptsFailWithoutTheGuard(t *testing.T) {
 	rec := &failureRecorder{TB: t}
-	s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]docker.State{}}}
+	s := &script{t: rec, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]runtime.State{}}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -54,14 +54,14 @@ func (r *failureRecorder) record(msg string) {
 		r.msg = msg
 	}
 }
-func (r *failureRecorder) Fatal(args ...any) { r.record(fmt.Sprint(args...)); runtime.Goexit() }
+func (r *failureRecorder) Fatal(args ...any) { r.record(fmt.Sprint(args...)); goruntime.Goexit() }
 func (r *failureRecorder) Fatalf(format string, args ...any) {
 	r.record(fmt.Sprintf(format, args...))
-	runtime.Goexit()
+	goruntime.Goexit()
 }
 func (r *failureRecorder) Error(args ...any)                 { r.record(fmt.Sprint(args...)) }
 func (r *failureRecorder) Errorf(format string, args ...any) { r.record(fmt.Sprintf(format, args...)) }
-func (r *failureRecorder) FailNow()                          { r.record("FailNow"); runtime.Goexit() }
+func (r *failureRecorder) FailNow()                          { r.record("FailNow"); goruntime.Goexit() }
 func (r *failureRecorder) Fail()                             { r.record("Fail") }
 func (r *failureRecorder) Failed() bool                      { r.mu.Lock(); defer r.mu.Unlock(); return r.failed }
 func (r *failureRecorder) Helper()                           {}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,7 +16,6 @@ import (
 	"github.com/cockroachdb/datadriven"
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
@@ -23,6 +23,7 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/model"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // TestScripts plays the engine's stories in testdata/ (rewrite expectations with -rewrite).
@@ -58,7 +59,7 @@ import (
 //	timeline TASK                         journal timeline's text for the task
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		s := &script{t: t, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]docker.State{}}}
+		s := &script{t: t, dir: t.TempDir(), clock: &fakeClock{now: t0}, rt: &scriptRuntime{byID: map[string]runtime.State{}}}
 		t.Cleanup(func() {
 			if s.j != nil {
 				s.j.Close()
@@ -165,9 +166,9 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		d.MaybeScanArgs(t, "code", &code)
 		c := s.e.State().Tasks[task].Container(ctr)
 		s.cursor++
-		x := docker.Exit{ID: c.RuntimeID, Task: task, Container: ctr, ExitCode: code, Cursor: s.cursor, OOMKilled: d.HasArg("oom")}
+		x := runtime.Exit{ID: c.RuntimeID, Task: task, Container: ctr, ExitCode: code, Cursor: s.cursor, OOMKilled: d.HasArg("oom")}
 		if d.HasArg("oom-unknown") {
-			x.Reason = docker.OOMUnknown
+			x.Reason = runtime.OOMUnknown
 		}
 		return s.step(engine.ExitInput{Exit: x})
 	case "answer":
@@ -175,7 +176,7 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 	case "health":
 		task, ctr := subject(t, d.CmdArgs[0].Key)
 		c := s.e.State().Tasks[task].Container(ctr)
-		return s.step(engine.HealthInput{Change: docker.HealthChange{ID: c.RuntimeID, Task: task, Container: ctr, Health: event.Health(d.CmdArgs[1].Key)}})
+		return s.step(engine.HealthInput{Change: runtime.HealthChange{ID: c.RuntimeID, Task: task, Container: ctr, Health: event.Health(d.CmdArgs[1].Key)}})
 	case "tick":
 		s.clock.set(s.clock.Now().Add(mustDuration(t, d.CmdArgs[0].Key)))
 		return s.step(nil)
@@ -185,7 +186,7 @@ func (s *script) do(t testing.TB, d *datadriven.TestData) string {
 		if c := s.e.State().Tasks[task]; c != nil && c.Container(ctr).RuntimeID != "" {
 			id = c.Container(ctr).RuntimeID
 		}
-		st := docker.State{ID: id, Task: task, Container: ctr}
+		st := runtime.State{ID: id, Task: task, Container: ctr}
 		switch arg := d.CmdArgs[1]; arg.Key {
 		case "running":
 			st.Running = true
@@ -416,15 +417,24 @@ func (refusingCP) Report(context.Context, []protocol.StateChange) protocol.Repor
 // scriptRuntime holds what the script says the runtime has, for reconciliation after a
 // crash; every call with an effect is refused (effects are never carried out).
 type scriptRuntime struct {
-	byID map[string]docker.State
+	byID map[string]runtime.State
 	down bool // List answers that the runtime is unavailable
 }
 
 var errScripted = errors.New("scripts carry out no runtime calls")
 
-func (r *scriptRuntime) Name() string                       { return "script" }
-func (r *scriptRuntime) Pull(context.Context, string) error { return errScripted }
-func (r *scriptRuntime) Create(context.Context, docker.CreateSpec) (string, error) {
+func (r *scriptRuntime) Name() string { return "script" }
+func (r *scriptRuntime) PullImage(context.Context, string, string) (runtime.PullOutcome, error) {
+	return runtime.PullOutcome{}, errScripted
+}
+func (r *scriptRuntime) NeverStarted(string) {}
+func (r *scriptRuntime) Health(context.Context) (<-chan runtime.HealthChange, error) {
+	return nil, errScripted
+}
+func (r *scriptRuntime) Logs(context.Context, string, runtime.LogOptions) (io.ReadCloser, error) {
+	return nil, errScripted
+}
+func (r *scriptRuntime) Create(context.Context, runtime.CreateSpec) (string, error) {
 	return "", errScripted
 }
 func (r *scriptRuntime) Start(context.Context, string) error                 { return errScripted }
@@ -435,31 +445,31 @@ func (r *scriptRuntime) RemoveImage(context.Context, string, []string) error { r
 func (r *scriptRuntime) ImageDiskFree(context.Context) (uint64, uint64, error) {
 	return 0, 0, errScripted
 }
-func (r *scriptRuntime) Exits(context.Context, int64) (<-chan docker.Exit, error) {
+func (r *scriptRuntime) Exits(context.Context, int64) (<-chan runtime.Exit, error) {
 	return nil, errScripted
 }
-func (r *scriptRuntime) Inspect(_ context.Context, id string) (docker.State, error) {
+func (r *scriptRuntime) Inspect(_ context.Context, id string) (runtime.State, error) {
 	if st, ok := r.byID[id]; ok {
 		return st, nil
 	}
-	return docker.State{}, docker.ErrNotFound
+	return runtime.State{}, runtime.ErrNotFound
 }
-func (r *scriptRuntime) Find(_ context.Context, task, container string) (docker.State, error) {
+func (r *scriptRuntime) Find(_ context.Context, task, container string) (runtime.State, error) {
 	for _, st := range r.byID {
 		if st.Task == task && st.Container == container {
 			return st, nil
 		}
 	}
-	return docker.State{}, docker.ErrNotFound
+	return runtime.State{}, runtime.ErrNotFound
 }
-func (r *scriptRuntime) List(context.Context) ([]docker.State, error) {
+func (r *scriptRuntime) List(context.Context) ([]runtime.State, error) {
 	if r.down {
-		return nil, fmt.Errorf("list: %w", docker.ErrUnavailable)
+		return nil, fmt.Errorf("list: %w", runtime.ErrUnavailable)
 	}
-	out := make([]docker.State, 0, len(r.byID))
+	out := make([]runtime.State, 0, len(r.byID))
 	for _, st := range r.byID {
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b docker.State) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b runtime.State) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }

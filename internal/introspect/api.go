@@ -19,10 +19,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Info is static metadata about the agent.
@@ -30,7 +30,7 @@ type Info struct {
 	Version string
 	DataDir string
 	Runtime string
-	Logs    docker.LogReader // container logs (the runtime); nil: the logs endpoint answers 501
+	Logs    runtime.Runtime // whose container logs the logs endpoint serves; nil: it answers 501
 	// TimelineMaxRecords bounds the journal records one status/timeline.svg request reads
 	// (0: DefaultTimelineMaxRecords); a task with more is answered 422 naming the bound.
 	TimelineMaxRecords int

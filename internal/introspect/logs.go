@@ -11,9 +11,9 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/fsm"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // MultiplexedStream is the media type of the Docker Engine's multiplexed stdout/stderr
@@ -42,14 +42,14 @@ func logsPath(rest string) (arn, container string, ok bool) {
 
 // serveLogs answers GET /v1/tasks/{arn}/containers/{name}/logs?tail=N&follow=1: the
 // container's stdout and stderr while it exists on the runtime (until cleanup removes it).
-func serveLogs(e *engine.Engine, src docker.LogReader, w http.ResponseWriter, r *http.Request, arn, name string) {
+func serveLogs(e *engine.Engine, src runtime.Runtime, w http.ResponseWriter, r *http.Request, arn, name string) {
 	// A container writes what it likes: no browser may take it for HTML and run it.
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if src == nil {
 		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "this agent serves no container logs"})
 		return
 	}
-	opts := docker.LogOptions{Tail: -1}
+	opts := runtime.LogOptions{Tail: -1}
 	if v := r.URL.Query().Get("tail"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
@@ -94,7 +94,7 @@ func serveLogs(e *engine.Engine, src docker.LogReader, w http.ResponseWriter, r 
 		return
 	}
 	rc, err := src.Logs(r.Context(), id, opts)
-	if errors.Is(err, docker.ErrNotFound) {
+	if errors.Is(err, runtime.ErrNotFound) {
 		writeJSON(w, http.StatusGone, map[string]string{"error": "container " + name + " of task " + arn + " is no longer on the runtime"})
 		return
 	}

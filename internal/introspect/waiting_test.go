@@ -10,11 +10,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 	"github.com/agentd/agentd/internal/introspect"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
@@ -31,14 +31,14 @@ func TestAWaitingContainerSaysWhatItWaitsFor(t *testing.T) {
 		HealthCheck: &event.HealthCheck{Command: []string{"CMD", "/testbox", "probe"}}, StartTimeoutS: &timeout}
 	web := event.ContainerSpec{Name: "web", Image: "web", Essential: true, DependsOn: []event.Dependency{{Container: "db", Condition: event.DependHealthy}}}
 	// What the runtime holds matches the journal, so recovery's reconcile changes nothing.
-	dbID, err := rt.Create(ctx, docker.CreateSpec{Task: "svc", Container: db})
+	dbID, err := rt.Create(ctx, runtime.CreateSpec{Task: "svc", Container: db})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.Start(ctx, dbID); err != nil {
 		t.Fatal(err)
 	}
-	webID, err := rt.Create(ctx, docker.CreateSpec{Task: "svc", Container: web})
+	webID, err := rt.Create(ctx, runtime.CreateSpec{Task: "svc", Container: web})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Create is idempotent by (task, container): a crash between a create and journaling its id
@@ -35,7 +35,7 @@ func createIsIdempotentAndFoundByLabels(t *testing.T, s *subject) {
 	if err != nil || len(list) != 1 || list[0].ID != id || list[0].Task != "task/once" || list[0].Container != "app" {
 		t.Fatalf("list: %+v, %v; want only %s, with its labels", list, err, id)
 	}
-	if _, err := s.rt.Find(ctx, "task/once", "other"); !errors.Is(err, docker.ErrNotFound) {
+	if _, err := s.rt.Find(ctx, "task/once", "other"); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("find of a container never made: %v; want ErrNotFound", err)
 	}
 }
@@ -45,7 +45,7 @@ func createIsIdempotentAndFoundByLabels(t *testing.T, s *subject) {
 // ones: it gives every exit at or after its cursor, since another container may have exited in
 // the same nanosecond as the last exit the reader took (Docker's die times are the daemon's
 // wall clock) and would otherwise never be given; the reader drops what it took already
-// (docker.ExitMark).
+// (runtime.ExitMark).
 func exitCodesReachInspectAndTheExitStream(t *testing.T, s *subject) {
 	first := s.start(s.spec("task/three", "exit", "3"))
 	x := s.exit(first)
@@ -85,12 +85,12 @@ func exitCodesReachInspectAndTheExitStream(t *testing.T, s *subject) {
 // container that has exited is no error.
 func stopEndsAContainerAsItsSignalAndTimeoutSay(t *testing.T, s *subject) {
 	sec := func(n int) *int { return &n }
-	spec := func(task string, c event.ContainerSpec) docker.CreateSpec {
+	spec := func(task string, c event.ContainerSpec) runtime.CreateSpec {
 		c.Name, c.Image = "app", s.eng.Image
-		return docker.CreateSpec{Task: task, Container: c}
+		return runtime.CreateSpec{Task: task, Container: c}
 	}
 	for _, c := range []struct {
-		spec    docker.CreateSpec
+		spec    runtime.CreateSpec
 		timeout time.Duration
 		want    int
 		why     string
@@ -122,7 +122,7 @@ func aContainerThatRanIsNeverStartedAgain(t *testing.T, s *subject) {
 	s.exit(id)
 	before := s.inspect(id)
 	err := s.rt.Start(ctx, id)
-	if !errors.Is(err, docker.ErrAlreadyStarted) || !strings.Contains(err.Error(), "exited 3") {
+	if !errors.Is(err, runtime.ErrAlreadyStarted) || !strings.Contains(err.Error(), "exited 3") {
 		t.Fatalf("second start: %v; want ErrAlreadyStarted naming the exit", err)
 	}
 	if after := s.inspect(id); after.Running || !after.StartedAt.Equal(before.StartedAt) || !after.FinishedAt.Equal(before.FinishedAt) {
@@ -167,11 +167,11 @@ func removeTakesTheContainerAndAgainSucceeds(t *testing.T, s *subject) {
 				t.Fatalf("remove %s (%d): %v; want success", id, try, err)
 			}
 		}
-		if _, err := s.rt.Inspect(ctx, id); !errors.Is(err, docker.ErrNotFound) {
+		if _, err := s.rt.Inspect(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 			t.Fatalf("inspect of a removed container: %v; want ErrNotFound", err)
 		}
 	}
-	if _, err := s.rt.Find(ctx, "task/running", "app"); !errors.Is(err, docker.ErrNotFound) {
+	if _, err := s.rt.Find(ctx, "task/running", "app"); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("find of a removed container: %v; want ErrNotFound", err)
 	}
 	if list, err := s.rt.List(ctx); err != nil || len(list) != 0 {
@@ -185,13 +185,13 @@ func anUnknownContainerIsNotFound(t *testing.T, s *subject) {
 	ctx := context.Background()
 	// A well-formed id no engine holds.
 	const id = "0000000000000000000000000000000000000000000000000000000000c0ffee"
-	if _, err := s.rt.Inspect(ctx, id); !errors.Is(err, docker.ErrNotFound) {
+	if _, err := s.rt.Inspect(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("inspect: %v; want ErrNotFound", err)
 	}
-	if err := s.rt.Start(ctx, id); !errors.Is(err, docker.ErrNotFound) {
+	if err := s.rt.Start(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("start: %v; want ErrNotFound", err)
 	}
-	if err := s.rt.Stop(ctx, id, time.Second); !errors.Is(err, docker.ErrNotFound) {
+	if err := s.rt.Stop(ctx, id, time.Second); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("stop: %v; want ErrNotFound", err)
 	}
 	if err := s.rt.Remove(ctx, id); err != nil {
@@ -221,10 +221,10 @@ func otherAgentsContainersAreNeverTouched(t *testing.T, s *subject) {
 	if list, err := mine.List(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("lists another agent's containers: %+v, %v", list, err)
 	}
-	if _, err := mine.Find(ctx, "task/shared", "app"); !errors.Is(err, docker.ErrNotFound) {
+	if _, err := mine.Find(ctx, "task/shared", "app"); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("finds another agent's container: %v", err)
 	}
-	if _, err := mine.Inspect(ctx, theirs); !errors.Is(err, docker.ErrNotFound) {
+	if _, err := mine.Inspect(ctx, theirs); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("inspects another agent's container: %v", err)
 	}
 	if err := mine.Stop(ctx, theirs, time.Second); err == nil {
@@ -254,7 +254,7 @@ func healthChecksReachTheirVerdicts(t *testing.T, s *subject) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(task string, words ...string) docker.CreateSpec {
+	check := func(task string, words ...string) runtime.CreateSpec {
 		spec := s.spec(task, "serve", "8080")
 		spec.Container.HealthCheck = &event.HealthCheck{Command: append([]string{"CMD", "/testbox"}, words...), IntervalS: 1, TimeoutS: 5, Retries: 2}
 		return spec
@@ -304,7 +304,7 @@ func publishedPortsAreReportedAsBound(t *testing.T, s *subject) {
 func logsCarryWhatTheContainerWrote(t *testing.T, s *subject) {
 	id := s.start(s.spec("task/logs", "run"))
 	s.logged(id, "testbox: [run]\n")
-	rc, err := s.rt.Logs(context.Background(), id, docker.LogOptions{Tail: 1})
+	rc, err := s.rt.Logs(context.Background(), id, runtime.LogOptions{Tail: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

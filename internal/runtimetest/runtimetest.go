@@ -1,5 +1,5 @@
-// Package runtimetest is the contract every agentd container runtime keeps — docker.Runtime
-// and the interfaces beside it (docker.Full) — written once as tests any runtime runs: the
+// Package runtimetest is the contract every agentd container runtime keeps — runtime.Runtime
+// — written once as tests any runtime runs: the
 // simulated runtime (package simruntime) runs them in every `go test`, the Docker Engine
 // runtime with AGENTD_DOCKER_TESTS=1 (after `make testbox-image`).
 //
@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Engine is one engine under test, made afresh for each test.
@@ -32,7 +32,7 @@ type Engine struct {
 	// Open returns the runtime of agent on this engine. Every runtime Open returns within one
 	// test shares the engine: what one agent made, a runtime opened after it for another agent
 	// sees on the engine (and must leave alone). Open cleans up after itself when t ends.
-	Open func(t *testing.T, agent string) docker.Full
+	Open func(t *testing.T, agent string) runtime.Runtime
 }
 
 // Run runs every contract test against engines newEngine makes, one a test.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // subject is one test's runtime under test and the waits the tests share. Every wait is on
@@ -20,7 +20,7 @@ type subject struct {
 	t     *testing.T
 	eng   Engine
 	agent string
-	rt    docker.Full
+	rt    runtime.Runtime
 	since int64 // the test's exits come after this cursor
 }
 
@@ -31,11 +31,11 @@ func newSubject(t *testing.T, eng Engine) *subject {
 }
 
 // spec is a container "app" of task running the test image with the words cmd.
-func (s *subject) spec(task string, cmd ...string) docker.CreateSpec {
-	return docker.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: s.eng.Image, Command: cmd}}
+func (s *subject) spec(task string, cmd ...string) runtime.CreateSpec {
+	return runtime.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: s.eng.Image, Command: cmd}}
 }
 
-func (s *subject) create(spec docker.CreateSpec) string {
+func (s *subject) create(spec runtime.CreateSpec) string {
 	s.t.Helper()
 	id, err := s.rt.Create(context.Background(), spec)
 	if err != nil {
@@ -45,7 +45,7 @@ func (s *subject) create(spec docker.CreateSpec) string {
 }
 
 // start creates and starts the container of spec.
-func (s *subject) start(spec docker.CreateSpec) string {
+func (s *subject) start(spec runtime.CreateSpec) string {
 	s.t.Helper()
 	id := s.create(spec)
 	if err := s.rt.Start(context.Background(), id); err != nil {
@@ -54,7 +54,7 @@ func (s *subject) start(spec docker.CreateSpec) string {
 	return id
 }
 
-func (s *subject) inspect(id string) docker.State {
+func (s *subject) inspect(id string) runtime.State {
 	s.t.Helper()
 	st, err := s.rt.Inspect(context.Background(), id)
 	if err != nil {
@@ -65,14 +65,14 @@ func (s *subject) inspect(id string) docker.State {
 
 // exit waits for the container's exit in the runtime's exit stream (subscribed from the
 // test's start, so an exit that came before the wait is still seen).
-func (s *subject) exit(id string) docker.Exit {
+func (s *subject) exit(id string) runtime.Exit {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	return s.exitAfter(ctx, s.since, id)
 }
 
-func (s *subject) exitAfter(ctx context.Context, cursor int64, id string) docker.Exit {
+func (s *subject) exitAfter(ctx context.Context, cursor int64, id string) runtime.Exit {
 	s.t.Helper()
 	exits, err := s.rt.Exits(ctx, cursor)
 	if err != nil {
@@ -99,7 +99,7 @@ func (s *subject) logged(id, want string) {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	rc, err := s.rt.Logs(ctx, id, docker.LogOptions{Tail: -1, Follow: true})
+	rc, err := s.rt.Logs(ctx, id, runtime.LogOptions{Tail: -1, Follow: true})
 	if err != nil {
 		s.t.Fatalf("logs %s: %v", id, err)
 	}
@@ -150,7 +150,7 @@ func (m *matcher) text() string {
 }
 
 // verdict waits for the container's health to turn want on the stream ch.
-func (s *subject) verdict(ch <-chan docker.HealthChange, id string, want event.Health) docker.HealthChange {
+func (s *subject) verdict(ch <-chan runtime.HealthChange, id string, want event.Health) runtime.HealthChange {
 	s.t.Helper()
 	timeout := time.After(wait)
 	for {

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 const secret = "hunter2-planted-secret"
@@ -174,11 +174,11 @@ func TestPayloadSealing(t *testing.T) {
 }
 
 type fakeRuntime struct {
-	docker.Runtime
-	got []docker.CreateSpec
+	runtime.Runtime
+	got []runtime.CreateSpec
 }
 
-func (f *fakeRuntime) Create(_ context.Context, s docker.CreateSpec) (string, error) {
+func (f *fakeRuntime) Create(_ context.Context, s runtime.CreateSpec) (string, error) {
 	f.got = append(f.got, s)
 	return "id", nil
 }
@@ -188,14 +188,14 @@ func TestOpeningRuntime(t *testing.T) {
 	inner := &fakeRuntime{}
 	rt := OpeningRuntime{Runtime: inner, Key: k}
 	s, _ := k.Seal("PW", secret)
-	if _, err := rt.Create(context.Background(), docker.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "app", Env: map[string]string{"PW": s, "OLD": "clear"}}}); err != nil {
+	if _, err := rt.Create(context.Background(), runtime.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "app", Env: map[string]string{"PW": s, "OLD": "clear"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := inner.got[0].Container.Env; got["PW"] != secret || got["OLD"] != "clear" {
 		t.Fatalf("runtime got env %v", got)
 	}
 	s2, _ := other.Seal("PW", secret)
-	_, err := rt.Create(context.Background(), docker.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "app", Env: map[string]string{"PW": s2}}})
+	_, err := rt.Create(context.Background(), runtime.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "app", Env: map[string]string{"PW": s2}}})
 	if err == nil || !strings.Contains(err.Error(), "container app") || !strings.Contains(err.Error(), k.Path()) || strings.Contains(err.Error(), secret) {
 		t.Fatalf("err = %v: want the container and key file named, no value", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // linkTree makes an allowed root with inside/x and shared/escape, a link to a directory
@@ -40,8 +41,8 @@ func TestSimRefusesLinkedBindSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mount := func(src string) docker.CreateSpec {
-		return docker.CreateSpec{Task: "task/b", Container: event.ContainerSpec{Name: "app", Image: "img",
+	mount := func(src string) runtime.CreateSpec {
+		return runtime.CreateSpec{Task: "task/b", Container: event.ContainerSpec{Name: "app", Image: "img",
 			Mounts: []event.Mount{{Type: event.MountTmpfs, Target: "/t"}, {Type: event.MountBind, Source: src, Target: "/data"}}}}
 	}
 	if _, err := sim.Create(t.Context(), mount(root+"/inside/x")); err == nil || !strings.Contains(err.Error(), "allows no bind mounts") {

@@ -3,7 +3,7 @@ package simruntime_test
 import (
 	"testing"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/runtimetest"
 	"github.com/agentd/agentd/internal/simruntime"
 )
@@ -15,7 +15,7 @@ func TestSimKeepsTheRuntimeContract(t *testing.T) {
 	const image = "agentd-testbox:latest"
 	runtimetest.Run(t, func(t *testing.T) runtimetest.Engine {
 		dir := t.TempDir()
-		return runtimetest.Engine{Image: image, Open: func(t *testing.T, agent string) docker.Full {
+		return runtimetest.Engine{Image: image, Open: func(t *testing.T, agent string) runtime.Runtime {
 			rt, err := simruntime.Open(dir, agent, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -1,7 +1,7 @@
 // Package simruntime is agentd's simulated container runtime: a deterministic stand-in for the
-// Docker Engine behind the same interfaces (docker.Runtime and every optional one beside it,
-// docker.Full), for dev mode (`agentd dev`, `agentd run --runtime sim`), benchmarks of the
-// agent without an engine, and the deterministic simulation.
+// Docker Engine keeping the same contract (runtime.Runtime), for dev mode (`agentd dev`,
+// `agentd run --runtime sim`), benchmarks of the agent without an engine, and the
+// deterministic simulation.
 //
 // It promises:
 //
@@ -10,7 +10,7 @@
 //     clock given, no map order in any answer, no goroutine but the streams' own.
 //   - Docker's contract, by Docker's rules. What the package runtimetest checks of every
 //     runtime holds here too, through the rules the Docker runtime applies itself
-//     (docker.Name, docker.CheckStart, docker.StopTimeout, docker.BindRoots): containers
+//     (runtime.Name, runtime.CheckStart, runtime.StopTimeout, docker.BindRoots): containers
 //     carry the agent's id and only the agent's are touched; Create is idempotent by task and
 //     container; a container that has run is never started again (ErrAlreadyStarted), and
 //     with -tags runtimebug the guard goes as it goes in the Docker runtime.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/distribution/reference"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // The simulated runtime's images and the registries they come from. An image is absent until
@@ -79,7 +79,7 @@ func (s *Runtime) SetSleep(sleep func(ctx context.Context, d time.Duration) erro
 
 // SetDefaultPullPolicy is the policy for a container that names none (--pull-policy).
 func (s *Runtime) SetDefaultPullPolicy(policy string) error {
-	if err := docker.CheckPullPolicy(policy); err != nil {
+	if err := runtime.CheckPullPolicy(policy); err != nil {
 		return fmt.Errorf("--pull-policy: %w", err)
 	}
 	s.mu.Lock()
@@ -132,51 +132,51 @@ func (s *Runtime) SetAlias(ref, target string) error {
 }
 
 // Tag names the image src names by dst too, as `docker tag` (an operator's tag): the image is
-// then no longer the agent's alone to delete. docker.ErrNotFound when src names no image.
-func (s *Runtime) Tag(src, dst string) (docker.PullOutcome, error) {
+// then no longer the agent's alone to delete. runtime.ErrNotFound when src names no image.
+func (s *Runtime) Tag(src, dst string) (runtime.PullOutcome, error) {
 	sr, err := imageRef(src)
 	if err != nil {
-		return docker.PullOutcome{}, err
+		return runtime.PullOutcome{}, err
 	}
 	dr, err := imageRef(dst)
 	if err != nil {
-		return docker.PullOutcome{}, err
+		return runtime.PullOutcome{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	img, ok := s.state.Images[sr]
 	if !ok {
-		return docker.PullOutcome{}, fmt.Errorf("tag %s: %w", src, docker.ErrNotFound)
+		return runtime.PullOutcome{}, fmt.Errorf("tag %s: %w", src, runtime.ErrNotFound)
 	}
 	d := *img
 	d.Ref = dr
-	return docker.PullOutcome{Digest: d.Digest, ImageID: d.ID}, s.putImage(&d)
+	return runtime.PullOutcome{Digest: d.Digest, ImageID: d.ID}, s.putImage(&d)
 }
 
 // Preload puts an image on the simulated engine as an operator would (not pulled by the
 // agent: image GC must leave it).
-func (s *Runtime) Preload(image string) (docker.PullOutcome, error) {
+func (s *Runtime) Preload(image string) (runtime.PullOutcome, error) {
 	ref, err := imageRef(image)
 	if err != nil {
-		return docker.PullOutcome{}, err
+		return runtime.PullOutcome{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	img := s.registryImage(ref)
 	if err := s.putImage(img); err != nil {
-		return docker.PullOutcome{}, err
+		return runtime.PullOutcome{}, err
 	}
-	return docker.PullOutcome{Digest: img.Digest, ImageID: img.ID}, nil
+	return runtime.PullOutcome{Digest: img.Digest, ImageID: img.ID}, nil
 }
 
 // Images lists the images the simulated engine holds, by reference.
-func (s *Runtime) Images() []docker.PullOutcome {
+func (s *Runtime) Images() []runtime.PullOutcome {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]docker.PullOutcome, 0, len(s.state.Images))
+	out := make([]runtime.PullOutcome, 0, len(s.state.Images))
 	for _, ref := range sortedKeys(s.state.Images) {
 		img := s.state.Images[ref]
-		out = append(out, docker.PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled})
+		out = append(out, runtime.PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled})
 	}
 	return out
 }
@@ -258,15 +258,15 @@ func (s *Runtime) putImage(img *heldImage) error {
 	return s.save(fileOp{PutImage: img})
 }
 
-// PullImage makes the image present as policy says (ImagePuller), as the Docker runtime
+// PullImage makes the image present as policy says (runtime.Runtime), as the Docker runtime
 // does: see the package's comment on images for what can happen.
-func (s *Runtime) PullImage(ctx context.Context, image, policy string) (docker.PullOutcome, error) {
-	if err := docker.CheckPullPolicy(policy); err != nil {
-		return docker.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+func (s *Runtime) PullImage(ctx context.Context, image, policy string) (runtime.PullOutcome, error) {
+	if err := runtime.CheckPullPolicy(policy); err != nil {
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
 	ref, err := imageRef(image)
 	if err != nil {
-		return docker.PullOutcome{}, fmt.Errorf("pull %s: bad reference: %v", image, err)
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: bad reference: %v", image, err)
 	}
 	s.mu.Lock()
 	if policy == "" {
@@ -282,18 +282,18 @@ func (s *Runtime) PullImage(ctx context.Context, image, policy string) (docker.P
 	if sleep == nil {
 		sleep = wallSleep
 	}
-	var out docker.PullOutcome
+	var out runtime.PullOutcome
 	if present {
-		out = docker.PullOutcome{Digest: cached.Digest, ImageID: cached.ID, RefExisted: true}
+		out = runtime.PullOutcome{Digest: cached.Digest, ImageID: cached.ID, RefExisted: true}
 	}
 	switch {
 	case policy == event.PullNever && !present:
-		return docker.PullOutcome{}, fmt.Errorf("pull %s: not present, and pull_policy is never", image)
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: not present, and pull_policy is never", image)
 	case policy == event.PullNever, policy != event.PullAlways && present:
 		return out, nil
 	}
 	if err := failsAt(image, "pull"); err != nil {
-		return docker.PullOutcome{}, fmt.Errorf("pull %s: manifest unknown: simulated failure (image name contains fail-pull)", image)
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: manifest unknown: simulated failure (image name contains fail-pull)", image)
 	}
 	wait := time.Second
 tries:
@@ -303,14 +303,14 @@ tries:
 			f = faults(image, try)
 		}
 		if err := sleep(ctx, f.Took); err != nil {
-			return docker.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+			return runtime.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 		}
 		switch {
 		case f.Permanent != "":
-			return docker.PullOutcome{}, fmt.Errorf("pull %s: %s (simulated)", image, f.Permanent)
+			return runtime.PullOutcome{}, fmt.Errorf("pull %s: %s (simulated)", image, f.Permanent)
 		case f.Transient && try < PullTries:
 			if err := sleep(ctx, wait); err != nil {
-				return docker.PullOutcome{}, fmt.Errorf("pull %s: %w (after %d tries)", image, err, try)
+				return runtime.PullOutcome{}, fmt.Errorf("pull %s: %w (after %d tries)", image, err, try)
 			}
 			wait *= 2
 			continue
@@ -318,7 +318,7 @@ tries:
 			out.Note = fmt.Sprintf("pull of %s failed transiently (simulated 503, %d tries); using the cached image %s", image, try, out.ImageID)
 			return out, nil
 		case f.Transient:
-			return docker.PullOutcome{}, fmt.Errorf("pull %s: failed transiently %d times, the last: simulated 503 Service Unavailable", image, try)
+			return runtime.PullOutcome{}, fmt.Errorf("pull %s: failed transiently %d times, the last: simulated 503 Service Unavailable", image, try)
 		}
 		break tries
 	}
@@ -326,21 +326,15 @@ tries:
 	defer s.mu.Unlock()
 	img := s.registryImage(ref)
 	if cur, ok := s.state.Images[ref]; ok && cur.ID == img.ID {
-		return docker.PullOutcome{Digest: cur.Digest, ImageID: cur.ID, RefExisted: true}, nil // up to date
+		return runtime.PullOutcome{Digest: cur.Digest, ImageID: cur.ID, RefExisted: true}, nil // up to date
 	}
 	// As Docker: the agent's only if the engine held no image of this id before, under any
 	// name (an operator's pinned digest of the same build stays the operator's).
 	img.Pulled = !held[img.ID]
 	if err := s.putImage(img); err != nil {
-		return docker.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
+		return runtime.PullOutcome{}, fmt.Errorf("pull %s: %w", image, err)
 	}
-	return docker.PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled}, nil
-}
-
-// PullWith is PullImage without its outcome (docker.PolicyPuller).
-func (s *Runtime) PullWith(ctx context.Context, image, policy string) error {
-	_, err := s.PullImage(ctx, image, policy)
-	return err
+	return runtime.PullOutcome{Digest: img.Digest, ImageID: img.ID, Pulled: img.Pulled}, nil
 }
 
 func wallSleep(ctx context.Context, d time.Duration) error {
@@ -357,11 +351,11 @@ func wallSleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// RemoveImage takes back the agent's names of an image (ImageCollector), as the Docker
+// RemoveImage takes back the agent's names of an image (runtime.Runtime), as the Docker
 // runtime does on Docker: each of refs that still names the image is untagged, refused
-// (docker.ErrImageInUse) when it is the image's last name and a container of any agent, running or
+// (runtime.ErrImageInUse) when it is the image's last name and a container of any agent, running or
 // not, was created from it; the image goes with its last name; one still named otherwise is
-// kept (docker.ErrImageInUse, naming what holds it); one left with no name but its dangling key is
+// kept (runtime.ErrImageInUse, naming what holds it); one left with no name but its dangling key is
 // removed unless a container uses it.
 func (s *Runtime) RemoveImage(ctx context.Context, imageID string, refs []string) error {
 	s.mu.Lock()
@@ -391,7 +385,7 @@ func (s *Runtime) RemoveImage(ctx context.Context, imageID string, refs []string
 		}
 		if len(s.namedBy(imageID)) == 1 {
 			if c := user(); c != nil {
-				return fmt.Errorf("remove image %s: untag %s: %w: container %s uses it", imageID, ref, docker.ErrImageInUse, c.ID)
+				return fmt.Errorf("remove image %s: untag %s: %w: container %s uses it", imageID, ref, runtime.ErrImageInUse, c.ID)
 			}
 		}
 		if err := s.untag(ref, imageID); err != nil {
@@ -404,12 +398,12 @@ func (s *Runtime) RemoveImage(ctx context.Context, imageID string, refs []string
 	case len(names) == 0 && untagged:
 		return nil // the last name took the image with it
 	case len(names) == 0:
-		return fmt.Errorf("remove image %s: %w", imageID, docker.ErrNotFound)
+		return fmt.Errorf("remove image %s: %w", imageID, runtime.ErrNotFound)
 	case names[0] != danglingRef+imageID || len(names) > 1:
-		return fmt.Errorf("remove image %s: %w: still named %s", imageID, docker.ErrImageInUse, strings.Join(slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, danglingRef) }), ", "))
+		return fmt.Errorf("remove image %s: %w: still named %s", imageID, runtime.ErrImageInUse, strings.Join(slices.DeleteFunc(names, func(n string) bool { return strings.HasPrefix(n, danglingRef) }), ", "))
 	}
 	if c := user(); c != nil {
-		return fmt.Errorf("remove image %s: %w: container %s uses it", imageID, docker.ErrImageInUse, c.ID)
+		return fmt.Errorf("remove image %s: %w: container %s uses it", imageID, runtime.ErrImageInUse, c.ID)
 	}
 	delete(s.state.Images, names[0])
 	return s.save(fileOp{DelImage: names[0]})
@@ -450,7 +444,7 @@ func (s *Runtime) untag(ref, imageID string) error {
 	return nil
 }
 
-// ImageDiskFree is the simulated disk of the images (ImageCollector): what SetDisk set,
+// ImageDiskFree is the simulated disk of the images (runtime.Runtime): what SetDisk set,
 // less the images held.
 func (s *Runtime) ImageDiskFree(ctx context.Context) (free, total uint64, err error) {
 	s.mu.Lock()

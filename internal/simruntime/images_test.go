@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // simWithClock is a simulated runtime whose pulls take virtual time: sleeping advances the
@@ -47,7 +47,7 @@ func TestSimPullPolicies(t *testing.T) {
 	if err != nil || !fresh.Pulled || fresh.Digest == first.Digest || fresh.ImageID == first.ImageID {
 		t.Fatalf("always after a re-push: %+v, %v; want a new image", fresh, err)
 	}
-	if again, err := s.PullImage(ctx, img, event.PullAlways); err != nil || again.Pulled || again != (docker.PullOutcome{Digest: fresh.Digest, ImageID: fresh.ImageID, RefExisted: true}) {
+	if again, err := s.PullImage(ctx, img, event.PullAlways); err != nil || again.Pulled || again != (runtime.PullOutcome{Digest: fresh.Digest, ImageID: fresh.ImageID, RefExisted: true}) {
 		t.Fatalf("always when up to date: %+v, %v; want the same image, not pulled", again, err)
 	}
 	// The agent's default policy applies to a container that names none.
@@ -141,7 +141,7 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 	if total2 != total || free >= freeBefore {
 		t.Fatalf("disk: free %d → %d of %d; a pulled image takes room", freeBefore, free, total)
 	}
-	id, err := s.Create(ctx, docker.CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "app:1", Command: []string{"exit", "0"}}})
+	id, err := s.Create(ctx, runtime.CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "app:1", Command: []string{"exit", "0"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +154,13 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Create(ctx, docker.CreateSpec{Task: "task/2", Container: event.ContainerSpec{Name: "x", Image: "side:1"}}); err != nil {
+	if _, err := other.Create(ctx, runtime.CreateSpec{Task: "task/2", Container: event.ContainerSpec{Name: "x", Image: "side:1"}}); err != nil {
 		t.Fatal(err)
 	}
 	s, _ = simWithClock(t, dir) // reread: the other agent's container is in the file
 	withBoth, _, _ := s.ImageDiskFree(ctx)
-	for ref, img := range map[string]docker.PullOutcome{"app:1": app, "side:1": side} {
-		if err := s.RemoveImage(ctx, img.ImageID, []string{ref}); !errors.Is(err, docker.ErrImageInUse) {
+	for ref, img := range map[string]runtime.PullOutcome{"app:1": app, "side:1": side} {
+		if err := s.RemoveImage(ctx, img.ImageID, []string{ref}); !errors.Is(err, runtime.ErrImageInUse) {
 			t.Fatalf("remove of an image in use: %v; want docker.ErrImageInUse", err)
 		}
 	}
@@ -170,8 +170,8 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 	if err := s.RemoveImage(ctx, app.ImageID, []string{"app:1"}); err != nil {
 		t.Fatalf("remove of an unused image: %v", err)
 	}
-	if err := s.RemoveImage(ctx, app.ImageID, []string{"app:1"}); !errors.Is(err, docker.ErrNotFound) {
-		t.Fatalf("remove of a removed image: %v; want docker.ErrNotFound", err)
+	if err := s.RemoveImage(ctx, app.ImageID, []string{"app:1"}); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("remove of a removed image: %v; want runtime.ErrNotFound", err)
 	}
 	if after, _, _ := s.ImageDiskFree(ctx); after <= withBoth {
 		t.Fatalf("disk: free %d after removing an image, %d before; the room must come back", after, withBoth)
@@ -191,7 +191,7 @@ func TestSimImagesAreRemovedOnlyWhenUnused(t *testing.T) {
 // TestSimImagesAreTheAgentsOnlyByID: the simulated engine models what Docker does with an
 // image the host already had under another name, and with an image more than one name holds:
 // a pull that resolves to an id the engine held is not the agent's; a removal takes back the
-// agent's name only, and the image stays while another name holds it (docker.ErrImageInUse says
+// agent's name only, and the image stays while another name holds it (runtime.ErrImageInUse says
 // which) — even a container using it does not keep a name that is not the image's last; a
 // tag's re-push leaves the old image dangling, removed by id.
 func TestSimImagesAreTheAgentsOnlyByID(t *testing.T) {
@@ -226,14 +226,14 @@ func TestSimImagesAreTheAgentsOnlyByID(t *testing.T) {
 	if err != nil || !own.Pulled {
 		t.Fatalf("pull: %+v, %v", own, err)
 	}
-	if _, err := s.Create(ctx, docker.CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "own:1"}, ImageID: own.ImageID}); err != nil {
+	if _, err := s.Create(ctx, runtime.CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "own:1"}, ImageID: own.ImageID}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Tag("own:1", "ops/keep:1"); err != nil {
 		t.Fatal(err)
 	}
 	err = s.RemoveImage(ctx, own.ImageID, []string{"own:1"})
-	if !errors.Is(err, docker.ErrImageInUse) || !strings.Contains(err.Error(), "ops/keep:1") {
+	if !errors.Is(err, runtime.ErrImageInUse) || !strings.Contains(err.Error(), "ops/keep:1") {
 		t.Fatalf("remove of an image an operator tagged too: %v; want docker.ErrImageInUse naming the tag", err)
 	}
 	held := map[string]bool{}
@@ -256,7 +256,7 @@ func TestSimImagesAreTheAgentsOnlyByID(t *testing.T) {
 	if err := s.RemoveImage(ctx, first.ImageID, nil); err != nil {
 		t.Fatalf("remove of the dangling image: %v", err)
 	}
-	if err := s.RemoveImage(ctx, first.ImageID, nil); !errors.Is(err, docker.ErrNotFound) {
-		t.Fatalf("remove again: %v; want docker.ErrNotFound", err)
+	if err := s.RemoveImage(ctx, first.ImageID, nil); !errors.Is(err, runtime.ErrNotFound) {
+		t.Fatalf("remove again: %v; want runtime.ErrNotFound", err)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // index lets the simulated runtime answer its per-call questions without a scan of every
@@ -94,15 +94,15 @@ func (x *index) del(c *container) {
 }
 
 // exitsAt are the exits of c at time at, if c ended then: earlier runs', then the current one.
-func exitsAt(c *container, at, now time.Time) []docker.Exit {
-	var out []docker.Exit
+func exitsAt(c *container, at, now time.Time) []runtime.Exit {
+	var out []runtime.Exit
 	for _, p := range c.Past {
 		if p.At.Equal(at) {
-			out = append(out, docker.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: p.Code, At: p.At, Cursor: p.At.UnixNano()})
+			out = append(out, runtime.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: p.Code, At: p.At, Cursor: p.At.UnixNano()})
 		}
 	}
 	if end, code, ended := exitOf(c, now); ended && end.Equal(at) {
-		out = append(out, docker.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, OOMKilled: c.OOM, At: end, Cursor: end.UnixNano()})
+		out = append(out, runtime.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, OOMKilled: c.OOM, At: end, Cursor: end.UnixNano()})
 	}
 	return out
 }

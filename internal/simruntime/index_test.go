@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // scanExitsAfter and scanVerdicts are the simulated runtime's answers as a scan of every
 // container gives them: the index (index.go) must give the same.
-func scanExitsAfter(s *Runtime, m docker.ExitMark) (exits []docker.Exit, next time.Time) {
+func scanExitsAfter(s *Runtime, m runtime.ExitMark) (exits []runtime.Exit, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -26,39 +26,39 @@ func scanExitsAfter(s *Runtime, m docker.ExitMark) (exits []docker.Exit, next ti
 		if c.Agent != s.agent {
 			continue
 		}
-		after := func(x docker.Exit) {
+		after := func(x runtime.Exit) {
 			if x.Cursor >= m.Cursor && !m.Taken(x) {
 				exits = append(exits, x)
 			}
 		}
 		for _, p := range c.Past {
-			after(docker.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: p.Code, At: p.At, Cursor: p.At.UnixNano()})
+			after(runtime.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: p.Code, At: p.At, Cursor: p.At.UnixNano()})
 		}
 		if at, code, ended := exitOf(c, now); ended {
-			after(docker.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, OOMKilled: c.OOM, At: at, Cursor: at.UnixNano()})
+			after(runtime.Exit{ID: c.ID, Task: c.Task, Container: c.Container, ExitCode: code, OOMKilled: c.OOM, At: at, Cursor: at.UnixNano()})
 		} else if !c.EndsAt.IsZero() && (next.IsZero() || c.EndsAt.Before(next)) {
 			next = c.EndsAt
 		}
 	}
-	slices.SortStableFunc(exits, func(a, b docker.Exit) int {
+	slices.SortStableFunc(exits, func(a, b runtime.Exit) int {
 		return cmp.Or(cmp.Compare(a.Cursor, b.Cursor), strings.Compare(a.ID, b.ID))
 	})
 	return exits, next
 }
 
-func scanVerdicts(s *Runtime) []docker.HealthChange {
+func scanVerdicts(s *Runtime) []runtime.HealthChange {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []docker.HealthChange
+	var out []runtime.HealthChange
 	for _, c := range s.state.Containers {
 		if _, _, ended := exitOf(c, s.now()); ended || c.Agent != s.agent {
 			continue
 		}
 		if h, since, _ := c.health(s.now()); h != event.HealthUnknown {
-			out = append(out, docker.HealthChange{ID: c.ID, Task: c.Task, Container: c.Container, Health: h, At: since})
+			out = append(out, runtime.HealthChange{ID: c.ID, Task: c.Task, Container: c.Container, Health: h, At: since})
 		}
 	}
-	slices.SortFunc(out, func(a, b docker.HealthChange) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b runtime.HealthChange) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
@@ -87,7 +87,7 @@ func indexHistory(t *testing.T, seed uint64) {
 	sims := []*Runtime{open("agent-a"), open("agent-b")}
 	commands := [][]string{{"exit", "0"}, {"exit", "3"}, {"sleep", "2s", "4"}, {"sleep", "500ms"}, {"run"}, {"alloc", "64"}}
 	var ids []string
-	marks := []docker.ExitMark{{}}
+	marks := []runtime.ExitMark{{}}
 	for step := 0; step < 300; step++ {
 		s := sims[rng.IntN(len(sims))]
 		switch op := rng.IntN(10); {
@@ -97,14 +97,14 @@ func indexHistory(t *testing.T, seed uint64) {
 				spec.HealthCheck = &event.HealthCheck{Command: []string{"CMD", "/testbox", "exit", "0"}, IntervalS: 1, Retries: 1}
 			}
 			task := fmt.Sprintf("task/%d", rng.IntN(12))
-			id, err := s.Create(ctx, docker.CreateSpec{Task: task, Container: spec})
+			id, err := s.Create(ctx, runtime.CreateSpec{Task: task, Container: spec})
 			if err == nil {
 				ids = append(ids, id)
-				again, err := s.Create(ctx, docker.CreateSpec{Task: task, Container: spec})
+				again, err := s.Create(ctx, runtime.CreateSpec{Task: task, Container: spec})
 				if err != nil || again != id {
 					t.Fatalf("step %d: create again of %s: %q, %v; want the same container", step, id, again, err)
 				}
-			} else if !errors.Is(err, docker.ErrNameTaken) {
+			} else if !errors.Is(err, runtime.ErrNameTaken) {
 				t.Fatalf("step %d: create: %v", step, err)
 			}
 		case op < 5 && len(ids) > 0:

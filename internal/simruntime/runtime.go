@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // Runtime is the simulated runtime: one agent's view of a simulated engine kept in a file
@@ -33,7 +34,7 @@ type Runtime struct {
 }
 
 // The simulated runtime answers everything the Docker runtime does.
-var _ docker.Full = (*Runtime)(nil)
+var _ runtime.Runtime = (*Runtime)(nil)
 
 // Open opens (or creates) the simulated runtime kept in dir for agent. now is its clock
 // (time.Now in the daemon; a virtual clock in tests).
@@ -83,17 +84,11 @@ func (s *Runtime) Name() string { return "sim" }
 // (docker.BindRoots.Open), and mounts nothing. Call it before the first Create.
 func (s *Runtime) SetBindRoots(r *docker.BindRoots) { s.binds = r }
 
-// Pull pulls the image when the simulated engine lacks it (PullImage, if-not-present).
-func (s *Runtime) Pull(ctx context.Context, image string) error {
-	_, err := s.PullImage(ctx, image, "if-not-present")
-	return err
-}
-
-func (s *Runtime) Create(ctx context.Context, spec docker.CreateSpec) (string, error) {
+func (s *Runtime) Create(ctx context.Context, spec runtime.CreateSpec) (string, error) {
 	if err := failsAt(spec.Container.Image, "create"); err != nil {
 		return "", err
 	}
-	name := docker.Name(s.agent, spec.Task, spec.Container.Name)
+	name := runtime.Name(s.agent, spec.Task, spec.Container.Name)
 	if err := s.binds.CheckSources(spec.Container.Mounts); err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
@@ -108,7 +103,7 @@ func (s *Runtime) Create(ctx context.Context, spec docker.CreateSpec) (string, e
 				return nil // idempotent: a crash between create and journaling the id
 			}
 			// as Docker: the name is another's
-			return fmt.Errorf("create %s: %w: container %s holds it, not this agent's: made by agent %q", name, docker.ErrNameTaken, c.ID, c.Agent)
+			return fmt.Errorf("create %s: %w: container %s holds it, not this agent's: made by agent %q", name, runtime.ErrNameTaken, c.ID, c.Agent)
 		}
 		s.state.Next++
 		c := &container{ID: "sim-" + strconv.FormatInt(s.state.Next, 10), Agent: s.agent, Task: spec.Task,
@@ -157,8 +152,12 @@ func plan(cmd []string) (d time.Duration, code int, forever bool, err error) {
 
 // Start starts a container that never ran, under the same guard as the Docker runtime: a
 // running container is left as it is, one that has run and stopped is refused with
-// docker.ErrAlreadyStarted.
+// runtime.ErrAlreadyStarted.
 func (s *Runtime) Start(ctx context.Context, id string) error { return s.start(ctx, id, true) }
+
+// NeverStarted is a no-op: the simulated runtime holds nothing for a start (the Docker
+// runtime holds its bind sources' descriptors).
+func (s *Runtime) NeverStarted(string) {}
 
 func (s *Runtime) start(ctx context.Context, id string, guarded bool) error {
 	return s.withFault(ctx, "start", id, func() error {
@@ -166,7 +165,7 @@ func (s *Runtime) start(ctx context.Context, id string, guarded bool) error {
 		defer s.mu.Unlock()
 		c, ok := s.state.Containers[id]
 		if !ok || c.Agent != s.agent {
-			return fmt.Errorf("start %s: %w", id, docker.ErrNotFound)
+			return fmt.Errorf("start %s: %w", id, runtime.ErrNotFound)
 		}
 		if err := failsAt(c.Image, "start"); err != nil {
 			return err
@@ -174,7 +173,7 @@ func (s *Runtime) start(ctx context.Context, id string, guarded bool) error {
 		now := s.now().UTC()
 		st := s.stateOf(c, now)
 		if guarded {
-			if running, err := docker.CheckStart(st); err != nil || running {
+			if running, err := runtime.CheckStart(st); err != nil || running {
 				return err
 			}
 		} else if st.Running {
@@ -238,7 +237,7 @@ func (s *Runtime) Stop(ctx context.Context, id string, timeout time.Duration) er
 		defer s.mu.Unlock()
 		c, ok := s.state.Containers[id]
 		if !ok || c.Agent != s.agent {
-			return fmt.Errorf("stop %s: %w", id, docker.ErrNotFound)
+			return fmt.Errorf("stop %s: %w", id, runtime.ErrNotFound)
 		}
 		now := s.now().UTC()
 		if _, _, ended := exitOf(c, now); ended || c.StartedAt.IsZero() {
@@ -267,8 +266,8 @@ func (s *Runtime) Remove(ctx context.Context, id string) error {
 	})
 }
 
-func (s *Runtime) stateOf(c *container, now time.Time) docker.State {
-	st := docker.State{ID: c.ID, Task: c.Task, Container: c.Container, StartedAt: c.StartedAt}
+func (s *Runtime) stateOf(c *container, now time.Time) runtime.State {
+	st := runtime.State{ID: c.ID, Task: c.Task, Container: c.Container, StartedAt: c.StartedAt}
 	if at, code, ended := exitOf(c, now); ended {
 		st.Exited, st.ExitCode, st.FinishedAt, st.OOMKilled = true, code, at, c.OOM
 	} else if !c.StartedAt.IsZero() {
@@ -279,17 +278,17 @@ func (s *Runtime) stateOf(c *container, now time.Time) docker.State {
 	return st
 }
 
-func (s *Runtime) Inspect(ctx context.Context, id string) (docker.State, error) {
+func (s *Runtime) Inspect(ctx context.Context, id string) (runtime.State, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.state.Containers[id]
 	if !ok || c.Agent != s.agent {
-		return docker.State{}, fmt.Errorf("inspect %s: %w", id, docker.ErrNotFound)
+		return runtime.State{}, fmt.Errorf("inspect %s: %w", id, runtime.ErrNotFound)
 	}
 	return s.stateOf(c, s.now()), nil
 }
 
-func (s *Runtime) Find(ctx context.Context, task, name string) (docker.State, error) {
+func (s *Runtime) Find(ctx context.Context, task, name string) (runtime.State, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.state.Containers {
@@ -299,11 +298,11 @@ func (s *Runtime) Find(ctx context.Context, task, name string) (docker.State, er
 			return s.stateOf(c, s.now()), nil
 		}
 	}
-	return docker.State{}, fmt.Errorf("find %s: %w", docker.Name(s.agent, task, name), docker.ErrNotFound)
+	return runtime.State{}, fmt.Errorf("find %s: %w", runtime.Name(s.agent, task, name), runtime.ErrNotFound)
 }
 
-func (s *Runtime) List(ctx context.Context) ([]docker.State, error) {
-	var out []docker.State
+func (s *Runtime) List(ctx context.Context) ([]runtime.State, error) {
+	var out []runtime.State
 	err := s.withFault(ctx, "list", "", func() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -313,7 +312,7 @@ func (s *Runtime) List(ctx context.Context) ([]docker.State, error) {
 				out = append(out, s.stateOf(c, now))
 			}
 		}
-		slices.SortFunc(out, func(a, b docker.State) int { return strings.Compare(a.ID, b.ID) })
+		slices.SortFunc(out, func(a, b runtime.State) int { return strings.Compare(a.ID, b.ID) })
 		return nil
 	})
 	return out, err
@@ -324,7 +323,7 @@ func (s *Runtime) List(ctx context.Context) ([]docker.State, error) {
 // due (zero: none planned). It reads the index's times from the cursor on (index.go), not every
 // container. The simulated clock stands still between steps, so two containers often end at
 // the same instant, one of them after the other's exit was taken.
-func (s *Runtime) ExitsAfter(m docker.ExitMark) (exits []docker.Exit, next time.Time) {
+func (s *Runtime) ExitsAfter(m runtime.ExitMark) (exits []runtime.Exit, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -357,11 +356,11 @@ func (s *Runtime) ExitsAfter(m docker.ExitMark) (exits []docker.Exit, next time.
 
 // Exits streams exits at or after cursor. It wakes at the next planned exit or at the next
 // change, never polls.
-func (s *Runtime) Exits(ctx context.Context, cursor int64) (<-chan docker.Exit, error) {
-	out := make(chan docker.Exit, 64)
+func (s *Runtime) Exits(ctx context.Context, cursor int64) (<-chan runtime.Exit, error) {
+	out := make(chan runtime.Exit, 64)
 	go func() {
 		defer close(out)
-		mark := docker.ExitMark{Cursor: cursor}
+		mark := runtime.ExitMark{Cursor: cursor}
 		for {
 			s.mu.Lock()
 			changed := s.changed

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 type clock struct {
@@ -34,7 +34,7 @@ func newTestRuntime(t *testing.T) (*Runtime, *clock) {
 func run(t *testing.T, s *Runtime, task string, cmd ...string) string {
 	t.Helper()
 	ctx := context.Background()
-	id, err := s.Create(ctx, docker.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: "img", Command: cmd}})
+	id, err := s.Create(ctx, runtime.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: "img", Command: cmd}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestCommandWords(t *testing.T) {
 		t.Fatalf("after reopen: %+v %v", st, err)
 	}
 	// Create is idempotent by task and container name.
-	again, _ := s2.Create(ctx, docker.CreateSpec{Task: "task/run", Container: event.ContainerSpec{Name: "app", Image: "img"}})
+	again, _ := s2.Create(ctx, runtime.CreateSpec{Task: "task/run", Container: event.ContainerSpec{Name: "app", Image: "img"}})
 	if again != forever || s2.Created() != 4 {
 		t.Fatalf("second create of the same container: %s (created %d); want %s, 4", again, s2.Created(), forever)
 	}
@@ -91,10 +91,10 @@ func TestCommandWords(t *testing.T) {
 	if err := other.Remove(ctx, forever); err == nil {
 		t.Fatal("agent-2 removed agent-1's container")
 	}
-	if _, err := other.Inspect(ctx, forever); !errors.Is(err, docker.ErrNotFound) {
+	if _, err := other.Inspect(ctx, forever); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("agent-2 inspects agent-1's container: %v", err)
 	}
-	exits, _ := s2.ExitsAfter(docker.ExitMark{})
+	exits, _ := s2.ExitsAfter(runtime.ExitMark{})
 	if len(exits) != 4 {
 		t.Fatalf("%d exits; want 4", len(exits))
 	}
@@ -109,20 +109,20 @@ func TestCommandWords(t *testing.T) {
 func TestFailingImages(t *testing.T) {
 	s, _ := Open(t.TempDir(), "a", nil)
 	ctx := context.Background()
-	if err := s.Pull(ctx, "x/fail-pull:1"); err == nil {
+	if _, err := s.PullImage(ctx, "x/fail-pull:1", ""); err == nil {
 		t.Fatal("fail-pull pulled")
 	}
-	if _, err := s.Create(ctx, docker.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "c", Image: "fail-create"}}); err == nil {
+	if _, err := s.Create(ctx, runtime.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "c", Image: "fail-create"}}); err == nil {
 		t.Fatal("fail-create created")
 	}
-	id, _ := s.Create(ctx, docker.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "c", Image: "fail-start"}})
+	id, _ := s.Create(ctx, runtime.CreateSpec{Task: "t", Container: event.ContainerSpec{Name: "c", Image: "fail-start"}})
 	if err := s.Start(ctx, id); err == nil {
 		t.Fatal("fail-start started")
 	}
 }
 
 // TestSimNameTakenByAnother: as on Docker, a name held by a container that is not this one —
-// another agent's — fails the create with docker.ErrNameTaken naming the holder; the agent's own
+// another agent's — fails the create with runtime.ErrNameTaken naming the holder; the agent's own
 // container under the name is the create's answer (idempotent); and a container made under
 // the name an older agent gave it is still found by its labels.
 func TestSimNameTakenByAnother(t *testing.T) {
@@ -132,9 +132,9 @@ func TestSimNameTakenByAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	spec := docker.CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "img"}}
-	s.state.Containers["foreign-1"] = &container{ID: "foreign-1", Agent: "agent-b", Task: "task/x", Container: "y", Name: docker.Name("agent-a", "task/1", "app")}
-	if _, err := s.Create(ctx, spec); !errors.Is(err, docker.ErrNameTaken) || !strings.Contains(err.Error(), "foreign-1") {
+	spec := runtime.CreateSpec{Task: "task/1", Container: event.ContainerSpec{Name: "app", Image: "img"}}
+	s.state.Containers["foreign-1"] = &container{ID: "foreign-1", Agent: "agent-b", Task: "task/x", Container: "y", Name: runtime.Name("agent-a", "task/1", "app")}
+	if _, err := s.Create(ctx, spec); !errors.Is(err, runtime.ErrNameTaken) || !strings.Contains(err.Error(), "foreign-1") {
 		t.Fatalf("create under a name another agent's container holds: %v; want docker.ErrNameTaken naming foreign-1", err)
 	}
 	delete(s.state.Containers, "foreign-1")
@@ -177,7 +177,7 @@ func TestSimExitStreamGivesEveryExitOfOneInstant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func(exits <-chan docker.Exit, want, why string) docker.Exit {
+	next := func(exits <-chan runtime.Exit, want, why string) runtime.Exit {
 		t.Helper()
 		select {
 		case x := <-exits:

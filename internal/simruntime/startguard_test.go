@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // The simulated runtime behaves like Docker where it matters: its Docker-like start runs an exited container
@@ -19,7 +19,7 @@ func TestSimSecondStartIsRefusedAndDockerStartRunsAgain(t *testing.T) {
 	ctx := context.Background()
 	id := run(t, s, "task/once", "exit", "3")
 	err := s.Start(ctx, id)
-	if !errors.Is(err, docker.ErrAlreadyStarted) {
+	if !errors.Is(err, runtime.ErrAlreadyStarted) {
 		t.Fatalf("second start: %v; want docker.ErrAlreadyStarted", err)
 	}
 	if len(s.Reruns()) != 0 {
@@ -32,7 +32,7 @@ func TestSimSecondStartIsRefusedAndDockerStartRunsAgain(t *testing.T) {
 	if got := s.Reruns(); len(got) != 1 || got[0] != id {
 		t.Fatalf("Docker's start of an exited container: reruns %v; want %s (it runs again)", got, id)
 	}
-	exits, _ := s.ExitsAfter(docker.ExitMark{})
+	exits, _ := s.ExitsAfter(runtime.ExitMark{})
 	if len(exits) != 2 {
 		t.Fatalf("exit stream %+v; want both runs' exits", exits)
 	}
@@ -45,7 +45,7 @@ func TestSimSecondStartIsRefusedAndDockerStartRunsAgain(t *testing.T) {
 	if err := s.Stop(ctx, runner, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(ctx, runner); !errors.Is(err, docker.ErrAlreadyStarted) {
+	if err := s.Start(ctx, runner); !errors.Is(err, runtime.ErrAlreadyStarted) {
 		t.Fatalf("start after stop: %v; want docker.ErrAlreadyStarted", err)
 	}
 }
@@ -54,7 +54,7 @@ func TestSimSecondStartIsRefusedAndDockerStartRunsAgain(t *testing.T) {
 func TestSimCallsTimeOutAndStillTakeEffect(t *testing.T) {
 	s, _ := newTestRuntime(t)
 	ctx := context.Background()
-	id, err := s.Create(ctx, docker.CreateSpec{Task: "task/slow", Container: event.ContainerSpec{Name: "app", Image: "img"}})
+	id, err := s.Create(ctx, runtime.CreateSpec{Task: "task/slow", Container: event.ContainerSpec{Name: "app", Image: "img"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestSimCallsTimeOutAndStillTakeEffect(t *testing.T) {
 		t.Fatalf("%+v; the slow stop took effect", st)
 	}
 	// And one that fails before it takes effect.
-	id2, _ := s.Create(ctx, docker.CreateSpec{Task: "task/noeffect", Container: event.ContainerSpec{Name: "app", Image: "img"}})
+	id2, _ := s.Create(ctx, runtime.CreateSpec{Task: "task/noeffect", Container: event.ContainerSpec{Name: "app", Image: "img"}})
 	s.SetFaults(func(op, _ string) Fault { return Fault{NoEffect: true} })
 	if err := s.Start(ctx, id2); err == nil {
 		t.Fatal("a failing start succeeded")
@@ -119,7 +119,7 @@ func TestSimRerunsSurviveReopen(t *testing.T) {
 	if got := s2.Reruns(); len(got) != 1 {
 		t.Fatalf("after reopen: reruns %v", got)
 	}
-	if exits, _ := s2.ExitsAfter(docker.ExitMark{}); len(exits) != 2 {
+	if exits, _ := s2.ExitsAfter(runtime.ExitMark{}); len(exits) != 2 {
 		t.Fatalf("after reopen: exits %+v", exits)
 	}
 }

@@ -14,9 +14,9 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 // workload is what the simulated runtime keeps of a container's PROTOCOL.md §4 fields:
@@ -127,7 +127,7 @@ func (s *Runtime) setWorkload(c *container, spec event.ContainerSpec) error {
 		}
 		bound = append(bound, b)
 	}
-	docker.SortBindings(c.Bindings)
+	runtime.SortBindings(c.Bindings)
 	return nil
 }
 
@@ -136,7 +136,7 @@ func (s *Runtime) setWorkload(c *container, spec event.ContainerSpec) error {
 // to exit 0 — within its stop timeout (stopTimeout, as in Engine.Stop) it exits 0, else it
 // is killed (137).
 func (c *container) stopCode(timeout time.Duration) int {
-	timeout = docker.StopTimeout(c.StopTimeoutS, timeout)
+	timeout = runtime.StopTimeout(c.StopTimeoutS, timeout)
 	if c.StopSignal == "SIGKILL" {
 		return 137
 	}
@@ -194,7 +194,7 @@ func (c *container) health(now time.Time) (h event.Health, since, next time.Time
 // Verdicts returns the current health verdict of every running container of this agent that
 // has one, by id, and when the next verdict is due (zero: none planned). The deterministic
 // simulation reads it directly; Health streams it.
-func (s *Runtime) Verdicts() (verdicts []docker.HealthChange, next time.Time) {
+func (s *Runtime) Verdicts() (verdicts []runtime.HealthChange, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -208,20 +208,20 @@ func (s *Runtime) Verdicts() (verdicts []docker.HealthChange, next time.Time) {
 		}
 		h, since, due := c.health(now)
 		if h != event.HealthUnknown {
-			verdicts = append(verdicts, docker.HealthChange{ID: c.ID, Task: c.Task, Container: c.Container, Health: h, At: since})
+			verdicts = append(verdicts, runtime.HealthChange{ID: c.ID, Task: c.Task, Container: c.Container, Health: h, At: since})
 		}
 		if !due.IsZero() && (next.IsZero() || due.Before(next)) {
 			next = due
 		}
 	}
-	slices.SortFunc(verdicts, func(a, b docker.HealthChange) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(verdicts, func(a, b runtime.HealthChange) int { return strings.Compare(a.ID, b.ID) })
 	return verdicts, next
 }
 
 // Health streams verdicts: the current ones first, then each change. It wakes at the next
 // due verdict or at the next change of the runtime, never polls.
-func (s *Runtime) Health(ctx context.Context) (<-chan docker.HealthChange, error) {
-	out := make(chan docker.HealthChange, 64)
+func (s *Runtime) Health(ctx context.Context) (<-chan runtime.HealthChange, error) {
+	out := make(chan runtime.HealthChange, 64)
 	go func() {
 		defer close(out)
 		sent := map[string]event.Health{}
@@ -252,12 +252,12 @@ func (s *Runtime) Health(ctx context.Context) (<-chan docker.HealthChange, error
 // Logs returns what testbox would have written: its start line on stdout (and, once it
 // ended, its exit on stderr), in the engine's multiplexed stream format. The simulated
 // runtime keeps no other output, so Follow returns what there is.
-func (s *Runtime) Logs(ctx context.Context, id string, opts docker.LogOptions) (io.ReadCloser, error) {
+func (s *Runtime) Logs(ctx context.Context, id string, opts runtime.LogOptions) (io.ReadCloser, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.state.Containers[id]
 	if !ok || c.Agent != s.agent {
-		return nil, fmt.Errorf("logs %s: %w", id, docker.ErrNotFound)
+		return nil, fmt.Errorf("logs %s: %w", id, runtime.ErrNotFound)
 	}
 	type line struct {
 		stream stdcopy.StdType

@@ -9,8 +9,8 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 )
 
 func runSpec(t *testing.T, s *Runtime, task string, spec event.ContainerSpec) string {
@@ -20,7 +20,7 @@ func runSpec(t *testing.T, s *Runtime, task string, spec event.ContainerSpec) st
 		spec.Name = "app"
 	}
 	spec.Image = "img"
-	id, err := s.Create(ctx, docker.CreateSpec{Task: task, Container: spec})
+	id, err := s.Create(ctx, runtime.CreateSpec{Task: task, Container: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
 		t.Fatalf("a second picked port: %+v; want 32769", sb.Bindings)
 	}
 	// A fixed host port a live container holds is refused; once it stopped, it is free.
-	_, err := s.Create(ctx, docker.CreateSpec{Task: "task/c", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9090}}}})
+	_, err := s.Create(ctx, runtime.CreateSpec{Task: "task/c", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9090}}}})
 	if err == nil || !strings.Contains(err.Error(), "9090/tcp is already allocated") {
 		t.Fatalf("second bind of 9090: %v", err)
 	}
@@ -55,7 +55,7 @@ func TestSimAssignsHostPortsLikeDocker(t *testing.T) {
 	// 0.0.0.0 it overlaps 127.0.0.1.
 	d := runSpec(t, s, "task/d", event.ContainerSpec{Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9090, HostIP: "127.0.0.2"},
 		{ContainerPort: 2, HostPort: 9091, HostIP: "127.0.0.1"}, {ContainerPort: 3, HostPort: 9091, HostIP: "127.0.0.2"}}})
-	_, err = s.Create(ctx, docker.CreateSpec{Task: "task/e", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9091, HostIP: "0.0.0.0"}}}})
+	_, err = s.Create(ctx, runtime.CreateSpec{Task: "task/e", Container: event.ContainerSpec{Name: "app", Image: "img", Ports: []event.PortMapping{{ContainerPort: 1, HostPort: 9091, HostIP: "0.0.0.0"}}}})
 	if err == nil || !strings.Contains(err.Error(), "9091/tcp is already allocated") {
 		t.Fatalf("9091 on 0.0.0.0 while 127.0.0.1:9091 is bound: %v", err)
 	}
@@ -81,7 +81,7 @@ func TestSimKillsAnAllocOverItsMemoryLimit(t *testing.T) {
 			t.Fatalf("alloc within its limit: %+v; want running", st)
 		}
 	}
-	exits, _ := s.ExitsAfter(docker.ExitMark{})
+	exits, _ := s.ExitsAfter(runtime.ExitMark{})
 	if len(exits) != 1 || exits[0].ID != over || !exits[0].OOMKilled {
 		t.Fatalf("exits %+v; want the OOM kill, marked", exits)
 	}
@@ -160,7 +160,7 @@ func TestSimLogsAreMultiplexedLikeDockers(t *testing.T) {
 	s, _ := newTestRuntime(t)
 	ctx := context.Background()
 	id := runSpec(t, s, "task/a", event.ContainerSpec{Command: []string{"exit", "3"}})
-	rc, err := s.Logs(ctx, id, docker.LogOptions{Tail: -1})
+	rc, err := s.Logs(ctx, id, runtime.LogOptions{Tail: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestSimLogsAreMultiplexedLikeDockers(t *testing.T) {
 	if out.String() != "testbox: [exit 3]\n" || errOut.String() != "exited 3\n" {
 		t.Fatalf("stdout %q stderr %q", out.String(), errOut.String())
 	}
-	rc, _ = s.Logs(ctx, id, docker.LogOptions{Tail: 1})
+	rc, _ = s.Logs(ctx, id, runtime.LogOptions{Tail: 1})
 	out.Reset()
 	errOut.Reset()
 	_, _ = stdcopy.StdCopy(&out, &errOut, rc)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
 	"github.com/agentd/agentd/internal/submit"
 )
@@ -41,7 +41,7 @@ func (s *sim) start() error {
 	s.rt.SetFaults(s.runtimeFault)
 	s.registries()
 	s.queue = nil
-	s.mark = docker.ExitMark{}
+	s.mark = runtime.ExitMark{}
 	log := zerolog.New(nil).Level(zerolog.ErrorLevel).Hook(bugHook{s})
 	s.e = engine.New(engine.Config{AgentID: agentID, CleanupWait: time.Duration(s.rng.IntN(5)) * time.Second,
 		Seed: s.rng.Uint64() | 1, CleanupWorkers: 2, SnapshotEvery: uint64(50 + s.rng.IntN(200)),

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/event"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
@@ -47,7 +47,7 @@ func (s *sim) registries() {
 		switch {
 		case err == nil:
 			s.opsTaggedID = tagged.ImageID
-		case !errors.Is(err, docker.ErrNotFound):
+		case !errors.Is(err, runtime.ErrNotFound):
 			s.fail("tag %s: %v", opsTag, err)
 		}
 	}

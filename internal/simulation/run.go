@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/agentd/agentd/internal/controlplane"
-	"github.com/agentd/agentd/internal/docker"
 	"github.com/agentd/agentd/internal/engine"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
@@ -55,7 +55,7 @@ type sim struct {
 	e     *engine.Engine
 	queue workQueue
 	n     int
-	mark  docker.ExitMark // how far feedExits has handed in the runtime's exits
+	mark  runtime.ExitMark // how far feedExits has handed in the runtime's exits
 	trace []string
 	full  []string
 	hash  uint64

@@ -8,7 +8,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/agentd/agentd/internal/docker"
+	"github.com/agentd/agentd/internal/runtime"
 	"github.com/agentd/agentd/internal/simruntime"
 )
 
@@ -75,14 +75,14 @@ func (s *sim) runtimeFault(op, id string) simruntime.Fault {
 			s.runtimeDown = false
 			s.log("the runtime answers again")
 		} else {
-			return simruntime.Fault{NoEffect: true, Err: docker.ErrUnavailable}
+			return simruntime.Fault{NoEffect: true, Err: runtime.ErrUnavailable}
 		}
 	}
 	switch k := s.rng.IntN(100); {
 	case k < 3:
 		return simruntime.Fault{Err: context.DeadlineExceeded}
 	case k < 5:
-		return simruntime.Fault{NoEffect: true, Err: docker.ErrUnavailable}
+		return simruntime.Fault{NoEffect: true, Err: runtime.ErrUnavailable}
 	}
 	return simruntime.Fault{}
 }

@@ -1,6 +1,6 @@
 //go:build runtimebug
 
-package docker
+package runtime
 
 // CheckStart with -tags runtimebug is Docker's own behaviour, the guard removed: a container
 // that has run is started again. The simulation and the runtime tests run with this tag must

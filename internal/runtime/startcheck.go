@@ -1,6 +1,6 @@
 //go:build !runtimebug
 
-package docker
+package runtime
 
 import (
 	"fmt"
