@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,7 +63,11 @@ type JournalResult struct {
 	VsNaive       float64   `json:"ratio_vs_naive"`
 	VsBatch       float64   `json:"ratio_vs_batch"`
 	VsCeiling     float64   `json:"ratio_vs_ceiling"`
-	ShippingVsOff float64   `json:"ratio_shipping_on_vs_off"`
+	ShippingVsOff float64   `json:"ratio_shipping_on_vs_off"` // the median of ShippingPairs
+	// ShippingPairs are the ratios of the runs with shipping and without, pair by pair: their
+	// spread is what a shared machine's noise does to one pair (ratios of 0.7 to 1.5 between
+	// two runs of the same journal were seen at a load of 25 on 2 cores).
+	ShippingPairs []float64 `json:"shipping_pairs"`
 	// The scheduler's part of the gap to the ceiling (see refillFloor): the ceiling's mean
 	// commit, the producers' refill between two commits without I/O, and the share of the
 	// ceiling a journal could reach if it cost nothing else, c/(c+floor).
@@ -112,8 +117,9 @@ var typicalEvent = &event.ContainerTransitioned{From: event.StatusCreated, To: e
 
 // Journal runs the contenders — bbolt with one commit per event, bbolt's DB.Batch, the
 // journal's group commit, and the ceiling of the journal's own layout — in interleaved rounds,
-// each round on fresh files in the same directory, and reports each contender's median round:
-// the disk's background flushing and the neighbours' load then weigh on all alike. Every
+// each round on fresh files in the same directory, and reports each contender's median run (of
+// an even count, the slower middle one): the disk's background flushing and the neighbours'
+// load then weigh on all alike. Every
 // contender has fsync'd an event before its append returns.
 //
 // The ceiling is what bbolt alone can do with the journal's layout: one goroutine committing,
@@ -141,19 +147,17 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 		f    func(string) (Contender, error)
 	}
 	for r := 0; r < o.Rounds; r++ {
-		// The journal with shipping and without run back to back, first one then the other in
-		// turn, so a disk still writing back the round's earlier runs weighs on both alike.
-		pair := []run{
-			{&jour, func(p string) (Contender, error) { return benchJournal(ctx, p, per) }},
-			{&shipped, func(p string) (Contender, error) { return benchJournalWith(ctx, p, per, shipping) }},
-		}
-		if r%2 == 1 {
-			pair[0], pair[1] = pair[1], pair[0]
-		}
+		// The journal without shipping and with it in four pairs of runs back to back, ABBA
+		// BAAB: each order twice and each half of the round's positions once, so neither a run's
+		// place in the pair (the first warms what the second finds warm) nor its place in the
+		// round (the disk still writing back the earlier contenders) favours one.
+		off := run{&jour, func(p string) (Contender, error) { return benchJournal(ctx, p, per) }}
+		on := run{&shipped, func(p string) (Contender, error) { return benchJournalWith(ctx, p, per, shipping) }}
+		abba := []run{off, on, on, off, on, off, off, on}
 		for _, run := range append([]run{
 			{&naive, func(p string) (Contender, error) { return benchBolt(ctx, p, per, false) }},
 			{&batch, func(p string) (Contender, error) { return benchBolt(ctx, p, per, true) }},
-		}, append(pair, run{&ceiling, func(p string) (Contender, error) {
+		}, append(abba, run{&ceiling, func(p string) (Contender, error) {
 			return benchCeiling(ctx, p, per, jour[len(jour)-1].RecordsPerCommit)
 		}})...) {
 			path := filepath.Join(dir, fmt.Sprintf("round%d-%d.db", r, len(*run.into)))
@@ -165,21 +169,21 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 			_ = os.Remove(path)
 		}
 	}
-	res := JournalResult{Producers: o.Producers, Rounds: o.Rounds, Naive: median(naive), Batch: median(batch), Journal: median(jour), Ceiling: median(ceiling), Shipping: median(shipped)}
+	// Shipping's cost is judged pair by pair, before median sorts the runs: the i-th runs with
+	// and without shipping ran back to back (ABBA BAAB appends each pair's at the same index).
+	res := JournalResult{ShippingPairs: make([]float64, len(jour))}
+	for i := range jour {
+		res.ShippingPairs[i] = shipped[i].EventsPerSec / jour[i].EventsPerSec
+	}
+	res.ShippingVsOff = medianRatio(res.ShippingPairs)
+	res.Producers, res.Rounds = o.Producers, o.Rounds
+	res.Naive, res.Batch, res.Journal, res.Ceiling, res.Shipping = median(naive), median(batch), median(jour), median(ceiling), median(shipped)
 	res.NaiveEPS, res.BatchEPS, res.JournalEPS, res.CeilingEPS = res.Naive.EventsPerSec, res.Batch.EventsPerSec, res.Journal.EventsPerSec, res.Ceiling.EventsPerSec
 	res.JournalP99ms = float64(res.Journal.P99) / float64(time.Millisecond)
 	res.BytesPerEvent = res.Journal.BytesPerEvent
 	res.VsNaive = res.JournalEPS / res.NaiveEPS
 	res.VsBatch = res.JournalEPS / res.BatchEPS
 	res.VsCeiling = res.JournalEPS / res.CeilingEPS
-	// Shipping's cost is judged pair by pair (each round's two runs side by side), the median
-	// of the rounds' ratios: the medians of the two contenders may come from rounds apart.
-	ratios := make([]float64, len(jour))
-	for i := range jour {
-		ratios[i] = shipped[i].EventsPerSec / jour[i].EventsPerSec
-	}
-	slices.Sort(ratios)
-	res.ShippingVsOff = ratios[len(ratios)/2]
 	if res.Ceiling.Commits > 0 {
 		res.CeilingCommit = res.Ceiling.Elapsed / time.Duration(res.Ceiling.Commits)
 		res.RefillFloor = refillFloor(o.Producers, res.CeilingCommit, 500)
@@ -188,10 +192,20 @@ func Journal(ctx context.Context, o JournalOptions) (JournalResult, error) {
 	return res, nil
 }
 
-// median is the round with the median throughput.
+// medianRatio is the median of ratios (of an even count, the geometric mean of the middle two:
+// neither the better nor the worse of them).
+func medianRatio(ratios []float64) float64 {
+	s := slices.Sorted(slices.Values(ratios))
+	if n := len(s); n%2 == 0 {
+		return math.Sqrt(s[n/2-1] * s[n/2])
+	}
+	return s[len(s)/2]
+}
+
+// median is the run with the median throughput (of an even count, the slower middle one).
 func median(cs []Contender) Contender {
 	slices.SortFunc(cs, func(a, b Contender) int { return cmp.Compare(a.EventsPerSec, b.EventsPerSec) })
-	return cs[len(cs)/2]
+	return cs[(len(cs)-1)/2]
 }
 
 // drive runs append on Producers goroutines until Events appends have returned, recording

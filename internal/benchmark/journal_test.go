@@ -2,6 +2,7 @@ package benchmark
 
 import (
 	"context"
+	"math"
 	"testing"
 )
 
@@ -18,6 +19,27 @@ func TestJournalBenchRunsAndMeasuresAllThree(t *testing.T) {
 	}
 	if res.VsNaive <= 0 || res.VsBatch <= 0 {
 		t.Fatalf("ratios missing: %+v", res)
+	}
+	// Shipping is judged over four pairs a round (ABBA BAAB), and the figure is their median.
+	if len(res.ShippingPairs) != 4*res.Rounds || res.ShippingVsOff != medianRatio(res.ShippingPairs) {
+		t.Fatalf("shipping on vs off %.2f from pairs %v over %d rounds: want the median of four pairs a round", res.ShippingVsOff, res.ShippingPairs, res.Rounds)
+	}
+}
+
+// The median of an even count of ratios favours neither middle one; an odd count's is its
+// middle one.
+func TestMedianRatioFavoursNeitherMiddleOne(t *testing.T) {
+	for _, c := range []struct {
+		ratios []float64
+		want   float64
+	}{
+		{[]float64{0.5, 2, 1}, 1},
+		{[]float64{2, 0.8, 1.25, 0.1}, 1},
+		{[]float64{0.9, 0.9}, 0.9},
+	} {
+		if got := medianRatio(c.ratios); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("medianRatio(%v) = %v; want %v", c.ratios, got, c.want)
+		}
 	}
 }
 

@@ -7,12 +7,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/rs/zerolog"
 	collogspb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -20,6 +20,7 @@ import (
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentd/agentd/internal/jitter"
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 )
@@ -48,8 +49,9 @@ type Config struct {
 	HostName   string            // host.name
 	Resource   map[string]string // OTEL_RESOURCE_ATTRIBUTES; the four above win over it
 	Timeout    time.Duration     // one request (default 10 s)
-	MinBackoff time.Duration     // first retry wait (default 500 ms)
-	MaxBackoff time.Duration     // longest retry wait (default 30 s)
+	MinBackoff time.Duration     // first retry wait (default 500 ms), doubling to MaxBackoff
+	MaxBackoff time.Duration     // (default 30 s); each wait spread ±50% (internal/jitter)
+	Seed       uint64            // the spread's generator (0: random)
 	// Linger is how long new records may wait for a fuller batch (default 1 s, the OTel SDK's
 	// log batch delay; negative: none). Fewer, fuller requests keep shipping's share of the CPU
 	// small while the agent commits fast; a full batch goes at once.
@@ -95,6 +97,7 @@ type Shipper struct {
 	room   int // bytes a batch's records may take, after the request's fixed part
 	env    envelope
 	enc    *encoder     // Run's own
+	rng    *rand.Rand   // the spread of Run's retry waits (Run's own)
 	recs   []byte       // the batch being read: encoded log_records fields (Run's own)
 	body   *requestBody // the last batch's request, reused once the HTTP client is done with it
 	// busySince is when Run first found the writer busy without a pause since (zero: it
@@ -138,6 +141,9 @@ func New(j *journal.Journal, cfg Config) (*Shipper, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Seed == 0 {
+		cfg.Seed = rand.Uint64()
+	}
 	if cfg.Health == nil {
 		cfg.Health = func(string) {}
 	}
@@ -145,7 +151,7 @@ func New(j *journal.Journal, cfg Config) (*Shipper, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Shipper{cfg: cfg, j: j, client: client, res: resource(cfg), enc: newEncoder()}
+	s := &Shipper{cfg: cfg, j: j, client: client, res: resource(cfg), enc: newEncoder(), rng: jitter.Rand(cfg.Seed)}
 	s.env = newEnvelope(s.res, s.scope())
 	fixed := proto.Size(s.request(nil))
 	s.room = MaxBatchBytes - fixed - 64 // the scope's length prefixes
@@ -166,7 +172,7 @@ func resource(cfg Config) *resourcepb.Resource {
 	for k := range cfg.Resource {
 		keys = append(keys, k)
 	}
-	sortStrings(keys)
+	slices.Sort(keys)
 	for _, k := range keys {
 		taken := false
 		for _, kv := range own {
@@ -263,7 +269,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 			}
 			s.cfg.Log.Error().Err(err).Msg("otlp: reading the journal")
 			s.cfg.Health("reading the journal: " + err.Error())
-			if !sleep(ctx, s.cfg.MaxBackoff) {
+			if !sleep(ctx, jitter.Spread(s.rng, s.cfg.MaxBackoff)) {
 				return nil
 			}
 			continue
@@ -424,9 +430,7 @@ func (s *Shipper) deliver(ctx context.Context, b batch, began time.Time) (bool, 
 	if !sleep(ctx, time.Duration(float64(work)*(1/s.cfg.CPUShare-1))) {
 		return false, ctx.Err()
 	}
-	bo := backoff.NewExponentialBackOff(func(o *backoff.ExponentialBackOff) {
-		o.InitialInterval, o.MaxInterval, o.MaxElapsedTime = s.cfg.MinBackoff, s.cfg.MaxBackoff, 0
-	})
+	bo := jitter.NewBackoff(s.cfg.MinBackoff, s.cfg.MaxBackoff, s.rng)
 	for {
 		status, retryAfter, rejected, err := s.post(ctx, body)
 		var wait time.Duration
@@ -445,7 +449,9 @@ func (s *Shipper) deliver(ctx context.Context, b batch, began time.Time) (bool, 
 			return true, nil
 		case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
 			s.problem(fmt.Sprintf("%s answered %d", s.cfg.Endpoint.URL, status))
-			wait = max(retryAfter, bo.NextBackOff()) // Retry-After is a floor
+			// Retry-After is a floor, spread above it so a fleet told the same value does not
+			// come back together.
+			wait = max(bo.NextBackOff(), retryAfter+jitter.Spread(s.rng, retryAfter/10))
 		case status >= 400 && status < 500:
 			s.cfg.Log.Error().Int("http", status).Int("records", b.n).Uint64("through_seq", b.last).
 				Msg("otlp: the endpoint refused a batch for good; it is dropped and announced as a gap")
@@ -568,11 +574,8 @@ func (s *Shipper) savePosition(final bool) {
 	s.mu.Unlock()
 }
 
-// sleep waits d with ±20% jitter on top of the backoff's own, or until ctx ends (false).
+// sleep waits d, or until ctx ends (false). Retry waits come spread (internal/jitter).
 func sleep(ctx context.Context, d time.Duration) bool {
-	if d > 0 {
-		d += time.Duration(rand.Int64N(int64(d)/5 + 1))
-	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -1,5 +1,0 @@
-package otlpship
-
-import "slices"
-
-func sortStrings(s []string) { slices.Sort(s) }
