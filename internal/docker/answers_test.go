@@ -36,6 +36,21 @@ func TestTheSweepTakesOnlyThisAgentsBindVolumes(t *testing.T) {
 	}
 }
 
+// Podman's "stopped" (exited, not yet cleaned up, as an inspect at the die can read it) is an
+// exit, as Docker's "exited" is: a container read between the two is never taken for one
+// still to end.
+func TestPodmansStoppedIsAnExit(t *testing.T) {
+	for s, want := range map[container.ContainerState][2]bool{
+		"running": {true, false}, "paused": {true, false}, "restarting": {true, false},
+		"exited": {false, true}, "dead": {false, true}, "stopped": {false, true},
+		"created": {false, false}, "removing": {false, false},
+	} {
+		if running, exited := phase(s); running != want[0] || exited != want[1] {
+			t.Errorf("%q: running %v, exited %v; want %v, %v", s, running, exited, want[0], want[1])
+		}
+	}
+}
+
 // A container's own stop timeout is the one its create recorded; Podman's 0 for "none" is
 // not taken for an immediate kill.
 func TestTheOwnStopTimeoutIsWhatTheCreateRecorded(t *testing.T) {

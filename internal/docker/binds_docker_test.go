@@ -404,7 +404,7 @@ func TestDockerANamedVolumeThatIsAHostDirectoryIsRefused(t *testing.T) {
 // Bind roots are refused on Podman: its bind volumes are not proven to stay beneath the root.
 func TestDockerBindRootsAreRefusedOnPodman(t *testing.T) {
 	e, _ := dockerEngine(t)
-	if !e.podman {
+	if !onPodman(e) {
 		t.Skip("on Docker bind roots are taken (the bind rig's tests)")
 	}
 	roots, err := bindroot.Open([]string{t.TempDir()})

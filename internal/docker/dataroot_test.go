@@ -38,7 +38,7 @@ func infoEngine(t *testing.T, dataRoot string) *Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	return &Engine{cli: cli, agent: "agent-1", host: "unix://" + sock, bindVols: map[string]*os.File{}, bindLetGo: map[string]struct{}{}}
+	return &Engine{cli: cli, agent: "agent-1", host: "unix://" + sock, bindVols: map[string]*os.File{}, bindLetGo: map[string]struct{}{}, ident: identity{kind: kindDocker}}
 }
 
 // TestABindRootHoldingTheEnginesDataRootIsRefused: a task binding the engine's data root —

@@ -14,7 +14,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/bindroot"
@@ -57,11 +56,12 @@ type Engine struct {
 	// (imageclaims.go); followed until Close.
 	claims        *imageClaims
 	stopFollowing context.CancelFunc
-	// podman: the engine is Podman (isPodman). probes runs the containers' health checks in
-	// the agent, for an engine that runs none (Podman: healthprobe.go); nil where the engine
-	// runs them (Docker).
-	podman bool
-	probes *probes
+	// ident: Docker or Podman, as the engine last named itself (identify.go). probes runs the
+	// containers' health checks in the agent, for an engine that runs none (Podman:
+	// healthprobe.go); probeAlways makes it run them on Docker too (a test's).
+	ident       identity
+	probes      *probes
+	probeAlways bool
 	// limited holds the containers this process created under a memory limit; oom the ones
 	// whose cgroup the kernel's OOM notification showed killed (oomwatch.go).
 	limited sync.Map // id → struct{}
@@ -80,25 +80,25 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults(), bindVols: map[string]*os.File{}, bindLetGo: map[string]struct{}{}}
+	e := &Engine{cli: cli, agent: agentID, host: cli.DaemonHost(), pulls: pulls.withDefaults(), bindVols: map[string]*os.File{}, bindLetGo: map[string]struct{}{}, probes: newProbes()}
 	e.followClaims()
+	e.ident.ctx, e.ident.stop = context.WithCancel(context.Background())
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		if client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded) {
 			// Down, not misconfigured: the agent stays up without it and keeps asking (every
 			// call says ErrUnavailable until it answers); the caller decides whether to say so.
+			e.lost(err)
 			return e, fmt.Errorf("docker engine at %s does not answer: %w: %v", e.host, runtime.ErrUnavailable, err)
 		}
 		e.Close()
 		return nil, fmt.Errorf("docker engine at %s does not answer: %w", e.host, err)
 	}
-	// Each with a time of its own: Podman's /version runs conmon and the OCI runtime, which a
-	// loaded host makes slow, and Podman taken for Docker would run no health checks.
-	vctx, vcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer vcancel()
-	if e.podman = isPodman(vctx, cli); e.podman {
-		e.probes = newProbes()
+	// Docker or Podman, from its own answers (identify.go): until it is named, the agent
+	// keeps asking and stays unhealthy, naming the address.
+	if err := e.startIdentifying(ctx); err != nil {
+		return e, err
 	}
 	// Bind volumes an earlier process left unused name its dead descriptors: best effort (none
 	// of them is ever started, checkBindMounts).
@@ -106,18 +106,6 @@ func NewEngine(ctx context.Context, host, agentID string, pulls PullConfig) (*En
 	defer scancel()
 	_ = e.sweepBindVolumes(sctx)
 	return e, nil
-}
-
-// isPodman tells Podman from Docker by the components /version names. Podman runs health
-// checks only from systemd timers, which a host without systemd as PID 1 lacks, and the agent
-// cannot tell whether they run: the agent runs them itself there. An engine whose version
-// cannot be read is taken for Docker.
-func isPodman(ctx context.Context, cli *client.Client) bool {
-	v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{})
-	if err != nil {
-		return false
-	}
-	return slices.ContainsFunc(v.Components, func(c system.ComponentVersion) bool { return c.Name == "Podman Engine" })
 }
 
 // newClient is a client of the engine at host (empty: the client's environment — DOCKER_HOST
@@ -153,6 +141,11 @@ func SocketPath(host string) (string, error) {
 
 func (e *Engine) Name() string { return "docker" }
 
+// probing says whether the agent runs the health checks itself: on an engine that runs none.
+func (e *Engine) probing(kind engineKind) bool {
+	return e.probes != nil && (kind == kindPodman || e.probeAlways)
+}
+
 func (e *Engine) wrap(op, what string, err error) error {
 	if err == nil {
 		return nil
@@ -161,6 +154,7 @@ func (e *Engine) wrap(op, what string, err error) error {
 		return fmt.Errorf("%s %s: %w", op, what, runtime.ErrNotFound)
 	}
 	if client.IsErrConnectionFailed(err) {
+		e.lost(err) // it may be another engine when it answers again (identify.go)
 		return fmt.Errorf("%s %s: docker engine at %s: %w: %v", op, what, e.host, runtime.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s %s: %w", op, what, err)
@@ -183,6 +177,9 @@ func (e *Engine) Create(ctx context.Context, spec runtime.CreateSpec) (string, e
 		}
 	}
 	name := runtime.Name(e.agent, spec.Task, spec.Container.Name)
+	if _, err := e.knownKind(); err != nil { // what it makes may depend on which engine runs it
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
 	if err := e.checkNamedVolumes(ctx, spec); err != nil { // engine_binds.go: no host directory by a volume's name
 		return "", fmt.Errorf("create %s: %w", name, err)
 	}
@@ -275,6 +272,10 @@ func (e *Engine) nameTaken(ctx context.Context, spec runtime.CreateSpec, name st
 // A container this process created and never asked to start is started without that
 // inspect (see fresh): one engine call less on every task's way to RUNNING.
 func (e *Engine) Start(ctx context.Context, id string) error {
+	kind, err := e.knownKind()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", id, err)
+	}
 	if _, never := e.fresh.LoadAndDelete(id); !never {
 		c, st, err := e.inspect(ctx, id)
 		if err != nil {
@@ -291,14 +292,14 @@ func (e *Engine) Start(ctx context.Context, id string) error {
 		}
 	}
 	_, limited := e.limited.Load(id)
-	if limited && e.podman { // Podman: its process made, and watched, before it runs
+	if limited && kind == kindPodman { // Podman: its process made, and watched, before it runs
 		if err := e.podmanInit(ctx, id); err == nil {
 			e.watchStarting(ctx, id)
 		}
 	}
-	_, err := e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	_, err = e.cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
 	e.startAnswered(id, err) // engine_binds.go: the bind descriptors are needed no longer
-	if err == nil && e.probes != nil {
+	if err == nil && e.probing(kind) {
 		e.ensureProbe(id)
 	}
 	if err == nil && limited {
@@ -419,7 +420,7 @@ func (e *Engine) inspect(ctx context.Context, id string) (container.InspectRespo
 		}
 		if s.Running {
 			st.Health = healthOf(s.Health)
-			if e.probes != nil {
+			if kind, _ := e.kindNow(); e.probing(kind) {
 				st.Health = e.probes.verdict(c.ID)
 			}
 			if c.NetworkSettings != nil {
@@ -434,6 +435,10 @@ func (e *Engine) Inspect(ctx context.Context, id string) (runtime.State, error) 
 	return e.own(ctx, id)
 }
 
+// podmanStopped is Podman's state between its container's exit and its cleanup: the exit
+// code and end time are known, and the die event has come (an inspect at the die reads it).
+const podmanStopped container.ContainerState = "stopped"
+
 // phase is the one mapping of Docker's container state to State's Running and Exited, for an
 // inspect and a list alike. Running is Docker's own State.Running, which holds for a paused or
 // restarting container too (its status string says which); created and removing are neither.
@@ -441,7 +446,7 @@ func phase(s container.ContainerState) (running, exited bool) {
 	switch s {
 	case container.StateRunning, container.StatePaused, container.StateRestarting:
 		return true, false
-	case container.StateExited, container.StateDead:
+	case container.StateExited, container.StateDead, podmanStopped:
 		return false, true
 	}
 	return false, false
@@ -490,6 +495,7 @@ func (e *Engine) Find(ctx context.Context, task, name string) (runtime.State, er
 // Close releases the client's connections and the descriptors of bind volumes.
 func (e *Engine) Close() error {
 	e.unfollowClaims()
+	e.stopIdentifying()
 	if e.probes != nil {
 		e.probes.stop()
 	}

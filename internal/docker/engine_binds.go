@@ -69,8 +69,9 @@ const LabelBindSource = "io.agentd.bind-source"
 // It also checks who serves that socket (checkSocketPeer): a process outside this pid
 // namespace, or in another mount namespace, refuses the roots; and that the engine's data
 // root lies beneath none (a task binding it could rewrite other containers' configurations:
-// root on the host, as with the socket). An engine that does not answer yet is checked at the
-// first bind mount instead.
+// root on the host, as with the socket); and that the engine is not Podman (podmanbinds.go).
+// An engine that does not answer, or is not named, yet is checked at the first bind mount
+// instead.
 func (e *Engine) SetBindRoots(r *bindroot.Roots) error {
 	if e.bindBound == nil {
 		e.bindBound = defaultBindBound()
@@ -78,11 +79,6 @@ func (e *Engine) SetBindRoots(r *bindroot.Roots) error {
 	if len(r.Names()) == 0 {
 		e.binds = r
 		return nil
-	}
-	if e.podman {
-		// Not proven there: a link swapped while a bind volume was mounted let a container
-		// see outside its root (TestDockerBindSourceRacingLinkSwapNeverLeavesTheRoot, issue 46).
-		return fmt.Errorf("--allow-bind-root: not on Podman (%s): its bind volumes are not proven to stay beneath the root", e.host)
 	}
 	if !strings.HasPrefix(e.host, "unix://") {
 		return fmt.Errorf("--allow-bind-root needs the Docker Engine on this host, reached through its unix socket (it mounts bind sources through this process's descriptors); --docker-host is %s", e.host)
@@ -99,6 +95,13 @@ func (e *Engine) SetBindRoots(r *bindroot.Roots) error {
 func (e *Engine) checkPeer(r *bindroot.Roots) error {
 	if e.peerChecked.Load() {
 		return nil
+	}
+	// Named again after every loss of the engine (identify.go), so an engine that is Podman
+	// now is refused whatever it was when the roots were set.
+	if kind, err := e.knownKind(); err != nil {
+		return err
+	} else if kind == kindPodman {
+		return errPodmanBinds(e.host)
 	}
 	if err := bindroot.CheckSocketPeer("/proc", strings.TrimPrefix(e.host, "unix://")); errors.Is(err, bindroot.ErrUnreachable) {
 		return fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -17,7 +18,11 @@ import (
 // that has a verdict, then the engine's health_status events. It subscribes before it lists,
 // so no change falls between the two.
 func (e *Engine) Health(ctx context.Context) (<-chan runtime.HealthChange, error) {
-	if e.probes != nil {
+	kind, err := e.knownKind()
+	if err != nil {
+		return nil, fmt.Errorf("health stream: %w", err)
+	}
+	if e.probing(kind) {
 		return e.probeHealth(ctx) // the engine runs no checks: the agent's own (healthprobe.go)
 	}
 	f := client.Filters{}.Add("type", "container").Add("event", "health_status").Add("label", runtime.LabelAgent+"="+e.agent)

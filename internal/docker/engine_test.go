@@ -38,6 +38,9 @@ func dockerEngineWith(t *testing.T, pc PullConfig) (*Engine, string) {
 	needDockerTests(t)
 	agent := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	e, err := NewEngine(context.Background(), "", agent, pc)
+	if e != nil && errors.Is(err, runtime.ErrUnavailable) {
+		err = awaitNamed(e, 2*time.Minute) // a loaded engine: named by the retries, or never
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,11 +65,40 @@ func removeAgentContainers(t *testing.T, agent string) {
 	}
 }
 
+// onPodman says whether the engine was named Podman.
+func onPodman(e *Engine) bool {
+	kind, _ := e.kindNow()
+	return kind == kindPodman
+}
+
+// awaitNamed waits until the engine is named, for at most d: knownKind's error otherwise.
+func awaitNamed(e *Engine, d time.Duration) error {
+	return awaitIdentity(e, d, func(err error) bool { return err == nil })
+}
+
+// awaitIdentity waits until knownKind's error (nil: named) is one done takes, for at most d;
+// it returns the last.
+func awaitIdentity(e *Engine, d time.Duration, done func(error) bool) error {
+	deadline := time.After(d)
+	for {
+		_, changed := e.kindNow()
+		if _, err := e.knownKind(); done(err) {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			_, err := e.knownKind()
+			return err
+		}
+	}
+}
+
 // differsOnPodman skips the rest of a test on Podman, saying why: what it checks is a documented
 // difference of Podman's (README "On Podman"), not a promise the agent keeps there.
 func differsOnPodman(t *testing.T, e *Engine, why string) {
 	t.Helper()
-	if e.podman {
+	if onPodman(e) {
 		t.Skip("on Podman: " + why)
 	}
 }
@@ -93,7 +125,7 @@ func start(t *testing.T, e *Engine, task string, cmd ...string) string {
 
 func waitExit(t *testing.T, e *Engine, id string) runtime.State {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		st, err := e.Inspect(context.Background(), id)
 		if err != nil {
@@ -103,7 +135,7 @@ func waitExit(t *testing.T, e *Engine, id string) runtime.State {
 			return st
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not exit in 30 s", id)
+			t.Fatalf("%s did not exit in 2 min", id)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

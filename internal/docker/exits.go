@@ -53,7 +53,14 @@ const catchUpSlack = time.Minute
 // still reaches back past the cursor, its replay misses nothing and the catch-up is skipped: a
 // stream resumed at an exit's cursor gives again only the dies of that nanosecond, which the
 // reader drops as taken (runtime.ExitMark) — one of them may be another container's.
+//
+// While the engine is not named (identify.go) no subscription is made: the agent's exit
+// stream is its standing link to the engine, so an unnamed engine makes it unhealthy even
+// with no task running. A stream the engine broke has the engine named again.
 func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan runtime.Exit, error) {
+	if _, err := e.knownKind(); err != nil {
+		return nil, fmt.Errorf("exit stream: %w", err)
+	}
 	f := client.Filters{}.Add("type", "container").Add("event", dieEvents...).Add("event", "oom").Add("label", runtime.LabelAgent+"="+e.agent)
 	opts := client.EventsListOptions{Filters: f}
 	if cursor > 0 {
@@ -83,7 +90,10 @@ func (e *Engine) Exits(ctx context.Context, cursor int64) (<-chan runtime.Exit, 
 			select {
 			case <-ctx.Done():
 				return
-			case <-res.Err:
+			case err := <-res.Err:
+				if ctx.Err() == nil {
+					e.lost(fmt.Errorf("the event stream broke: %w", err))
+				}
 				return
 			case <-wake:
 				s.expire(ctx)

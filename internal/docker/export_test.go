@@ -13,4 +13,4 @@ var RemoveAgentContainers = removeAgentContainers
 
 // ProbeHealthItself makes the engine run its containers' health checks in the agent, as it
 // does on Podman, so the agent's own checks are tested on Docker too.
-func (e *Engine) ProbeHealthItself() { e.probes = newProbes() }
+func (e *Engine) ProbeHealthItself() { e.probeAlways = true }

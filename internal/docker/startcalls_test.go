@@ -63,7 +63,7 @@ func TestFirstStartOfOwnContainerMakesOneCallAndASecondIsStillGuarded(t *testing
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	e := &Engine{cli: cli, agent: f.agent, host: srv.URL}
+	e := &Engine{cli: cli, agent: f.agent, host: srv.URL, ident: identity{kind: kindDocker}}
 	ctx := context.Background()
 	id, err := e.Create(ctx, runtime.CreateSpec{Task: "task/once", Container: event.ContainerSpec{Name: "app", Image: "img"}})
 	if err != nil {
@@ -84,7 +84,7 @@ func TestFirstStartOfOwnContainerMakesOneCallAndASecondIsStillGuarded(t *testing
 	}
 
 	// Another process of the same agent (a restart) knows nothing of the container: it asks.
-	e2 := &Engine{cli: cli, agent: f.agent, host: srv.URL}
+	e2 := &Engine{cli: cli, agent: f.agent, host: srv.URL, ident: identity{kind: kindDocker}}
 	if err := e2.Start(ctx, id); !errors.Is(err, runtime.ErrAlreadyStarted) || f.starts != 1 {
 		t.Fatalf("start after a restart: %v, %d starts; want ErrAlreadyStarted and still one start", err, f.starts)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -162,10 +163,30 @@ func exitEvent(ctx context.Context, t *testing.T, exits <-chan runtime.Exit, id 
 func TestDockerResourceLimitsReachTheKernel(t *testing.T) {
 	e, _ := dockerEngine(t)
 	id := startSpec(t, e, "task/limits", event.ContainerSpec{CPUShares: 512, MemoryMiB: 64, MemoryReservationMiB: 32, PidsLimit: 40})
+	info, _, err := e.inspect(context.Background(), id)
+	if err != nil || info.State == nil {
+		t.Fatalf("inspect %s: %v", id, err)
+	}
+	// The process's own cgroups, wherever the engine put them (Docker: docker/<id>; Podman:
+	// libpod_parent/libpod-<id>).
+	cgroups, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", info.State.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := func(ctrl, file string) string {
+		for _, line := range strings.Split(string(cgroups), "\n") {
+			// hierarchy-ID:controller-list:cgroup-path
+			if f := strings.SplitN(line, ":", 3); len(f) == 3 && slices.Contains(strings.Split(f[1], ","), ctrl) {
+				return filepath.Join("/sys/fs/cgroup", ctrl, f[2], file)
+			}
+		}
+		t.Skipf("no cgroup v1 %s controller for the container's process:\n%s", ctrl, cgroups)
+		return ""
+	}
 	read := func(ctrl, file string) string {
-		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctrl, "docker", id, file))
+		b, err := os.ReadFile(path(ctrl, file))
 		if err != nil {
-			t.Skipf("cgroup v1 files not where the cgroupfs driver puts them: %v", err)
+			t.Skipf("cgroup v1 files not where the container's process says: %v", err)
 		}
 		return strings.TrimSpace(string(b))
 	}
@@ -176,7 +197,7 @@ func TestDockerResourceLimitsReachTheKernel(t *testing.T) {
 		{"memory", "memory.soft_limit_in_bytes", fmt.Sprint(32 << 20)},
 		{"pids", "pids.max", "40"},
 	} {
-		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c.ctrl, "docker", id, c.file)); err != nil && c.file == "memory.memsw.limit_in_bytes" {
+		if _, err := os.Stat(path(c.ctrl, c.file)); err != nil && c.file == "memory.memsw.limit_in_bytes" {
 			continue // swap accounting is off on this kernel
 		}
 		if got := read(c.ctrl, c.file); got != c.want {
@@ -344,7 +365,7 @@ func TestDockerVolumeAndTmpfsMounts(t *testing.T) {
 	if st := waitExit(t, e, id); st.ExitCode != 0 {
 		t.Fatalf("write into the tmpfs exited %d", st.ExitCode)
 	}
-	if !e.podman { // Podman's inspect has no HostConfig.Mounts (the write above is the proof there)
+	if !onPodman(e) { // Podman's inspect has no HostConfig.Mounts (the write above is the proof there)
 		if got := dockerInspect(t, id, `{{index .HostConfig.Mounts 0 | json}}`); !strings.Contains(got, `"SizeBytes":1048576`) {
 			t.Fatalf("tmpfs mount %s", got)
 		}

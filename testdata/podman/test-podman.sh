@@ -4,16 +4,22 @@
 # API service runs on a socket of its own, with its configuration, storage and run state in a
 # temporary directory (containers.conf and registries.conf from here), so the host's Docker and
 # any Podman of the host are never touched. The service is stopped and the directory removed
-# at the end, whatever the tests did.
+# at the end, whatever the tests did. With PODMAN_OPTIONAL=1 (.ci/run), a Podman that cannot
+# be installed or started skips the tests, saying why, instead of failing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=testdata/podman
-if ! command -v podman >/dev/null 2>&1; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "test-podman: podman is missing and this is not root to install it" >&2
-    exit 1
+unavailable() {
+  if [ "${PODMAN_OPTIONAL:-}" = 1 ]; then
+    echo "Podman tests skipped: $1" >&2
+    exit 0
   fi
-  apt-get update && apt-get install -y podman
+  echo "test-podman: $1" >&2
+  exit 1
+}
+if ! command -v podman >/dev/null 2>&1; then
+  [ "$(id -u)" = 0 ] || unavailable "podman is missing and this is not root to install it"
+  { apt-get update && apt-get install -y podman; } || unavailable "apt-get could not install podman"
 fi
 dir=$(mktemp -d /tmp/agentd-podman.XXXXXX)
 pid=""
@@ -45,10 +51,12 @@ sock="$dir/podman.sock"
 (cd "$dir" && exec podman --tmpdir "$dir/tmp" system service --time=0 "unix://$sock") >"$dir/service.log" 2>&1 &
 pid=$!
 export DOCKER_HOST="unix://$sock"
-for _ in $(seq 100); do
-  docker version >/dev/null 2>&1 && break
-  kill -0 "$pid" 2>/dev/null || { cat "$dir/service.log" >&2; exit 1; }
-  sleep 0.1
+# Ready when it lists containers (its /version runs the package manager: seconds, not a probe).
+SECONDS=0
+until docker ps -q >/dev/null 2>&1; do
+  kill -0 "$pid" 2>/dev/null || { cat "$dir/service.log" >&2; unavailable "its API service exited at start (log above)"; }
+  [ "$SECONDS" -lt 120 ] || unavailable "its API service did not answer within 2 min"
+  sleep 0.2
 done
 docker version --format 'Podman API service at {{.Server.Version}}, API {{.Server.APIVersion}}: '"$sock"
 make testbox-image
