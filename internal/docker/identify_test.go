@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/bindroot"
+	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/runtime"
 )
 
