@@ -142,6 +142,30 @@ func (p *proc) await(t *testing.T, msg string, within time.Duration) map[string]
 	}
 }
 
+// awaitEach waits for every one of msgs, in whatever order the process logs them (lines from
+// different goroutines have no order), and returns each message's line.
+func (p *proc) awaitEach(t *testing.T, within time.Duration, msgs ...string) map[string]map[string]any {
+	t.Helper()
+	got := map[string]map[string]any{}
+	deadline := time.After(within)
+	for len(got) < len(msgs) {
+		select {
+		case m, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("process ended before logging %q:\n%s", msgs, p.log())
+			}
+			for _, msg := range msgs {
+				if m["message"] == msg {
+					got[msg] = m
+				}
+			}
+		case <-deadline:
+			t.Fatalf("not all of %q logged within %v:\n%s", msgs, within, p.log())
+		}
+	}
+	return got
+}
+
 func (p *proc) kill() {
 	if p.cmd.Process != nil && p.cmd.ProcessState == nil {
 		_ = p.cmd.Process.Signal(syscall.SIGKILL)

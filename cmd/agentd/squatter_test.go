@@ -146,12 +146,12 @@ func TestSquattedPortNeverStopsTheAgent(t *testing.T) {
 	data := filepath.Join(dir, "data")
 	agent := startProc(t, "run", "--runtime", "sim", "--data-dir", data, "--backend", cp.URL, "--listen", sq.addr,
 		"--log-format", "json", "--agent-id", "agent-squatted", "--cleanup-wait", "1h")
-	warn := agent.await(t, "the API is not listening; the agent runs on, degraded", 30*time.Second)
+	const degraded = "the API is not listening; the agent runs on, degraded"
+	warn := agent.awaitEach(t, 30*time.Second, degraded, "agent running")[degraded]
 	holder := fmt.Sprintf("pid %d (uid 65534)", pid)
 	if p, _ := warn["problem"].(string); !strings.Contains(p, sq.addr) || !strings.Contains(p, holder) {
 		t.Errorf("the logged problem %q; want it to name %s and %s", p, sq.addr, holder)
 	}
-	agent.await(t, "agent running", 30*time.Second)
 
 	postJSON(t, cp.URL+"/v1/tasks", map[string]any{"agent": "agent-squatted",
 		"task": map[string]any{"arn": "task/while-squatted", "containers": []map[string]any{{"name": "app", "image": "web", "command": []string{"exit", "0"}}}}})
