@@ -67,6 +67,8 @@ type Engine struct {
 	upkeep      upkeep
 	mem         memory    // releasing what a burst left behind (memory.go)
 	sub         *reporter // the reports' pacing and batching (internal/submit)
+	// space is the runtime's last disk answer, for the log line of a low disk (noted).
+	space ImageSpaceInput
 
 	inbox   inbox
 	linger  linger // how long a burst waits for calls about to end (linger.go)

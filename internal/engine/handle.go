@@ -43,6 +43,7 @@ func (e *Engine) handle(in Input) {
 	case CompactInput:
 		e.handleCompact(now, in)
 	case ImageSpaceInput:
+		e.space = in
 		_ = e.node.Step(now, imageSpaceInput(in))
 	case ReconcileInput:
 		e.handleReconcile(now, in)
@@ -85,6 +86,7 @@ func (e *Engine) noted(x fsm.Note) {
 	case fsm.NoteDiskUnread:
 		e.log.Warn().Str("error", x.Detail).Msg("image collection: cannot read the runtime's free disk space; collecting by age only")
 	case fsm.NoteDiskLow:
-		e.log.Warn().Str("space", x.Detail).Msg("image collection: the runtime's disk is low; removing unused images regardless of age")
+		e.log.Warn().Uint64("free_bytes", e.space.Free).Uint64("total_bytes", e.space.Total).Int("threshold_percent", e.cfg.Images.LowFreePercent).
+			Msg("image collection: the runtime's disk is low; removing unused images regardless of age")
 	}
 }
