@@ -7,8 +7,6 @@ import "time"
 // grows the window (the fleet came back together: a throttle naming only its next token tells
 // everyone the same time), one served at once halves it (Retry-After named this agent's turn,
 // or the agent is alone: a window kept wide would leave its tokens idle — `bench throttled`).
-// A 429 that names no place in a queue (no Retry-After, or less than the first backoff step)
-// spreads its retry over the rest of the fleet's burst at once, as a second 429 would.
 
 // retryWindow is what the last 429s taught.
 type retryWindow struct {
@@ -33,17 +31,7 @@ func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bo
 		// burst joins behind the others' follow-ups): what the fleet's burst takes.
 		s.slot.depth = min(max(s.slot.depth, s.retry.turnAt.Sub(s.burst.start)), s.p.Max)
 	}
-	burst := max(s.slot.at, s.slot.depth) // the fleet's burst as this agent knows it
 	switch {
-	case !again && ra < s.p.Initial && burst > 0 && !s.burst.start.IsZero():
-		// The streak's first 429, naming no place in a queue: no Retry-After, or only the
-		// bucket's next token (a throttle that keeps no turns). The fleet is queued behind
-		// it, and a retry within the first backoff step meets the same queue; spread at once
-		// over what is left of the burst, it spends one 429 fewer (the fleet model's first
-		// storm at 200 agents, no Retry-After: 20–32% of requests 429 → 9–20%, the settle
-		// time the same). A turn-naming throttle's first places are told as little; theirs
-		// are held for them (30 s at the reference control plane), so they lose only the wait.
-		s.retry.window = min(max(burst-now.Sub(s.burst.start), s.p.Initial), burst, s.p.Max)
 	case s.retry.window == 0:
 		// The first: over Retry-After itself (a throttle naming its next token tells everyone
 		// throttled together the same short time), at least the first backoff step, at most
@@ -56,6 +44,7 @@ func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bo
 		// While the streak is younger than the fleet's burst, never wider than the burst: past
 		// it the tokens would wait for the retries. A streak outlasting it is the control plane
 		// asking for less: the window grows on, to Max (PROTOCOL.md §3: back off further).
+		burst := max(s.slot.at, s.slot.depth)
 		w := time.Duration(windowGrow * float64(s.retry.window))
 		if !s.burst.start.IsZero() {
 			w = max(w, burst-now.Sub(s.burst.start))
