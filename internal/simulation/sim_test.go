@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
 )
 
 func runSeed(t testing.TB, s uint64) Result {
