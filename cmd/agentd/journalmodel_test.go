@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/journal/journaltest"
 	"github.com/agentd/agentd/internal/model"
 )
 
@@ -81,7 +81,8 @@ func unsettleFirstStop(t *testing.T, path string) event.Record {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.PutRaw(context.Background(), settle.Seq, settle.Task, b); err != nil {
+	j.Close()
+	if err := journaltest.PutRecord(path, settle.Seq, b); err != nil {
 		t.Fatal(err)
 	}
 	return acked

@@ -68,6 +68,8 @@ type Engine struct {
 	oom     oomKills
 }
 
+var _ runtime.Runtime = (*Engine)(nil)
+
 // NewEngine connects to the engine at host (empty: the client's environment and defaults)
 // and checks that it answers; pulls is how it pulls images (zero: the defaults). An engine that does not answer is an error naming the address,
 // wrapping ErrUnavailable — and the Engine is returned anyway, so the agent can run without

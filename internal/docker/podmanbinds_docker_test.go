@@ -17,7 +17,7 @@ import (
 	"github.com/agentd/agentd/internal/runtime"
 )
 
-// Why bind roots are refused on Podman (podmanbinds.go), on the engine itself: a bind volume
+// Why bind roots are refused on Podman (engine_binds.go, checkPeer), on the engine itself: a bind volume
 // made as the agent makes one, naming this process's descriptor of a directory, which is then
 // removed, with a link to outside put at its deleted path ("<dir> (deleted)", the string the
 // descriptor's magic link reads as). Docker mounts the directory itself: the container never
@@ -60,7 +60,7 @@ func TestDockerBindVolumeOfARemovedDirectoryNeverMountsALinkInItsPlace(t *testin
 	switch {
 	case onPodman(e) && !saw:
 		t.Fatalf("Podman mounted the removed directory, not the link in its place (the container printed %q): "+
-			"the reason bind roots are refused there (podmanbinds.go) no longer holds on this Podman", out.String())
+			"the reason bind roots are refused there (engine_binds.go, checkPeer) no longer holds on this Podman", out.String())
 	case !onPodman(e) && saw:
 		t.Fatal("the engine mounted the link put in place of the removed directory: a bind source can leave its root")
 	}

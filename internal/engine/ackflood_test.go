@@ -29,27 +29,6 @@ func (l lines) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// longIDCP sends one payload under a long message id and fails every acknowledgement, as a
-// hostile or broken control plane may (it then re-sends the payload).
-type longIDCP struct {
-	id    string
-	polls atomic.Int32
-}
-
-func (cp *longIDCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
-	if cp.polls.Add(1) == 1 {
-		raw, _ := json.Marshal(protocol.Task{ARN: "task/long", DesiredStatus: "STOPPED", Containers: []protocol.Container{{Name: "app", Image: "x"}}})
-		return []protocol.Payload{{MessageID: cp.id, Tasks: []json.RawMessage{raw}}}, nil
-	}
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
-func (cp *longIDCP) Ack(context.Context, []string) error { return errors.New("HTTP 500") }
-func (cp *longIDCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	return testrig.SettleAll(changes)
-}
-
 // attack31: a long message id is held by its digest so it costs the agent little (event.MessageKey),
 // but a failed acknowledgement logged the ids as sent: a control plane answering acks 500 and
 // re-sending a payload under a 1 MiB id had every poll write a 1 MiB log line.
@@ -66,7 +45,13 @@ func TestAFailedAckOfALongIDLogsItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := make(lines, 256)
-	cp := &longIDCP{id: strings.Repeat("m", 1<<20)}
+	// A control plane that sends one payload under a 1 MiB message id and fails every
+	// acknowledgement, as a hostile or broken one may (it then re-sends the payload).
+	raw, _ := json.Marshal(protocol.Task{ARN: "task/long", DesiredStatus: "STOPPED", Containers: []protocol.Container{{Name: "app", Image: "x"}}})
+	cp := &testrig.ControlPlane{
+		Payloads: testrig.Once([]protocol.Payload{{MessageID: strings.Repeat("m", 1<<20), Tasks: []json.RawMessage{raw}}}),
+		Acks:     func([]string) error { return errors.New("HTTP 500") },
+	}
 	e := engine.New(engine.Config{AgentID: id, Seed: 1}, j, sim, cp, nil, nil, zerolog.New(logs))
 	if err := e.Recover(context.Background()); err != nil {
 		t.Fatal(err)

@@ -32,30 +32,27 @@ func (r *stuckRemovals) Remove(ctx context.Context, id string) error {
 	return r.Runtime.Remove(ctx, id)
 }
 
-// burstCP answers the first poll with its payloads and every later one, after a moment, with
-// none; it counts the polls and tells the test of each.
-type burstCP struct{ firstPoll }
-
-func (cp *burstCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
-	if cp.first() {
-		return cp.payloads, nil
-	}
-	select { // a long poll that ends quickly: an agent that is not held polls again and again
-	case <-time.After(10 * time.Millisecond):
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return nil, nil
-}
-
-func (cp *burstCP) Ack(context.Context, []string) error { return nil }
-func (cp *burstCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	return testrig.SettleAll(changes)
+// burst is a control plane that answers the first poll with n payloads and every later one,
+// after a moment, with none; it tells the test of each poll.
+func burst(t *testing.T, n int) *testrig.ControlPlane {
+	payloads := payloadsOf(t, n)
+	var answered atomic.Bool
+	return &testrig.ControlPlane{Polled: make(chan int, 1), Payloads: func(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
+		if !answered.Swap(true) {
+			return payloads, nil
+		}
+		select { // a long poll that ends quickly: an agent that is not held polls again and again
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return nil, nil
+	}}
 }
 
 // runBurst runs an engine whose removals hang until rt.release is closed, with one removal
 // slot and an intake bound of 5, against cp.
-func runBurst(t *testing.T, cp *burstCP, holdMax time.Duration) (*engine.Engine, *stuckRemovals) {
+func runBurst(t *testing.T, cp *testrig.ControlPlane, holdMax time.Duration) (*engine.Engine, *stuckRemovals) {
 	t.Helper()
 	dir := t.TempDir()
 	j := openJournal(t, dir, &atomic.Bool{})
@@ -121,30 +118,30 @@ func waitCleaning(t *testing.T, e *engine.Engine, n int) {
 // through. Without the hold, 20,000 tasks posted at once left 16,666 waiting to be cleaned,
 // each held whole, and the agent's peak RSS was 2.3x its RSS at rest (bench rss).
 func TestARemovalBacklogHoldsThePoll(t *testing.T) {
-	cp := &burstCP{firstPoll{payloads: payloadsOf(t, 20), polled: make(chan int, 1)}}
+	cp := burst(t, 20)
 	e, rt := runBurst(t, cp, time.Minute)
 	waitCleaning(t, e, 10)
-	held := cp.polls.Load()
+	held := cp.Polls()
 	// An agent not held polls every 10 ms here: 30 times in this window.
 	time.Sleep(300 * time.Millisecond)
-	if got := cp.polls.Load(); got > held+1 {
+	if got := cp.Polls(); got > held+1 {
 		t.Fatalf("%d polls while at least 9 tasks waited for the one removal slot (bound 5), want at most 1", got-held)
 	}
-	for len(cp.polled) > 0 {
-		<-cp.polled
+	for len(cp.Polled) > 0 {
+		<-cp.Polled
 	}
 	close(rt.release)
-	waitFor(t, cp.polled, "poll after the removals went through")
+	waitFor(t, cp.Polled, "poll after the removals went through")
 }
 
 // A runtime that stops removing slows the intake but never cuts it: the agent still hears of
 // new tasks and stops, a poll at least every IntakeHoldMax.
 func TestAStuckRemovalBacklogStillPolls(t *testing.T) {
-	cp := &burstCP{firstPoll{payloads: payloadsOf(t, 20), polled: make(chan int, 1)}}
+	cp := burst(t, 20)
 	e, _ := runBurst(t, cp, 200*time.Millisecond)
 	waitCleaning(t, e, 10)
-	for len(cp.polled) > 0 {
-		<-cp.polled
+	for len(cp.Polled) > 0 {
+		<-cp.Polled
 	}
-	waitFor(t, cp.polled, "poll while the removals hang")
+	waitFor(t, cp.Polled, "poll while the removals hang")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/agentd/agentd/internal/journal"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/simruntime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 // placeAgent is one agent process over the journal in dir: started, queried, stopped cleanly.
@@ -199,10 +200,18 @@ func TestACleanStopOnAFullDiskKeepsNoPlaceAndLosesNothing(t *testing.T) {
 	}
 }
 
-// throttledOnce is a control plane that answers the first poll with payloads, holds the rest,
-// and throttles the first report once (hostBurstCP): an agent reporting to it learns a place.
-func throttledOnce(payloads []protocol.Payload) *hostBurstCP {
-	return &hostBurstCP{firstPoll: firstPoll{payloads: payloads, polled: make(chan int, 8)}, stopped: make(chan int, 1)}
+// throttledOnce is a control plane that answers the first poll with payloads, holds the rest
+// until the poller cuts them, throttles the first report (1 s: the agent learns a place) and
+// accepts the rest; it tells the test of each poll.
+func throttledOnce(payloads []protocol.Payload) *testrig.ControlPlane {
+	var reports atomic.Int32
+	return &testrig.ControlPlane{Payloads: testrig.Once(payloads), Polled: make(chan int, 16),
+		Answer: func(changes []protocol.StateChange) protocol.ReportResult {
+			if reports.Add(1) == 1 {
+				return testrig.Throttle(changes)
+			}
+			return testrig.SettleAll(changes)
+		}}
 }
 
 // logged says whether a line the agent logged, up to now, holds s (lines: ackflood_test.go).

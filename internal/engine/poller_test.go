@@ -19,35 +19,13 @@ import (
 	"github.com/agentd/agentd/internal/testrig"
 )
 
-// pollingCP answers the first poll with its payloads and holds every later one until the
-// agent stops; it tells the test of each poll and each acknowledgement.
-type pollingCP struct {
-	payloads []protocol.Payload
-	polls    atomic.Int32
-	polled   chan int      // the number of each poll, as it arrives
-	acked    chan []string // each acknowledgement
-	commits  func() uint64 // the journal's commits so far
-	at       atomic.Uint64 // commits when the first poll was answered
-}
-
-func (cp *pollingCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
-	n := int(cp.polls.Add(1))
-	cp.polled <- n
-	if n == 1 {
-		cp.at.Store(cp.commits())
-		return cp.payloads, nil
-	}
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
-func (cp *pollingCP) Ack(_ context.Context, ids []string) error {
-	cp.acked <- ids
-	return nil
-}
-
-func (cp *pollingCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	return testrig.SettleAll(changes)
+// polling is a control plane that answers the first poll with payloads and holds every later
+// one until the agent stops; it tells the test of each poll and, on the channel returned, of
+// each acknowledgement.
+func polling(payloads []protocol.Payload) (*testrig.ControlPlane, chan []string) {
+	acked := make(chan []string, 4)
+	return &testrig.ControlPlane{Payloads: testrig.Once(payloads), Polled: make(chan int, 4),
+		Acks: func(ids []string) error { acked <- ids; return nil }}, acked
 }
 
 func payloadsOf(t *testing.T, n int) []protocol.Payload {
@@ -62,15 +40,6 @@ func payloadsOf(t *testing.T, n int) []protocol.Payload {
 		out[i] = protocol.Payload{MessageID: fmt.Sprintf("msg-%03d", i), Tasks: []json.RawMessage{raw}}
 	}
 	return out
-}
-
-// runPolling recovers an engine over a fresh journal and runs it against cp until the test
-// ends; with diskFull, every commit after the recovery fails as on a full disk.
-func runPolling(t *testing.T, cp *pollingCP, diskFull bool) *journal.Journal {
-	t.Helper()
-	return runAgent(t, "agent-poll", cp, diskFull, func(j *journal.Journal) {
-		cp.commits = func() uint64 { return j.Stats().Commits }
-	})
 }
 
 // runAgent recovers agent name over a fresh journal and the simulated runtime and runs it
@@ -124,16 +93,27 @@ func waitFor[T any](t *testing.T, c <-chan T, what string) T {
 // Handing them to the loop one at a time, each waiting for its commit, made admitting tasks
 // cost a commit per task — the lifecycle benchmark's 1.9 commits a task, half of them that.
 func TestPollIsJournaledInOneCommit(t *testing.T) {
-	cp := &pollingCP{payloads: payloadsOf(t, 50), polled: make(chan int, 4), acked: make(chan []string, 4)}
-	runPolling(t, cp, false)
-	waitFor(t, cp.polled, "first poll")
-	ids := waitFor(t, cp.acked, "acknowledgement")
+	cp, acked := polling(payloadsOf(t, 50))
+	var commits func() uint64
+	var at atomic.Uint64 // commits when the first poll was answered
+	answer := cp.Payloads
+	cp.Payloads = func(ctx context.Context, wait time.Duration) ([]protocol.Payload, error) {
+		if cp.Polls() == 1 {
+			at.Store(commits())
+		}
+		return answer(ctx, wait)
+	}
+	runAgent(t, "agent-poll", cp, false, func(j *journal.Journal) {
+		commits = func() uint64 { return j.Stats().Commits }
+	})
+	waitFor(t, cp.Polled, "first poll")
+	ids := waitFor(t, acked, "acknowledgement")
 	// The poller acknowledges once the commit holding the payloads has returned; by then
 	// the loop may have committed a burst of the decisions they led to as well, not more.
 	if len(ids) != 50 {
 		t.Fatalf("acknowledged %d payloads; want all 50 at once", len(ids))
 	}
-	if n := cp.commits() - cp.at.Load(); n > 3 {
+	if n := commits() - at.Load(); n > 3 {
 		t.Fatalf("%d commits between the poll's answer and its acknowledgement; want the payloads in one (a commit each makes 50)", n)
 	}
 }
@@ -142,12 +122,12 @@ func TestPollIsJournaledInOneCommit(t *testing.T) {
 // none, so none is journaled behind a later one of the same poll, and the control plane sends
 // them again.
 func TestPollThatCannotBeJournaledIsNotAcknowledged(t *testing.T) {
-	cp := &pollingCP{payloads: payloadsOf(t, 3), polled: make(chan int, 4), acked: make(chan []string, 4)}
-	j := runPolling(t, cp, true)
-	waitFor(t, cp.polled, "first poll")
-	waitFor(t, cp.polled, "the poll after the failed commit") // the poller backed off and asked again
+	cp, acked := polling(payloadsOf(t, 3))
+	j := runAgent(t, "agent-poll", cp, true, nil)
+	waitFor(t, cp.Polled, "first poll")
+	waitFor(t, cp.Polled, "the poll after the failed commit") // the poller backed off and asked again
 	select {
-	case ids := <-cp.acked:
+	case ids := <-acked:
 		t.Fatalf("acknowledged %v though nothing was journaled", ids)
 	default:
 	}
@@ -167,10 +147,10 @@ func TestPollThatCannotBeJournaledIsNotAcknowledged(t *testing.T) {
 // both are acknowledged, with the payload after them.
 func TestPollWithAPayloadTwiceAppliesItOnce(t *testing.T) {
 	ps := payloadsOf(t, 2)
-	cp := &pollingCP{payloads: []protocol.Payload{ps[0], ps[0], ps[1]}, polled: make(chan int, 4), acked: make(chan []string, 4)}
-	j := runPolling(t, cp, false)
-	waitFor(t, cp.polled, "first poll")
-	if ids := waitFor(t, cp.acked, "acknowledgement"); len(ids) != 3 || ids[0] != "msg-000" || ids[1] != "msg-000" || ids[2] != "msg-001" {
+	cp, acked := polling([]protocol.Payload{ps[0], ps[0], ps[1]})
+	j := runAgent(t, "agent-poll", cp, false, nil)
+	waitFor(t, cp.Polled, "first poll")
+	if ids := waitFor(t, acked, "acknowledgement"); len(ids) != 3 || ids[0] != "msg-000" || ids[1] != "msg-000" || ids[2] != "msg-001" {
 		t.Fatalf("acknowledged %v; want msg-000 twice, then msg-001", ids)
 	}
 	count := map[string]int{}
@@ -219,58 +199,6 @@ func TestAnsweredPollStartsTheReporter(t *testing.T) {
 	}
 }
 
-// firstPoll is the poll count of a control plane that answers the first poll with payloads:
-// it tells the test of each poll on polled, when the test has room for it, so a test that
-// stops listening never holds the poller.
-type firstPoll struct {
-	payloads []protocol.Payload
-	polls    atomic.Int32
-	polled   chan int // the number of each poll, as it arrives
-}
-
-// first counts a poll, tells the test of it, and says whether it is the first (answered
-// with the payloads).
-func (p *firstPoll) first() bool {
-	n := int(p.polls.Add(1))
-	select {
-	case p.polled <- n:
-	default:
-	}
-	return n == 1
-}
-
-// hostBurstCP answers the first poll with its payloads and holds every later one until the
-// poller cuts it; it throttles the first report once (1 s: the agent learns a slot) and
-// accepts the rest, and it records how many polls had come when the first STOPPED arrived.
-type hostBurstCP struct {
-	firstPoll
-	reports     atomic.Int32
-	stoppedSeen atomic.Bool
-	stopped     chan int // polls so far when the first report carrying a STOPPED arrived
-}
-
-func (cp *hostBurstCP) Poll(ctx context.Context, _ time.Duration) ([]protocol.Payload, error) {
-	if cp.first() {
-		return cp.payloads, nil
-	}
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
-func (cp *hostBurstCP) Ack(context.Context, []string) error { return nil }
-
-func (cp *hostBurstCP) Report(_ context.Context, changes []protocol.StateChange) protocol.ReportResult {
-	for _, c := range changes {
-		if c.Status == "STOPPED" && !cp.stoppedSeen.Swap(true) {
-			cp.stopped <- int(cp.polls.Load())
-		}
-	}
-	if cp.reports.Add(1) == 1 {
-		return testrig.Throttle(changes)
-	}
-	return testrig.SettleAll(changes)
-}
-
 // An agent whose containers exit after a quiet spell, its report waiting for the slot it
 // learnt under the throttle, cuts the long poll it began before and polls afresh before that
 // report goes: a long poll begun before a hanging outage is answered as ever after it, and an
@@ -285,12 +213,22 @@ func TestContainersExitingAfterAQuietSpellMakeTheAgentPollAfresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := &hostBurstCP{firstPoll: firstPoll{payloads: []protocol.Payload{{MessageID: "msg-exits", Tasks: []json.RawMessage{raw}}},
-		polled: make(chan int, 16)}, stopped: make(chan int, 1)}
+	cp := throttledOnce([]protocol.Payload{{MessageID: "msg-exits", Tasks: []json.RawMessage{raw}}})
+	stopped := make(chan int, 1) // polls so far when the first report carrying a STOPPED arrived
+	var stoppedSeen atomic.Bool
+	answer := cp.Answer
+	cp.Answer = func(changes []protocol.StateChange) protocol.ReportResult {
+		for _, c := range changes {
+			if c.Status == "STOPPED" && !stoppedSeen.Swap(true) {
+				stopped <- cp.Polls()
+			}
+		}
+		return answer(changes)
+	}
 	runAgent(t, "agent-exits", cp, false, nil)
-	waitFor(t, cp.polled, "first poll")
-	waitFor(t, cp.polled, "the long poll after the payloads")
-	if n := waitFor(t, cp.stopped, "the report of the exited container"); n < 3 {
+	waitFor(t, cp.Polled, "first poll")
+	waitFor(t, cp.Polled, "the long poll after the payloads")
+	if n := waitFor(t, stopped, "the report of the exited container"); n < 3 {
 		t.Fatalf("the exited container's STOPPED was reported with %d polls made; want the long poll begun before the exit cut and a third begun", n)
 	}
 }

@@ -136,13 +136,8 @@ func openHostFile(ctx context.Context, path string) (*HostFile, error) {
 	return &HostFile{Path: path, Host: host, journal: j}, nil
 }
 
-// ReadEntries reads an export: one JSON Entry a line. A bad line is an error naming it.
-func ReadEntries(r io.Reader) ([]Entry, error) {
-	entries, _, err := readExport(r)
-	return entries, err
-}
-
-// readExport is ReadEntries with the line of each entry.
+// readExport reads an export: one JSON Entry a line, and the line of each. A bad line is an
+// error naming it.
 func readExport(r io.Reader) ([]Entry, []int32, error) {
 	var out []Entry
 	var lines []int32

@@ -12,6 +12,7 @@ import (
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/forensics"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/journal/journaltest"
 )
 
 // copyJournal gives a test a writable copy of a golden journal.
@@ -30,7 +31,7 @@ func copyJournal(t *testing.T, name string) string {
 
 // Verify finds planted defects, each named with its sequence number and kind: a flipped byte,
 // a deleted record, a cleanup without stopped-acked, a container started twice, and a sent
-// status ahead of known — planted through the journal's low-level API.
+// status ahead of known — planted past the journal's checks (journaltest).
 func TestVerifyNamesPlantedDefects(t *testing.T) {
 	path := copyJournal(t, "dev")
 	j, err := journal.Open(path, journal.Options{})
@@ -39,18 +40,8 @@ func TestVerifyNamesPlantedDefects(t *testing.T) {
 	}
 	ctx := context.Background()
 	_, last, _ := j.Range()
-	// A flipped byte in record 30.
-	rec, err := j.Get(30)
+	rec, err := j.Get(30) // to be planted with a flipped byte
 	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := journal.EncodeRecord(rec)
-	b[len(b)/2] ^= 0x01
-	if err := j.PutRaw(ctx, 30, rec.Task, b); err != nil {
-		t.Fatal(err)
-	}
-	// Record 40 deleted.
-	if err := j.DeleteRaw(ctx, 40); err != nil {
 		t.Fatal(err)
 	}
 	// A new task, stopped, cleaned without its STOPPED ever being settled.
@@ -83,6 +74,15 @@ func TestVerifyNamesPlantedDefects(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.Close()
+	// A flipped byte in record 30, and record 40 deleted: planted in the closed file.
+	b, _ := journal.EncodeRecord(rec)
+	b[len(b)/2] ^= 0x01
+	if err := journaltest.PutRecord(path, 30, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := journaltest.DeleteRecord(path, 40); err != nil {
+		t.Fatal(err)
+	}
 	j, closeJ, err := forensics.Open(ctx, forensics.Source{File: path})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
+	"github.com/agentd/agentd/internal/journal/journaltest"
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 123456789, time.UTC)
@@ -297,6 +298,7 @@ func TestVerifyNamesEveryDefect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	j.Close() // the defects are planted in the closed file, past every check an agent makes
 	// Record 5: one flipped byte in the body.
 	good, err := journal.EncodeRecord(event.Record{Seq: 5, Time: t0, Task: "task/a", Container: "app", Event: &event.ContainerTransitioned{From: "NONE", To: "PULLED"}})
 	if err != nil {
@@ -304,27 +306,28 @@ func TestVerifyNamesEveryDefect(t *testing.T) {
 	}
 	flipped := append([]byte(nil), good...)
 	flipped[len(flipped)/2] ^= 0x40
-	if err := j.PutRaw(ctx, 5, "task/a", flipped); err != nil {
-		t.Fatal(err)
-	}
-	// Record 9: deleted without a compaction cut.
-	if err := j.DeleteRaw(ctx, 9); err != nil {
-		t.Fatal(err)
-	}
-	// Record 12: truncated.
-	if err := j.PutRaw(ctx, 12, "task/a", good[:len(good)-7]); err != nil {
-		t.Fatal(err)
-	}
-	// Record 15: an unknown record type with a valid checksum.
 	v, _ := journal.EncodeRecord(event.Record{Seq: 15, Time: t0, Task: "task/a", Event: &event.TaskCleaned{}})
-	if err := j.PutRaw(ctx, 15, "task/a", withType(v, 100)); err != nil {
-		t.Fatal(err)
-	}
-	// Record 17 holds sequence number 18.
 	v18, _ := journal.EncodeRecord(event.Record{Seq: 18, Time: t0, Task: "task/a", Event: &event.TaskCleaned{}})
-	if err := j.PutRaw(ctx, 17, "task/a", v18); err != nil {
-		t.Fatal(err)
+	defects := []struct {
+		seq   uint64
+		value []byte // nil: the record deleted
+	}{
+		{5, flipped},
+		{9, nil},                 // deleted without a compaction cut
+		{12, good[:len(good)-7]}, // truncated
+		{15, withType(v, 100)},   // an unknown record type with a valid checksum
+		{17, v18},                // holds sequence number 18
 	}
+	for _, p := range defects {
+		plant := journaltest.PutRecord
+		if p.value == nil {
+			plant = func(path string, seq uint64, _ []byte) error { return journaltest.DeleteRecord(path, seq) }
+		}
+		if err := plant(path, p.seq, p.value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j = open(t, path)
 	res, err := j.Verify(nil)
 	if err != nil {
 		t.Fatal(err)

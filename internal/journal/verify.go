@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -99,35 +98,12 @@ func (j *Journal) Verify(visit func(event.Record)) (VerifyResult, error) {
 	return res, err
 }
 
-// EncodeRecord encodes rec (with its Seq) exactly as Append stores it. With PutRaw it lets
-// tests and tools build journals holding chosen defects.
+// EncodeRecord encodes rec (with its Seq) exactly as Append stores it: rewrites write it, and
+// with journaltest it lets tests build journals holding chosen defects.
 func EncodeRecord(rec event.Record) ([]byte, error) {
 	body, err := event.MarshalBody(rec.Event)
 	if err != nil {
 		return nil, err
 	}
 	return encodeRecord(nil, rec.Seq, rec.Time.UTC(), rec.Event.Type(), rec.Task, rec.Container, body), nil
-}
-
-// PutRaw stores value as record seq with no checks at all. It exists to plant defects in
-// tests; the daemon never calls it. task is not stored (schema 1 indexed it); it is kept so
-// the callers that plant defects read the same.
-func (j *Journal) PutRaw(ctx context.Context, seq uint64, task string, value []byte) error {
-	_ = task
-	return j.update(ctx, func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketRecords).Put(seqKey(seq), value); err != nil {
-			return err
-		}
-		j.mu.Lock()
-		if seq > j.last {
-			j.last = seq
-		}
-		j.mu.Unlock()
-		return nil
-	})
-}
-
-// DeleteRaw removes record seq without recording a cut, leaving a gap. Tests only.
-func (j *Journal) DeleteRaw(ctx context.Context, seq uint64) error {
-	return j.update(ctx, func(tx *bolt.Tx) error { return tx.Bucket(bucketRecords).Delete(seqKey(seq)) })
 }

@@ -2,14 +2,13 @@ package model
 
 // Checking a whole journal file, the one door the test suites and `agentd journal verify
 // --model` share. Every check is counted, so a test run can say how many journals the model
-// accepted and rejected: within a process (Tally), and across the many processes of `make
-// test` through the file AGENTD_MODEL_TALLY names, one line a journal.
+// accepted and rejected across the many processes of `make test`: through the file
+// AGENTD_MODEL_TALLY names, one line a journal.
 
 import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/journal"
@@ -65,11 +64,6 @@ func Check(j *journal.Journal) error {
 	return rep.Err()
 }
 
-var accepted, rejected atomic.Int64
-
-// Tally is how many journals this process checked: accepted, and rejected for a violation.
-func Tally() (ok, bad int64) { return accepted.Load(), rejected.Load() }
-
 // TallyEnv names the file each check appends "accepted <path>" or "rejected <path>" to.
 const TallyEnv = "AGENTD_MODEL_TALLY"
 
@@ -77,9 +71,6 @@ func count(path string, rep Report) {
 	verdict := "accepted"
 	if len(rep.Violations) > 0 {
 		verdict = "rejected"
-		rejected.Add(1)
-	} else {
-		accepted.Add(1)
 	}
 	name := os.Getenv(TallyEnv)
 	if name == "" {

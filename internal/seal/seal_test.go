@@ -13,6 +13,7 @@ import (
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/protocol"
 	"github.com/agentd/agentd/internal/runtime"
+	"github.com/agentd/agentd/internal/testrig"
 )
 
 const secret = "hunter2-planted-secret"
@@ -213,20 +214,13 @@ func TestOpeningRuntime(t *testing.T) {
 	}
 }
 
-type fakeCP struct{ payloads []protocol.Payload }
-
-func (f fakeCP) Poll(context.Context, time.Duration) ([]protocol.Payload, error) {
-	return f.payloads, nil
-}
-func (fakeCP) Ack(context.Context, []string) error { return nil }
-func (fakeCP) Report(context.Context, []protocol.StateChange) protocol.ReportResult {
-	return protocol.ReportResult{}
-}
-
 func TestSealingControlPlane(t *testing.T) {
 	k := newKey(t)
 	in := protocol.Payload{MessageID: "m", Tasks: []json.RawMessage{json.RawMessage(`{"arn":"a","containers":[{"env":{"K":"` + secret + `"}}]}`)}}
-	cp := SealingControlPlane{Inner: fakeCP{[]protocol.Payload{in}}, Key: k}
+	inner := &testrig.ControlPlane{Payloads: func(context.Context, time.Duration) ([]protocol.Payload, error) {
+		return []protocol.Payload{in}, nil
+	}}
+	cp := SealingControlPlane{Inner: inner, Key: k}
 	out, err := cp.Poll(context.Background(), 0)
 	if err != nil || len(out) != 1 || out[0].MessageID != "m" || strings.Contains(string(out[0].Tasks[0]), secret) {
 		t.Fatalf("Poll = %v, %v", out, err)

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/agentd/agentd/internal/model"
 )
 
 func runSeed(t testing.TB, s uint64) Result {
@@ -76,8 +74,6 @@ func TestSim(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("%d seeds (%d … %d), %d records journaled, %d crashes, %d failed", n, off+1, off+uint64(n), records.Load(), crashes.Load(), len(failed))
-	ok, bad := model.Tally()
-	t.Logf("model: %d journals accepted, %d rejected", ok, bad)
 	for i, r := range failed {
 		if i == 3 {
 			break

@@ -10,7 +10,3 @@
 // and RemoveImage takes back only the agent's names of it (an untag, never forced: Docker
 // deletes the image with its last name; images.go).
 package docker
-
-import "github.com/agentd/agentd/internal/runtime"
-
-var _ runtime.Runtime = (*Engine)(nil)
