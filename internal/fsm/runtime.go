@@ -52,6 +52,8 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 			v.Retry = true
 		}
 		return v
+	case ActFence:
+		return s.fenceFinished(a, r, c, rec)
 	}
 	if c.Known != a.From {
 		return v // overtaken: the projection decides again
@@ -63,7 +65,7 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		v.Retry = true // nothing is known of the container: the call is safe to make again
 	case a.Kind == ActStop && r.Kind == Failed:
 		v.Retry = true
-	case a.Kind == ActStart && r.Kind == Vanished && !c.RolledBack:
+	case a.Kind == ActStart && r.Kind == Vanished && !c.RolledBack && (c.StartsAsked <= 1 || !fenceGuard):
 		// Gone before it ever started (no start was in flight before this one): Docker rolled
 		// back the create a killed agent was making. Nothing of it ran: it is made again, once.
 		rec(&event.CallEnded{Call: string(ActStart), Reason: "container vanished from the runtime before it started"})
@@ -76,6 +78,10 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		if r.Exited {
 			rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(r.ExitCode), Reason: oomReason(r.OOMKilled, "")})
 		}
+	case a.Kind == ActStart && r.Kind == Failed && c.StartsAsked >= 2 && fenceGuard:
+		// A second start failed, and the first may yet land: the container is fenced before
+		// it is declared STOPPED (Decide), never started a third time.
+		rec(&event.CallEnded{Call: string(ActStart), Reason: "failed: " + r.Err})
 	case a.Kind == ActStop:
 		e := &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "stopped by agentd: " + t.StopCause}
 		if r.Kind == Vanished {
@@ -123,6 +129,28 @@ func (s *State) startSettled(c *Container, r Result, rec func(event.Event)) {
 	default:
 		rec(&event.CallEnded{Call: string(ActStart), Reason: "the runtime shows it never started"})
 	}
+}
+
+// fenceFinished records what a fence came to: the container removed before it ever ran, and
+// then STOPPED as the fence was decided for; or running after all (the start asked earlier
+// landed): RUNNING, as a start's outcome; or gone. A container no longer CREATED, another
+// incarnation, or one with a start in flight again decides again.
+func (s *State) fenceFinished(a Action, r Result, c *Container, rec func(event.Event)) (v Verdict) {
+	if c.Known != event.StatusCreated || c.InFlight != "" || c.Removed || a.RuntimeID != c.RuntimeID {
+		return v
+	}
+	switch {
+	case r.Kind == Succeeded && (r.Running || r.Exited):
+		s.startSettled(c, r, rec)
+	case r.Kind == Succeeded:
+		rec(&event.ContainerRemoved{RuntimeID: c.RuntimeID, Fence: true})
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: a.Why, StopsTask: a.StopsTask})
+	case r.Kind == Vanished:
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "container vanished from the runtime"})
+	default:
+		v.Retry = true
+	}
+	return v
 }
 
 // oomReason is the reason of a container's STOPPED: OutOfMemory when the kernel killed it for
@@ -234,7 +262,8 @@ func (s *State) reconcile(in RuntimeObserved) Verdict {
 			case !ok:
 				// Neither listed nor known to be gone (the runtime hiccuped): the event
 				// stream will tell.
-			case o.Gone && c.Known == event.StatusCreated && c.InFlight == "" && !c.RolledBack:
+			case o.Gone && c.Known == event.StatusCreated && c.InFlight == "" && !c.RolledBack && (c.StartsAsked == 0 || !fenceGuard):
+				// (One whose start was asked may have run before it went: STOPPED, below.)
 				rec(&event.ContainerRolledBack{RuntimeID: c.RuntimeID, Reason: "the runtime no longer has it and it never started (a create rolled back): created again"})
 			case o.Gone:
 				if c.InFlight != "" {
