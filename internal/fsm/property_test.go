@@ -276,6 +276,10 @@ func (w *world) complete(a fsm.Action, res fsm.Result, took bool) {
 		}
 	case fsm.ActRemove:
 		delete(w.running, k)
+	case fsm.ActFence:
+		if res.Kind == fsm.Succeeded {
+			res.Running = w.running[k] // refused as running: what runs is the fence's outcome
+		}
 	}
 	w.input(fsm.ActionFinished{Action: a, Result: res})
 }
@@ -410,7 +414,7 @@ func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 				w.inflight = w.inflight[1:]
 				res := fsm.Result{Kind: fsm.Failed, Err: "task stopping"}
 				switch a.Kind {
-				case fsm.ActRemove, fsm.ActStop, fsm.ActInspect, fsm.ActRemoveImage:
+				case fsm.ActRemove, fsm.ActStop, fsm.ActInspect, fsm.ActRemoveImage, fsm.ActFence:
 					res = fsm.Result{Kind: fsm.Succeeded, Exited: a.Kind == fsm.ActStop}
 				}
 				w.complete(a, res, res.Kind == fsm.Succeeded)
@@ -433,7 +437,7 @@ func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 			w.now = next // only a wait is left
 		}
 		if len(w.st.Tasks) > 0 || w.st.OutboxLen() > 0 {
-			rt.Fatalf("did not settle: %d live, %d unsent", len(w.st.Tasks), w.st.OutboxLen())
+			rt.Fatalf("did not settle: %d live, %d unsent:\n%s", len(w.st.Tasks), w.st.OutboxLen(), w.st.Format(w.now, w.cfg))
 		}
 		if len(w.st.Tombstones) != w.tasks {
 			rt.Fatalf("%d tasks, %d tombstones", w.tasks, len(w.st.Tombstones))

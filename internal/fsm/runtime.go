@@ -53,7 +53,8 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		}
 		return v
 	case ActFence:
-		return s.fenceFinished(a, r, c, rec)
+		v.Retry = s.fenceFinished(a, r, c, rec)
+		return v
 	}
 	if c.Known != a.From {
 		return v // overtaken: the projection decides again
@@ -134,10 +135,11 @@ func (s *State) startSettled(c *Container, r Result, rec func(event.Event)) {
 // fenceFinished records what a fence came to: the container removed before it ever ran, and
 // then STOPPED as the fence was decided for; or running after all (the start asked earlier
 // landed): RUNNING, as a start's outcome; or gone. A container no longer CREATED, another
-// incarnation, or one with a start in flight again decides again.
-func (s *State) fenceFinished(a Action, r Result, c *Container, rec func(event.Event)) (v Verdict) {
+// incarnation, or one with a start in flight again decides again. It says whether the fence
+// is to be tried again.
+func (s *State) fenceFinished(a Action, r Result, c *Container, rec func(event.Event)) (retry bool) {
 	if c.Known != event.StatusCreated || c.InFlight != "" || c.Removed || a.RuntimeID != c.RuntimeID {
-		return v
+		return false
 	}
 	switch {
 	case r.Kind == Succeeded && (r.Running || r.Exited):
@@ -148,9 +150,9 @@ func (s *State) fenceFinished(a Action, r Result, c *Container, rec func(event.E
 	case r.Kind == Vanished:
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "container vanished from the runtime"})
 	default:
-		v.Retry = true
+		return true
 	}
-	return v
+	return false
 }
 
 // oomReason is the reason of a container's STOPPED: OutOfMemory when the kernel killed it for
