@@ -297,6 +297,9 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 		return fmt.Errorf("%w: container %s → %s while a %s is in flight", ErrIllegalTransition, e.From, e.To, c.InFlight)
 	}
 	c.Known, c.InFlight = e.To, ""
+	if e.To != event.StatusCreated {
+		c.StartsAsked = 0 // it ran, or will never run: no start of it can land unseen any more
+	}
 	s.ExitCursor = max(s.ExitCursor, e.Cursor)
 	if e.RuntimeID != "" {
 		c.RuntimeID = e.RuntimeID

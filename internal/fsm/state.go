@@ -78,7 +78,7 @@ type Container struct {
 	Removed     bool                   `json:"removed,omitempty"`
 	RolledBack  bool                   `json:"rolled_back,omitempty"`      // the runtime lost it before it started once: created again, never twice
 	InFlight    ActionKind             `json:"in_flight,omitempty"`        // a call journaled as started whose outcome is not journaled yet
-	StartsAsked int                    `json:"starts_asked,omitempty"`     // starts journaled as asked (call_started): one may land late, so it is fenced before STOPPED
+	StartsAsked int                    `json:"starts_asked,omitempty"`     // while CREATED, the starts asked (call_started): one may land late, so it is fenced before STOPPED
 	Bindings    []event.NetworkBinding `json:"network_bindings,omitempty"` // host ports bound while it runs
 	Health      event.Health           `json:"health,omitempty"`           // its health check's verdict while it runs
 	ImageID     string                 `json:"image_id,omitempty"`         // the image its reference resolved to when pulled
