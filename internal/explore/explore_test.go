@@ -26,10 +26,11 @@ var (
 // nothing can progress, and from every state checked a fair world cleans every task and
 // settles every change. (make check-model searches wider bounds; these keep make test quick.)
 func TestEveryStateWithinSmallBoundsIsSafe(t *testing.T) {
-	r := Search(Bounds{Tasks: 1, Containers: 1, Depth: 40, Faults: 2, Crashes: 1, LivenessEvery: 16, Timeout: 30 * time.Second})
+	b := Bounds{Tasks: 1, Containers: 1, Depth: 40, Faults: 2, Crashes: 1, LivenessEvery: 16, Timeout: 30 * time.Second}
+	r := Search(b)
 	t.Log(r)
 	if r.Violation != "" {
-		t.Fatalf("%s\n%s\n%s", r.Violation, r.End, Script(Bounds{Tasks: 1, Containers: 2}, r.Trace, r.Violation))
+		t.Fatalf("%s\n%s\n%s", r.Violation, r.End, Script(b, r.Trace, r.Violation))
 	}
 	if !r.Complete && r.Elapsed < 30*time.Second {
 		t.Fatalf("the search stopped short of its bounds: %s", r)
