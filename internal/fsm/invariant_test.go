@@ -237,3 +237,45 @@ func TestRollbackRules(t *testing.T) {
 		})
 	}
 }
+
+// A fence — a container removed before its task's STOPPED is settled — is allowed only of a
+// container that never ran (CREATED), a start of which was asked (it may land late), with none
+// in flight (its outcome, or an inspect, settles that first), and of that container's id: any
+// other removal before cleanup would take a container the control plane has not settled.
+func TestCheckerAllowsOnlyAFenceOfAnUnrunStart(t *testing.T) {
+	created := []event.Record{
+		rec("", "", &event.PayloadReceived{MessageID: "m-1"}),
+		rec("t1", "", &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: "app", Image: "x", Essential: true}}}),
+		rec("t1", "app", ctr("NONE", "PULLED")), rec("t1", "", tsk("NONE", "PULLED")),
+		rec("t1", "app", &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "r1"}), rec("t1", "", tsk("PULLED", "CREATED")),
+	}
+	asked := rec("t1", "app", &event.CallStarted{Call: "start"})
+	ended := rec("t1", "app", &event.CallEnded{Call: "start", Reason: "the runtime shows it never started"})
+	fence := func(id string) event.Record { return rec("t1", "app", &event.ContainerRemoved{RuntimeID: id, Fence: true}) }
+	stopped := rec("t1", "app", &event.ContainerTransitioned{From: "CREATED", To: "STOPPED", Reason: "not started"})
+	for _, tc := range []struct {
+		name  string
+		tail  []event.Record
+		atSeq uint64 // 0: no violation
+	}{
+		{"its start asked and ended unseen", []event.Record{asked, ended, fence("r1"), stopped}, 0},
+		{"no start asked", []event.Record{fence("r1"), stopped}, 7},
+		{"its start in flight", []event.Record{asked, fence("r1")}, 8},
+		{"it ran", []event.Record{asked, rec("t1", "app", ctr("CREATED", "RUNNING")), fence("r1")}, 9},
+		{"another container's id", []event.Record{asked, ended, fence("r0")}, 9},
+		{"fenced twice", []event.Record{asked, ended, fence("r1"), fence("r1")}, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fsm.NewChecker(nil)
+			for _, r := range stream(append(slices.Clone(created), tc.tail...)...) {
+				c.Record(r)
+			}
+			switch {
+			case tc.atSeq == 0 && len(c.Violations) > 0:
+				t.Fatalf("a fence of a container that never ran, its start asked, refused: %v", c.Violations)
+			case tc.atSeq != 0 && (len(c.Violations) != 1 || c.Violations[0].Seq != tc.atSeq):
+				t.Fatalf("want one violation at record %d, got %v", tc.atSeq, c.Violations)
+			}
+		})
+	}
+}
