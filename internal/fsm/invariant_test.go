@@ -279,3 +279,37 @@ func TestCheckerAllowsOnlyAFenceOfAnUnrunStart(t *testing.T) {
 		})
 	}
 }
+
+// A container a start of which was asked may have run (the start landing late) before it
+// went: gone, it is recorded STOPPED, never rolled back and created again — which would run
+// the task's container a second time. (Never asked, it is rolled back: the create was lost.)
+func TestAContainerWhoseStartWasAskedIsNeverRolledBack(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		asked   bool
+		rollsBk bool
+	}{{"its start asked", true, false}, {"no start asked", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := fsm.New()
+			recs := []event.Record{
+				rec("", "", &event.PayloadReceived{MessageID: "m-1"}),
+				rec("t1", "", &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: "app", Image: "x", Essential: true}}}),
+				rec("t1", "app", ctr("NONE", "PULLED")), rec("t1", "", tsk("NONE", "PULLED")),
+				rec("t1", "app", &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "r1"}), rec("t1", "", tsk("PULLED", "CREATED")),
+			}
+			if tc.asked {
+				recs = append(recs, rec("t1", "app", &event.CallStarted{Call: "start"}), rec("t1", "app", &event.CallEnded{Call: "start"}))
+			}
+			for _, r := range stream(recs...) {
+				if err := st.Apply(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v := st.Step(t0, fsm.RuntimeObserved{Containers: []fsm.Observed{{ID: "r1", Task: "t1", Container: "app", Gone: true}}})
+			rolled := slices.ContainsFunc(v.Records, func(r event.Record) bool { _, ok := r.Event.(*event.ContainerRolledBack); return ok })
+			if rolled != tc.rollsBk {
+				t.Fatalf("gone after a restart, rolled back: %v; want %v (records %v)", rolled, tc.rollsBk, v.Records)
+			}
+		})
+	}
+}
