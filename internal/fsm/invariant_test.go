@@ -251,7 +251,9 @@ func TestCheckerAllowsOnlyAFenceOfAnUnrunStart(t *testing.T) {
 	}
 	asked := rec("t1", "app", &event.CallStarted{Call: "start"})
 	ended := rec("t1", "app", &event.CallEnded{Call: "start", Reason: "the runtime shows it never started"})
-	fence := func(id string) event.Record { return rec("t1", "app", &event.ContainerRemoved{RuntimeID: id, Fence: true}) }
+	fence := func(id string) event.Record {
+		return rec("t1", "app", &event.ContainerRemoved{RuntimeID: id, Fence: true})
+	}
 	stopped := rec("t1", "app", &event.ContainerTransitioned{From: "CREATED", To: "STOPPED", Reason: "not started"})
 	for _, tc := range []struct {
 		name  string
