@@ -50,7 +50,7 @@ func call(ctx context.Context, rt runtime.Runtime, a fsm.Action, stopTimeout tim
 		if (err == nil && len(a.Spec.Ports) > 0) || plainFailure(err) {
 			// The ports bound for it go with its RUNNING, so only a container with ports is
 			// asked after a start that answered: an exit before the answer comes from the exit
-			// stream too, held until this RUNNING is journaled (fsm HeldExitAfter), OOM kills
+			// stream too, held until this RUNNING is journaled (fsm.Node's held exits), OOM kills
 			// with it (docker/exits.go) — one engine call a task less. A start that answered an
 			// error may yet have run the container (it ended before the answer): the runtime's
 			// start time says so.

@@ -114,10 +114,10 @@ func (t *Task) CleanupDue(cfg Config) time.Time {
 	return t.StoppedAt.Add(cfg.CleanupWait)
 }
 
-// Decide says what should happen next for the given tasks (all live tasks, in ARN order, when
+// decide says what should happen next for the given tasks (all live tasks, in ARN order, when
 // none are named). It reads the projection only; the same projection, now and config always
 // give the same decisions.
-func (s *State) Decide(now time.Time, cfg Config, arns ...string) Decisions {
+func (s *State) decide(now time.Time, cfg Config, arns ...string) Decisions {
 	var d Decisions
 	if len(arns) == 0 {
 		for _, t := range s.SortedTasks() {

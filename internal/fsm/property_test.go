@@ -301,8 +301,8 @@ func newWorld(t *rapid.T) *world {
 	cfg := fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}
 	n := fsm.NewNode(fsm.New(), fsm.NodeConfig{Config: cfg, RemovalSlots: rapid.IntRange(0, 2).Draw(t, "removal slots"),
 		Images:        fsm.ImageConfig{MinAge: time.Duration(rapid.IntRange(0, 300).Draw(t, "image age")) * time.Second, PerCycle: 2, LowFreePercent: 10},
-		ImageInterval: time.Duration(rapid.IntRange(1, 120).Draw(t, "image interval")) * time.Second, ImageCollector: true,
-		Compaction: fsm.CompactionPolicy{Retention: -1}})
+		ImageInterval: time.Duration(rapid.IntRange(1, 120).Draw(t, "image interval")) * time.Second,
+		Compaction:    fsm.CompactionPolicy{Retention: -1}})
 	return &world{t: t, n: n, st: n.State(), cfg: cfg, now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), running: map[string]bool{}}
 }
 

@@ -196,11 +196,11 @@ const (
 	DropHeld                 // its task is cleaned: the start will never be journaled
 )
 
-// HeldExitAfter says what becomes of a held exit once r is applied (the projection holds r).
+// heldExitAfter says what becomes of a held exit once r is applied (the projection holds r).
 // It protects: an exit seen before its start was journaled is recorded as soon as the start
 // is — never lost while the container is RUNNING in the journal — and the node keeps
 // nothing of a task once it is cleaned.
-func (s *State) HeldExitAfter(r event.Record, x ContainerExited) HeldFate {
+func (s *State) heldExitAfter(r event.Record, x ContainerExited) HeldFate {
 	if r.Task != x.Task {
 		return KeepHeld
 	}

@@ -3,11 +3,11 @@
 // (what the control plane wants) and the sent status (what the control plane has settled) —
 // maps every input from outside (a payload, a runtime call's outcome, an exit, a report's
 // answer, what the runtime holds after a restart) to the records that say so (Step), and
-// decides, given a "now" passed in, what should happen next (Decide) and, given what the
-// engine has out as data (InFlight), which decided call may go now and which waits for what
-// (Gate, RemovalQueue, HeldExitAfter, PlanImageCycle: gate.go, runtime.go, images.go), and
-// what a compaction may forget, given what the engine read of the journal file
-// (PlanCompaction: compact.go).
+// decides, given a "now" passed in, what should happen next (decide) and, given what is out
+// (InFlight), which decided call may go now and which waits for what (gate, the removal
+// queue, held exits, the image cycle: gate.go, runtime.go, images.go) — all of it reached
+// through one door, Node (node.go), with Apply the load path's — and what a compaction may
+// forget, given what the engine read of the journal file (PlanCompaction: compact.go).
 //
 // It promises:
 //   - Purity: no I/O, no clock, no goroutines, no logging. Replay and live operation run the
