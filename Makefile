@@ -71,8 +71,10 @@ test-podman:
 ## (cleanup-after-ack: the simulation and the engine's scripts), a container STOPPED while it runs
 ## (start-in-flight), a container run twice (start-in-flight with runtime-start-check), an image of
 ## a live task removed (image-in-use), an inspect overtaking its start (call-waits: the simulation
-## and the core's property test), and a record the projection refuses never journaled
-## (settle-rule: the agent stays up with the task quarantined, restarts, and verifies).
+## and the core's property test), a record the projection refuses never journaled
+## (settle-rule: the agent stays up with the task quarantined, restarts, and verifies), and a
+## container declared STOPPED while a late start may land (late-start-fence: the engine's scripts
+## of the explorer's counterexamples).
 SEEDS ?= 1000
 SIM_OFFSET ?= $(or $(AGENTD_SIM_OFFSET),random)
 test-sim:
@@ -83,6 +85,7 @@ test-sim:
 	AGENTD_PLANTED_BUGS=image-in-use $(GO) test -count=1 -tags plantedbugs -run TestSimFindsTheImageBug -v ./internal/simulation
 	AGENTD_PLANTED_BUGS=call-waits $(GO) test -count=1 -tags plantedbugs -run 'TestSimFindsTheWaitsBug|TestPropertyFindsTheWaitsBug' -v ./internal/simulation ./internal/fsm
 	AGENTD_PLANTED_BUGS=settle-rule $(GO) test -count=1 -tags plantedbugs -run 'TestRefusedRecordIsNeverJournaled|TestAQuarantinedTaskIsShownAndNamed' -v ./internal/engine ./internal/introspect
+	AGENTD_PLANTED_BUGS=late-start-fence $(GO) test -count=1 -tags plantedbugs -run TestScriptsFailWithoutTheGuard -v ./internal/engine
 
 ## check-model: the exhaustive explorer of the core (internal/explore): every state of 3 tasks of
 ## 2 containers within depth 40, two faults and a crash a path, breadth first, up to

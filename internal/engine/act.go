@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/agentd/agentd/internal/failpoint"
@@ -49,7 +50,7 @@ func call(ctx context.Context, rt runtime.Runtime, a fsm.Action, stopTimeout tim
 		if (err == nil && len(a.Spec.Ports) > 0) || plainFailure(err) {
 			// The ports bound for it go with its RUNNING, so only a container with ports is
 			// asked after a start that answered: an exit before the answer comes from the exit
-			// stream too, held until this RUNNING is journaled (fsm HeldExitAfter), OOM kills
+			// stream too, held until this RUNNING is journaled (fsm.Node's held exits), OOM kills
 			// with it (docker/exits.go) — one engine call a task less. A start that answered an
 			// error may yet have run the container (it ended before the answer): the runtime's
 			// start time says so.
@@ -73,6 +74,17 @@ func call(ctx context.Context, rt runtime.Runtime, a fsm.Action, stopTimeout tim
 			st, err = rt.Inspect(ctx, id)
 		}
 		res.Saw(observed(st))
+	case fsm.ActFence:
+		if err = rt.RemoveUnlessRunning(ctx, id); errors.Is(err, runtime.ErrRunning) {
+			// A start asked earlier landed: what it runs as is the fence's outcome.
+			var st runtime.State
+			if st, err = rt.Inspect(ctx, id); err == nil {
+				res.Saw(observed(st))
+				if !st.Running && !st.Exited {
+					err = fmt.Errorf("fence %s: refused as running, yet it shows neither running nor exited", id) // asked again
+				}
+			}
+		}
 	case fsm.ActRemove:
 		if id == "" {
 			// Never journaled an id (a crash after create, or a stop before it): find it by name.

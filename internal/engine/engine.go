@@ -104,7 +104,7 @@ func (e *Engine) nodeConfig() fsm.NodeConfig {
 	im := e.cfg.Images
 	return fsm.NodeConfig{Config: e.fcfg(), RemovalSlots: e.cfg.CleanupWorkers,
 		Images:        fsm.ImageConfig{MinAge: im.MinAge, PerCycle: im.PerCycle, LowFreePercent: im.LowFreePercent},
-		ImageInterval: im.Interval, ImageFirst: im.InitialInterval, ImageCollector: true, // every runtime removes images (runtime.Runtime)
+		ImageInterval: im.Interval, ImageFirst: im.InitialInterval,
 		Compaction: fsm.CompactionPolicy{Retention: e.cfg.Retention, MaxBytes: e.cfg.JournalMaxBytes}}
 }
 

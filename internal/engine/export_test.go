@@ -8,6 +8,9 @@ import (
 
 // Hooks for the package's external tests (engine_test), compiled into tests only.
 
+// Call is a runtime call for an action, its outcome sorted as the core reads it.
+var Call = call
+
 // Observed is the one mapping of the runtime's view of a container into the core's terms.
 var Observed = observed
 

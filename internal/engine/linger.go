@@ -32,7 +32,7 @@ const maxLinger = time.Millisecond
 // lingersFor says whether a burst may wait for a running call of this kind.
 func lingersFor(k fsm.ActionKind) bool {
 	switch k {
-	case fsm.ActCreate, fsm.ActStart, fsm.ActInspect, fsm.ActRemove:
+	case fsm.ActCreate, fsm.ActStart, fsm.ActInspect, fsm.ActRemove, fsm.ActFence:
 		return true
 	}
 	return false

@@ -16,14 +16,25 @@ import (
 	"github.com/agentd/agentd/internal/testrig"
 )
 
-// With the CleanupAfterAck guard off (internal/guard), the seed's race script and the
-// explorer's counterexample (explored_cleanup_after_ack, written by internal/explore) must
-// fail: a script that still passed would prove nothing about the guard.
+// With a guard off (internal/guard), the scripts that prove it must fail: with CleanupAfterAck
+// off, the seed's race script and the explorer's counterexample (explored_cleanup_after_ack,
+// written by internal/explore); with LateStartFence off, the explorer's late start and the
+// failed restart. A script that still passed would prove nothing about its guard.
 func TestScriptsFailWithoutTheGuard(t *testing.T) {
-	if why := guard.SkipUnlessOff(guard.CleanupAfterAck); why != "" {
-		t.Skip(why)
+	off := map[guard.Name][]string{
+		guard.CleanupAfterAck: {"seed_race", "explored_cleanup_after_ack"},
+		guard.LateStartFence:  {"explored_late_start", "explored_failed_restart"},
 	}
-	for _, name := range []string{"seed_race", "explored_cleanup_after_ack"} {
+	var names []string
+	for g, scripts := range off {
+		if guard.SkipUnlessOff(g) == "" {
+			names = append(names, scripts...)
+		}
+	}
+	if len(names) == 0 {
+		t.Skip(guard.SkipUnlessOff(guard.CleanupAfterAck) + " or " + string(guard.LateStartFence))
+	}
+	for _, name := range names {
 		rec := &failureRecorder{TB: t}
 		s := &script{t: rec, dir: t.TempDir(), clock: testrig.NewClock(t0), rt: &scriptRuntime{byID: map[string]runtime.State{}}}
 		done := make(chan struct{})
@@ -40,7 +51,7 @@ func TestScriptsFailWithoutTheGuard(t *testing.T) {
 			s.j.Close()
 		}
 		if !rec.failed {
-			t.Fatalf("the %s script passed with the cleanup guard off", name)
+			t.Fatalf("the %s script passed with its guard off", name)
 		}
 		t.Logf("without the guard %s fails as it must: %s", name, rec.msg)
 	}

@@ -101,6 +101,9 @@ func Describe(e Event) string {
 		kv("rejected", e.Rejected)
 	case *ContainerRemoved:
 		kv("id", e.RuntimeID)
+		if e.Fence {
+			kv("fence", "true")
+		}
 	case *ContainerRolledBack:
 		kv("gone", e.RuntimeID)
 		kv("reason", e.Reason)

@@ -317,9 +317,13 @@ type StoppedAcked struct {
 // CleanupStarted records that a task's cleanup began (subject: the task).
 type CleanupStarted struct{}
 
-// ContainerRemoved records that the runtime removed a container.
+// ContainerRemoved records that the runtime removed a container: in its task's cleanup, or —
+// Fence — a CREATED container whose start was asked and never ran, removed by a remove that
+// is not forced so that a start asked earlier (by a process that died, a call whose answer was
+// lost) cannot land after the agent declares it STOPPED; its STOPPED follows.
 type ContainerRemoved struct {
 	RuntimeID string `json:"runtime_id,omitempty"`
+	Fence     bool   `json:"fence,omitempty"`
 }
 
 // TaskCleaned records the end of a task: it leaves a tombstone.

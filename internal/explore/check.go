@@ -185,6 +185,7 @@ func (s *state) encodeTask(buf []byte, i int, b Bounds) []byte {
 			str(c.RuntimeID[min(len(c.RuntimeID), len("rt-"+id)):])
 			flags(c.Removed, c.RolledBack, c.ImageID != "")
 			buf = binary.AppendUvarint(buf, uint64(len(c.Pending)))
+			buf = append(buf, byte(c.StartsAsked))
 		}
 	} else if _, gone := st.Tombstones[id]; gone {
 		str("tombstone")

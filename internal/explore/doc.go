@@ -2,7 +2,8 @@
 // breadth first, of every interleaving of what the control plane and the runtime may do —
 // answers, refusals, 429s, lost answers, re-sent payloads, exits, OOM kills, failed and lost
 // calls, creates rolled back, containers gone, time, and a crash at any commit boundary
-// followed by recovery from the journal — within bounds (tasks, containers, depth, faults and
+// followed by recovery from the journal, what the dead agent had out landing at any time
+// after — within bounds (tasks, containers, depth, faults and
 // crashes a path). States are hashed by a canonical encoding, symmetric over task ids.
 //
 // It protects, on every state it reaches, properties stated over the outside world's own

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentd/agentd/internal/fsm"
 )
 
 // The bounds of `make check-model` and of .ci/run, as flags (go test ./internal/explore
@@ -26,10 +28,11 @@ var (
 // nothing can progress, and from every state checked a fair world cleans every task and
 // settles every change. (make check-model searches wider bounds; these keep make test quick.)
 func TestEveryStateWithinSmallBoundsIsSafe(t *testing.T) {
-	r := Search(Bounds{Tasks: 1, Containers: 1, Depth: 40, Faults: 2, Crashes: 1, LivenessEvery: 16, Timeout: 30 * time.Second})
+	b := Bounds{Tasks: 1, Containers: 1, Depth: 40, Faults: 2, Crashes: 1, LivenessEvery: 16, Timeout: 30 * time.Second}
+	r := Search(b)
 	t.Log(r)
 	if r.Violation != "" {
-		t.Fatalf("%s\n%s\n%s", r.Violation, r.End, Script(Bounds{Tasks: 1, Containers: 2}, r.Trace, r.Violation))
+		t.Fatalf("%s\n%s\n%s", r.Violation, r.End, Script(b, r.Trace, r.Violation))
 	}
 	if !r.Complete && r.Elapsed < 30*time.Second {
 		t.Fatalf("the search stopped short of its bounds: %s", r)
@@ -77,5 +80,34 @@ func TestATraceIsAnEngineScript(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("the script lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+// The world is the runtime's: an image a container holds (a dead agent's create that landed
+// after its task was cleaned, say) is not removed, as Docker and Podman refuse it; a fence
+// removes a container unless it runs, and a start after it finds nothing.
+func TestTheWorldRefusesWhatTheRuntimeRefuses(t *testing.T) {
+	var w world
+	w.nCtrs = 1
+	c := &w.tasks[0].ctrs[0]
+	create := fsm.Action{Kind: fsm.ActCreate, Task: "t1", Container: "c1"}
+	w.tasks[0].image = 1
+	w.execute(create, 1)
+	if r := w.execute(fsm.Action{Kind: fsm.ActRemoveImage, Container: imageID(0)}, 1); r.Kind != fsm.Refused || w.tasks[0].image != 1 {
+		t.Fatalf("an image a container holds removed: %+v, image %d", r, w.tasks[0].image)
+	}
+	start := fsm.Action{Kind: fsm.ActStart, Task: "t1", Container: "c1", RuntimeID: runtimeID(0, 0, 1)}
+	fence := fsm.Action{Kind: fsm.ActFence, Task: "t1", Container: "c1", RuntimeID: runtimeID(0, 0, 1)}
+	if r := w.execute(fence, 1); r.Kind != fsm.Succeeded || r.Running || c.exists {
+		t.Fatalf("a fence of a container never started: %+v, exists %v", r, c.exists)
+	}
+	if r := w.execute(start, 1); r.Kind != fsm.Vanished || c.starts != 0 {
+		t.Fatalf("a start after the fence: %+v, starts %d", r, c.starts)
+	}
+	w.execute(create, 1)
+	start.RuntimeID, fence.RuntimeID = runtimeID(0, 0, 2), runtimeID(0, 0, 2)
+	w.execute(start, 1)
+	if r := w.execute(fence, 1); r.Kind != fsm.Succeeded || !r.Running || !c.exists {
+		t.Fatalf("a fence of a running container: %+v, exists %v", r, c.exists)
 	}
 }

@@ -39,7 +39,7 @@ const (
 	mStop                    // the control plane sends task i desired STOPPED
 	mExec                    // the runtime does call i
 	mAnswer                  // call i's answer reaches the agent
-	mOrphan                  // a call out when the agent crashed lands
+	mOrphan                  // a call out when the agent crashed lands, at any time after (also after recovery)
 	mAccept                  // the control plane accepts the report
 	mTick                    // time passes to the next deadline
 	faultMoves               // —
@@ -85,13 +85,13 @@ func (s *state) moves(b Bounds) []move {
 		}
 		out = append(out, move{k, int8(i), int8(j)})
 	}
+	// What the agent had out when it died may land at any time after: while it is down, after
+	// its successor asked the runtime what it holds, after it decided from that.
+	for k := range s.w.orphans {
+		out = append(out, move{mOrphan, int8(k), 0})
+	}
 	if s.down {
-		// Down: what it had out may still land; the runtime's containers may exit or go. It
-		// comes back once they settled: a call of a dead process that landed after its
-		// successor asked the runtime is outside this model (docs/testing.md).
-		for k := range s.w.orphans {
-			out = append(out, move{mOrphan, int8(k), 0})
-		}
+		// Down: the runtime's containers may exit or go.
 		out = append(out, move{k: mRecover})
 		s.runtimeMoves(b, add)
 		return out
@@ -271,7 +271,7 @@ func (s *state) play(m move, b Bounds) ready {
 		w.calls, w.report, w.spaceAsked, s.down = nil, nil, false, true
 		return ready{}
 	case mRecover:
-		w.orphans, s.down = nil, false
+		s.down = false
 		r := s.n.recoverFrom(now, func(st *fsm.State) fsm.RuntimeObserved { return w.observe(st, b.Tasks, b.Containers) })
 		s.release(r)
 		return r

@@ -25,7 +25,7 @@ type node struct {
 const cleanupWait = time.Minute
 
 var nodeConfig = fsm.NodeConfig{Config: fsm.Config{CleanupWait: cleanupWait},
-	Images: fsm.ImageConfig{PerCycle: 1, LowFreePercent: 10}, ImageInterval: cleanupWait, ImageCollector: true}
+	Images: fsm.ImageConfig{PerCycle: 1, LowFreePercent: 10}, ImageInterval: cleanupWait}
 
 // ready is what one burst came to: the records journaled, the calls released, whether the
 // runtime's disk was asked about, and what broke.

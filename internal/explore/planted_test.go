@@ -26,6 +26,7 @@ var plantedBugs = []struct {
 	{[]guard.Name{guard.CallWaits}, Bounds{Tasks: 1, Containers: 1, Want: "INVARIANT"}},
 	{[]guard.Name{guard.SettleRule}, Bounds{Tasks: 1, Containers: 1, Want: "INVARIANT"}},
 	{[]guard.Name{guard.StartInFlight, guard.RuntimeStartCheck}, Bounds{Tasks: 1, Containers: 1, Want: "RUN TWICE"}},
+	{[]guard.Name{guard.LateStartFence}, Bounds{Tasks: 1, Containers: 1, Want: "STOPPED BUT RUNNING"}},
 }
 
 // The explorer finds every planted bug: run once per bug, in a process of its own with that

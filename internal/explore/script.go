@@ -111,7 +111,7 @@ func outcome(a fsm.Action, r fsm.Result) string {
 	}
 	if r.Exited {
 		out += fmt.Sprintf(" exit=%d", r.ExitCode)
-	} else if r.Running && a.Kind == fsm.ActInspect {
+	} else if r.Running && (a.Kind == fsm.ActInspect || a.Kind == fsm.ActFence) {
 		out += " running"
 	}
 	if r.Err != "" {

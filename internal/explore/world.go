@@ -111,6 +111,11 @@ func (c *ctrWorld) runtimeState(id string) runtime.State {
 func (w *world) execute(a fsm.Action, tasks int) fsm.Result {
 	if a.Kind == fsm.ActRemoveImage {
 		i := index(a.Container[len("sha256:"):])
+		for _, c := range w.tasks[i].ctrs {
+			if c.exists { // as Docker and Podman do: a container, running or not, holds its image
+				return fsm.Result{Kind: fsm.Refused, Err: "image in use by a container"}
+			}
+		}
 		w.tasks[i].image = 2
 		if t := &w.tasks[i]; t.delivered && !t.cleanedByAgent(w.nCtrs) {
 			w.fail("IMAGE OF A LIVE TASK REMOVED: %s, which task %s (not cleaned) uses", a.Container, arn(i))
@@ -128,9 +133,12 @@ func (w *world) execute(a fsm.Action, tasks int) fsm.Result {
 		t.image = 1
 		return fsm.Result{Kind: fsm.Succeeded, ImageID: imageID(i), ImagePulled: true}
 	case fsm.ActCreate:
+		if t.image == 2 {
+			return fsm.Result{Kind: fsm.Failed, Err: "no such image"} // a dead agent's create, landing after its task's image went
+		}
 		if !c.exists { // create is idempotent by task and container
 			c.inc++
-			*c = ctrWorld{settled: c.settled, inc: c.inc, exists: true, starts: c.starts, lost: c.lost}
+			*c = ctrWorld{settled: c.settled, inc: c.inc, exists: true, starts: c.starts, lost: c.lost, removed: c.removed}
 		}
 		return fsm.Result{Kind: fsm.Succeeded, RuntimeID: runtimeID(i, j, c.inc)}
 	}
@@ -145,6 +153,14 @@ func (w *world) execute(a fsm.Action, tasks int) fsm.Result {
 		return fsm.Result{Kind: fsm.Vanished, Err: "no such container"}
 	}
 	switch a.Kind {
+	case fsm.ActFence: // a remove that is not forced: refused while it runs
+		if c.running {
+			r := fsm.Result{Kind: fsm.Succeeded}
+			r.Saw(c.observed(id))
+			return r
+		}
+		c.exists, c.removed = false, true
+		return fsm.Result{Kind: fsm.Succeeded}
 	case fsm.ActStart:
 		running, err := runtime.CheckStart(c.runtimeState(id))
 		switch {

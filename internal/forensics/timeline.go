@@ -316,6 +316,9 @@ func stepOf(r event.Record, tl *Timeline) Step {
 		s.Kind, s.Text = "rolled-back", r.Container+" gone before it ever started (the runtime rolled its create back): created again; "+event.Describe(e)
 	case *event.ContainerRemoved:
 		s.Kind, s.Text = "removed", r.Container+" removed"
+		if e.Fence {
+			s.Kind, s.Text = "fenced", r.Container+" removed before it ever ran (a fence): a start asked earlier can no longer land"
+		}
 	case *event.TaskCleaned:
 		s.Kind, s.Text = "cleaned", "cleaned: tombstone kept"
 	case *event.HealthChanged:

@@ -123,6 +123,7 @@ func (s *State) apply(rec event.Record) error {
 			return fmt.Errorf("%w: %s started while %s is in flight", ErrRunTwice, e.Call, c.InFlight)
 		}
 		c.InFlight = ActionKind(e.Call)
+		c.StartsAsked++
 	case *event.CallEnded:
 		_, c, err := s.container(rec)
 		if err != nil {
@@ -165,11 +166,14 @@ func (s *State) apply(rec event.Record) error {
 		if err != nil {
 			return err
 		}
-		if t.Known != event.StatusCleaning {
-			return fmt.Errorf("%w: container removed while the task is %s (needs CLEANING)", ErrCleanupGuard, t.Known)
-		}
 		if c.Removed {
 			return errors.New("container removed twice")
+		}
+		if e.Fence {
+			return fence(t, c, e)
+		}
+		if t.Known != event.StatusCleaning {
+			return fmt.Errorf("%w: container removed while the task is %s (needs CLEANING)", ErrCleanupGuard, t.Known)
 		}
 		c.Removed = true
 	case *event.TaskCleaned:
@@ -293,6 +297,9 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 		return fmt.Errorf("%w: container %s → %s while a %s is in flight", ErrIllegalTransition, e.From, e.To, c.InFlight)
 	}
 	c.Known, c.InFlight = e.To, ""
+	if e.To != event.StatusCreated {
+		c.StartsAsked = 0 // it ran, or will never run: no start of it can land unseen any more
+	}
 	s.ExitCursor = max(s.ExitCursor, e.Cursor)
 	if e.RuntimeID != "" {
 		c.RuntimeID = e.RuntimeID
@@ -339,7 +346,26 @@ func (s *State) rolledBack(rec event.Record, e *event.ContainerRolledBack) error
 	case e.RuntimeID == "" || e.RuntimeID != c.RuntimeID:
 		return fmt.Errorf("%w: rolled back container %q, but the container is %q", ErrIllegalTransition, e.RuntimeID, c.RuntimeID)
 	}
-	c.RuntimeID, c.RolledBack = "", true
+	c.RuntimeID, c.RolledBack, c.StartsAsked = "", true, 0 // a new container: no start of it asked
+	return nil
+}
+
+// fence applies a fence: only of a container that never ran — CREATED, in a task not yet
+// STOPPED — whose start was asked and none is in flight (a start in flight is settled by its
+// outcome or an inspect first); any other removal before cleanup would take a container the
+// control plane has not settled.
+func fence(t *Task, c *Container, e *event.ContainerRemoved) error {
+	switch {
+	case c.Known != event.StatusCreated || t.Known.Rank() >= event.StatusStopped.Rank():
+		return fmt.Errorf("%w: fenced a container that is %s in a task that is %s (needs a CREATED container that never ran)", ErrCleanupGuard, c.Known, t.Known)
+	case c.StartsAsked == 0:
+		return fmt.Errorf("%w: fenced a container whose start was never asked", ErrCleanupGuard)
+	case c.InFlight != "":
+		return fmt.Errorf("%w: fenced a container while its %s is in flight", ErrCleanupGuard, c.InFlight)
+	case e.RuntimeID == "" || e.RuntimeID != c.RuntimeID:
+		return fmt.Errorf("%w: fenced container %q, but the container is %q", ErrCleanupGuard, e.RuntimeID, c.RuntimeID)
+	}
+	c.Removed = true
 	return nil
 }
 

@@ -24,6 +24,11 @@ const (
 	// ActRemoveImage removes an image the agent pulled and no task uses (images.go). It has
 	// no task; its Container is the image id, RuntimeID too.
 	ActRemoveImage ActionKind = "remove-image"
+	// ActFence removes a CREATED container whose start was asked unless it runs
+	// (runtime.Runtime.RemoveUnlessRunning), before it is declared STOPPED without having
+	// run: a start asked earlier — by a process that died, or a call whose answer was lost —
+	// may still land, and after the fence it cannot. Safe to repeat: it needs no intent.
+	ActFence ActionKind = "fence"
 )
 
 // Action asks the runtime to do something to one container. The engine runs it and hands the
@@ -39,6 +44,10 @@ type Action struct {
 	From      event.Status // the container's status when decided, for the record of the outcome
 	ImageID   string       // create: the image its pull resolved to, to create from
 	Refs      []string     // image removal: the references the agent pulled the image by, to take back
+	// Fence: the STOPPED the container is recorded with once fenced — why it does not run,
+	// and whether that stops its task.
+	Why       string
+	StopsTask bool
 }
 
 // ActionKey identifies an action for de-duplication while it is in flight or backing off.
@@ -105,10 +114,10 @@ func (t *Task) CleanupDue(cfg Config) time.Time {
 	return t.StoppedAt.Add(cfg.CleanupWait)
 }
 
-// Decide says what should happen next for the given tasks (all live tasks, in ARN order, when
+// decide says what should happen next for the given tasks (all live tasks, in ARN order, when
 // none are named). It reads the projection only; the same projection, now and config always
 // give the same decisions.
-func (s *State) Decide(now time.Time, cfg Config, arns ...string) Decisions {
+func (s *State) decide(now time.Time, cfg Config, arns ...string) Decisions {
 	var d Decisions
 	if len(arns) == 0 {
 		for _, t := range s.SortedTasks() {
@@ -130,6 +139,16 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 	}
 	act := func(kind ActionKind, c *Container) {
 		d.Actions = append(d.Actions, Action{Kind: kind, Task: t.ARN, Container: c.Name, Spec: c.ContainerSpec, RuntimeID: c.RuntimeID, From: c.Known, ImageID: c.ImageID})
+	}
+	// notStarted declares a container that never ran STOPPED — after a fence, when a start of
+	// it was asked (it may still land).
+	notStarted := func(c *Container, why string, stopsTask bool) {
+		if fenced(c) {
+			act(ActFence, c)
+			d.Actions[len(d.Actions)-1].Why, d.Actions[len(d.Actions)-1].StopsTask = why, stopsTask
+			return
+		}
+		rec(c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: why, StopsTask: stopsTask})
 	}
 	switch t.Known {
 	case event.StatusCleaning:
@@ -178,7 +197,7 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 					// until the runtime says what became of it.
 					act(ActInspect, c)
 				default:
-					rec(c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "not started: " + why})
+					notStarted(c, "not started: "+why, false)
 				}
 			}
 			return
@@ -191,10 +210,13 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 				act(ActPull, c)
 			case c.Known == event.StatusPulled, c.Known == event.StatusCreated && c.RuntimeID == "" && c.RolledBack:
 				act(ActCreate, c) // a rolled-back container is made again
+			case c.Known == event.StatusCreated && c.StartsAsked >= 2 && fenceGuard:
+				// Asked twice and it never ran: no third start.
+				notStarted(c, "not started: its start was asked twice and it never ran", false)
 			case c.Known == event.StatusCreated:
 				switch v := dependencies(t, c, now); {
 				case v.unmet != "":
-					rec(c.Name, &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "not started: " + v.unmet, StopsTask: v.stopsTask})
+					notStarted(c, "not started: "+v.unmet, v.stopsTask)
 				case len(v.waitingOn) == 0:
 					act(ActStart, c)
 				case !v.due.IsZero():
@@ -213,6 +235,12 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 			rec("", &event.TaskTransitioned{From: t.Known, To: next})
 		}
 	}
+}
+
+// fenced reports whether a container must be fenced before it is declared STOPPED without
+// having run: CREATED, a start of it asked (which may still land), nothing in flight.
+func fenced(c *Container) bool {
+	return fenceGuard && c.Known == event.StatusCreated && c.StartsAsked > 0 && c.InFlight == "" && c.RuntimeID != ""
 }
 
 // stopReason says why a task stopped, for its STOPPED change.

@@ -15,7 +15,7 @@ type InFlight struct {
 	// RemovalSlots is how many container removals may be out at once (0: no bound): cleaning
 	// is I/O, and thousands of tasks stopping together queue instead of storming the runtime.
 	RemovalSlots int
-	// Backoff and Quarantined matter only to the removal queue (RemovalQueue.Next): calls
+	// Backoff and Quarantined matter only to the removal queue (RemovalQueue.next): calls
 	// waiting out a backoff now, and tasks the engine makes no calls for.
 	Backoff     map[ActionKey]bool
 	Quarantined map[string]string
@@ -89,7 +89,7 @@ type Hold struct {
 	For    ActionKey // the call it waits for (WaitOut, WaitCall; WaitImageGone: the kind only)
 }
 
-// Gate says whether a decided action may go now, given what is out. It protects:
+// gate says whether a decided action may go now, given what is out. It protects:
 //   - a call is never made twice at once (WaitOut);
 //   - an inspect never overtakes the start it settles, and a removal never overtakes a
 //     create still out (waitsFor): either would record a truth the outstanding call may undo;
@@ -97,7 +97,7 @@ type Hold struct {
 //     the core never saw — to the image being removed, and find it present a moment before
 //     it goes (images.go);
 //   - no more container removals are out than RemovalSlots.
-func (f InFlight) Gate(a Action) Hold {
+func (f InFlight) gate(a Action) Hold {
 	key := a.Key()
 	if f.Has(key) {
 		return Hold{Reason: WaitOut, For: key}
@@ -137,12 +137,12 @@ func (q *RemovalQueue) Wait(arn string) {
 // Len is how many tasks wait.
 func (q *RemovalQueue) Len() int { return len(q.order) }
 
-// Next takes a freed slot's task off the queue: the one that has waited longest and can
+// next takes a freed slot's task off the queue: the one that has waited longest and can
 // still use it ("": none). Entries go stale: a queued task also gets slots without being
 // handed one (its own removal ends and it is decided again first), so when its entry comes
 // up it may have nothing left to remove; handing it the slot would waste it, and once no
 // removal is out nothing would wake the tasks behind it (simulation seed 11716).
-func (q *RemovalQueue) Next(s *State, now time.Time, cfg Config, f InFlight) string {
+func (q *RemovalQueue) next(s *State, now time.Time, cfg Config, f InFlight) string {
 	for len(q.order) > 0 {
 		arn := q.order[0]
 		q.order = q.order[1:]
@@ -161,7 +161,7 @@ func (s *State) wantsRemoval(arn string, now time.Time, cfg Config, f InFlight) 
 	if _, live := s.Tasks[arn]; !live || f.Quarantined[arn] != "" {
 		return false
 	}
-	for _, a := range s.Decide(now, cfg, arn).Actions {
+	for _, a := range s.decide(now, cfg, arn).Actions {
 		if a.Kind == ActRemove && !f.Has(a.Key()) && !f.Backoff[a.Key()] {
 			return true
 		}

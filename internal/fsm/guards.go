@@ -16,10 +16,13 @@ var (
 	imageGuard = guard.On(guard.ImageInUse)
 	// settleRule: a task becomes STOPPED_ACKED only once its STOPPED change is settled.
 	settleRule = guard.On(guard.SettleRule)
+	// fenceGuard: a CREATED container whose start was asked is fenced (removed unless it
+	// runs) before it is declared STOPPED without having run, and started at most twice.
+	fenceGuard = guard.On(guard.LateStartFence)
 )
 
 // waitsFor names, for an action, a call on the same container that must have answered before
-// it goes: an inspect settles a start whose own outcome may still come; and a create still out
+// it goes: an inspect or a fence settles a start whose own outcome may still come; and a create still out
 // (a retry of one that timed out) may yet make the container, which a removal made before it
 // answers would miss — the container would outlive its task's cleanup. Empty only with the
 // CallWaits guard off.
@@ -29,5 +32,5 @@ func callWaits() map[ActionKind]ActionKind {
 	if !guard.On(guard.CallWaits) {
 		return map[ActionKind]ActionKind{}
 	}
-	return map[ActionKind]ActionKind{ActInspect: ActStart, ActRemove: ActCreate}
+	return map[ActionKind]ActionKind{ActInspect: ActStart, ActFence: ActStart, ActRemove: ActCreate}
 }

@@ -70,7 +70,7 @@ const (
 	ImageSitOut     = time.Hour
 )
 
-// PlanImageCycle runs a collection cycle's rules. It protects:
+// planImageCycle runs a collection cycle's rules. It protects:
 //   - pulls and removals never overlap: a pull may resolve any reference — a tag the core
 //     never saw — to an image being removed, and find it present a moment before it goes. So
 //     a cycle that finds a pull out is put off (and Gate holds pulls while removals are out) —
@@ -81,7 +81,7 @@ const (
 //     are collected instead of the same failure asked for again (one another name or
 //     container holds is never asked for again: its claim ends, image_released);
 //   - below LowFreePercent free, unused images go regardless of age (CollectImages).
-func (s *State) PlanImageCycle(now time.Time, cfg ImageConfig, c ImageCycle, out InFlight) ImagePlan {
+func (s *State) planImageCycle(now time.Time, cfg ImageConfig, c ImageCycle, out InFlight) ImagePlan {
 	p := ImagePlan{Low: !c.SpaceErr && c.Total > 0 && c.Free*100 < c.Total*uint64(max(cfg.LowFreePercent, 0))}
 	if out.Out(ActPull) {
 		p.Deferred = c.Deferred + 1

@@ -237,3 +237,81 @@ func TestRollbackRules(t *testing.T) {
 		})
 	}
 }
+
+// A fence — a container removed before its task's STOPPED is settled — is allowed only of a
+// container that never ran (CREATED), a start of which was asked (it may land late), with none
+// in flight (its outcome, or an inspect, settles that first), and of that container's id: any
+// other removal before cleanup would take a container the control plane has not settled.
+func TestCheckerAllowsOnlyAFenceOfAnUnrunStart(t *testing.T) {
+	created := []event.Record{
+		rec("", "", &event.PayloadReceived{MessageID: "m-1"}),
+		rec("t1", "", &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: "app", Image: "x", Essential: true}}}),
+		rec("t1", "app", ctr("NONE", "PULLED")), rec("t1", "", tsk("NONE", "PULLED")),
+		rec("t1", "app", &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "r1"}), rec("t1", "", tsk("PULLED", "CREATED")),
+	}
+	asked := rec("t1", "app", &event.CallStarted{Call: "start"})
+	ended := rec("t1", "app", &event.CallEnded{Call: "start", Reason: "the runtime shows it never started"})
+	fence := func(id string) event.Record {
+		return rec("t1", "app", &event.ContainerRemoved{RuntimeID: id, Fence: true})
+	}
+	stopped := rec("t1", "app", &event.ContainerTransitioned{From: "CREATED", To: "STOPPED", Reason: "not started"})
+	for _, tc := range []struct {
+		name  string
+		tail  []event.Record
+		atSeq uint64 // 0: no violation
+	}{
+		{"its start asked and ended unseen", []event.Record{asked, ended, fence("r1"), stopped}, 0},
+		{"no start asked", []event.Record{fence("r1"), stopped}, 7},
+		{"its start in flight", []event.Record{asked, fence("r1")}, 8},
+		{"it ran", []event.Record{asked, rec("t1", "app", ctr("CREATED", "RUNNING")), fence("r1")}, 9},
+		{"another container's id", []event.Record{asked, ended, fence("r0")}, 9},
+		{"fenced twice", []event.Record{asked, ended, fence("r1"), fence("r1")}, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fsm.NewChecker(nil)
+			for _, r := range stream(append(slices.Clone(created), tc.tail...)...) {
+				c.Record(r)
+			}
+			switch {
+			case tc.atSeq == 0 && len(c.Violations) > 0:
+				t.Fatalf("a fence of a container that never ran, its start asked, refused: %v", c.Violations)
+			case tc.atSeq != 0 && (len(c.Violations) != 1 || c.Violations[0].Seq != tc.atSeq):
+				t.Fatalf("want one violation at record %d, got %v", tc.atSeq, c.Violations)
+			}
+		})
+	}
+}
+
+// A container a start of which was asked may have run (the start landing late) before it
+// went: gone, it is recorded STOPPED, never rolled back and created again — which would run
+// the task's container a second time. (Never asked, it is rolled back: the create was lost.)
+func TestAContainerWhoseStartWasAskedIsNeverRolledBack(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		asked   bool
+		rollsBk bool
+	}{{"its start asked", true, false}, {"no start asked", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := fsm.New()
+			recs := []event.Record{
+				rec("", "", &event.PayloadReceived{MessageID: "m-1"}),
+				rec("t1", "", &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: "app", Image: "x", Essential: true}}}),
+				rec("t1", "app", ctr("NONE", "PULLED")), rec("t1", "", tsk("NONE", "PULLED")),
+				rec("t1", "app", &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "r1"}), rec("t1", "", tsk("PULLED", "CREATED")),
+			}
+			if tc.asked {
+				recs = append(recs, rec("t1", "app", &event.CallStarted{Call: "start"}), rec("t1", "app", &event.CallEnded{Call: "start"}))
+			}
+			for _, r := range stream(recs...) {
+				if err := st.Apply(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v := st.Step(t0, fsm.RuntimeObserved{Containers: []fsm.Observed{{ID: "r1", Task: "t1", Container: "app", Gone: true}}})
+			rolled := slices.ContainsFunc(v.Records, func(r event.Record) bool { _, ok := r.Event.(*event.ContainerRolledBack); return ok })
+			if rolled != tc.rollsBk {
+				t.Fatalf("gone after a restart, rolled back: %v; want %v (records %v)", rolled, tc.rollsBk, v.Records)
+			}
+		})
+	}
+}

@@ -46,11 +46,10 @@ type NodeConfig struct {
 	// RemovalSlots is how many container removals may be out at once (0: no bound).
 	RemovalSlots int
 	// Images is image collection: cycles every ImageInterval (0: none), the first after
-	// ImageFirst; ImageCollector says the runtime can remove images at all.
-	Images         ImageConfig
-	ImageInterval  time.Duration
-	ImageFirst     time.Duration
-	ImageCollector bool
+	// ImageFirst.
+	Images        ImageConfig
+	ImageInterval time.Duration
+	ImageFirst    time.Duration
 	// Compaction is what a compaction after a snapshot may drop (retention < 0 and no budget:
 	// none).
 	Compaction CompactionPolicy
@@ -249,7 +248,7 @@ func (n *Node) tick(now time.Time, t Tick) {
 		if len(arns) == 0 {
 			continue // Decide with no tasks named would decide for all of them
 		}
-		d := n.st.Decide(now, n.cfg.Config, arns...)
+		d := n.st.decide(now, n.cfg.Config, arns...)
 		n.record(now, d.Records...)
 		for _, a := range d.Actions {
 			n.dispatch(now, a)

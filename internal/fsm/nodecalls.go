@@ -110,7 +110,7 @@ func (n *Node) dispatch(now time.Time, a Action) {
 	if n.calls.backingOff(now, key) {
 		return
 	}
-	switch w := n.calls.layer.Gate(a); w.Reason {
+	switch w := n.calls.layer.gate(a); w.Reason {
 	case Go:
 	case WaitImageGone:
 		n.images.pullsHeld[a.Task] = true // decided again when the image removals end
@@ -173,7 +173,7 @@ func (n *Node) freeRemovalSlot(now time.Time) {
 			v.Backoff[k] = true
 		}
 	}
-	if arn := n.calls.removalQ.Next(n.st, now, n.cfg.Config, v); arn != "" {
+	if arn := n.calls.removalQ.next(n.st, now, n.cfg.Config, v); arn != "" {
 		n.mark(arn)
 	}
 }

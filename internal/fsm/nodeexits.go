@@ -8,7 +8,7 @@ import (
 
 // exitBook is the exits from the runtime's stream that are not journaled yet. It guards that
 // an exit is never lost: one that came before its start was journaled waits (held) until the
-// core says it may be handed in again or dropped (HeldExitAfter), and one whose Ready's commit
+// core says it may be handed in again or dropped (heldExitAfter), and one whose Ready's commit
 // failed is kept (refused) until a commit takes it, since nothing else re-derives it before a
 // restart.
 type exitBook struct {
@@ -23,7 +23,7 @@ func newExitBook() exitBook { return exitBook{held: map[string]ContainerExited{}
 // after moves the held exits a record decides: handed in again or dropped.
 func (h *exitBook) after(st *State, r event.Record) {
 	for id, x := range h.held {
-		switch st.HeldExitAfter(r, x) {
+		switch st.heldExitAfter(r, x) {
 		case HandIn:
 			delete(h.held, id)
 			h.released = append(h.released, x)

@@ -28,7 +28,7 @@ const imageCycleRetry = 10 * time.Second
 // imageCycleDue reports whether a collection cycle should ask for the disk space now.
 func (n *Node) imageCycleDue(now time.Time) bool {
 	m := &n.images
-	if n.cfg.ImageInterval <= 0 || !n.cfg.ImageCollector || m.asking || n.recon.pending {
+	if n.cfg.ImageInterval <= 0 || m.asking || n.recon.pending {
 		return false
 	}
 	if m.at.IsZero() {
@@ -37,13 +37,13 @@ func (n *Node) imageCycleDue(now time.Time) bool {
 	return !m.at.After(now) // asking is recorded at Advance
 }
 
-// imageSpace runs a cycle: the core plans it (PlanImageCycle: deferral while pulls are out,
+// imageSpace runs a cycle: the core plans it (planImageCycle: deferral while pulls are out,
 // sit-outs, low disk) and its removals are dispatched.
 func (n *Node) imageSpace(now time.Time, in ImageSpace) {
 	m := &n.images
 	m.asking = false
 	m.at = now.Add(n.cfg.ImageInterval)
-	p := n.st.PlanImageCycle(now, n.cfg.Images, ImageCycle{Free: in.Free, Total: in.Total, SpaceErr: in.Err != "", Deferred: m.deferred, Refused: m.refused}, n.calls.layer)
+	p := n.st.planImageCycle(now, n.cfg.Images, ImageCycle{Free: in.Free, Total: in.Total, SpaceErr: in.Err != "", Deferred: m.deferred, Refused: m.refused}, n.calls.layer)
 	m.deferred = p.Deferred
 	if p.Defer {
 		m.at = now.Add(min(n.cfg.ImageInterval, imageCycleRetry))

@@ -276,6 +276,10 @@ func (w *world) complete(a fsm.Action, res fsm.Result, took bool) {
 		}
 	case fsm.ActRemove:
 		delete(w.running, k)
+	case fsm.ActFence:
+		if res.Kind == fsm.Succeeded {
+			res.Running = w.running[k] // refused as running: what runs is the fence's outcome
+		}
 	}
 	w.input(fsm.ActionFinished{Action: a, Result: res})
 }
@@ -297,8 +301,8 @@ func newWorld(t *rapid.T) *world {
 	cfg := fsm.Config{CleanupWait: time.Duration(rapid.IntRange(0, 300).Draw(t, "wait")) * time.Second}
 	n := fsm.NewNode(fsm.New(), fsm.NodeConfig{Config: cfg, RemovalSlots: rapid.IntRange(0, 2).Draw(t, "removal slots"),
 		Images:        fsm.ImageConfig{MinAge: time.Duration(rapid.IntRange(0, 300).Draw(t, "image age")) * time.Second, PerCycle: 2, LowFreePercent: 10},
-		ImageInterval: time.Duration(rapid.IntRange(1, 120).Draw(t, "image interval")) * time.Second, ImageCollector: true,
-		Compaction: fsm.CompactionPolicy{Retention: -1}})
+		ImageInterval: time.Duration(rapid.IntRange(1, 120).Draw(t, "image interval")) * time.Second,
+		Compaction:    fsm.CompactionPolicy{Retention: -1}})
 	return &world{t: t, n: n, st: n.State(), cfg: cfg, now: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), running: map[string]bool{}}
 }
 
@@ -410,7 +414,7 @@ func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 				w.inflight = w.inflight[1:]
 				res := fsm.Result{Kind: fsm.Failed, Err: "task stopping"}
 				switch a.Kind {
-				case fsm.ActRemove, fsm.ActStop, fsm.ActInspect, fsm.ActRemoveImage:
+				case fsm.ActRemove, fsm.ActStop, fsm.ActInspect, fsm.ActRemoveImage, fsm.ActFence:
 					res = fsm.Result{Kind: fsm.Succeeded, Exited: a.Kind == fsm.ActStop}
 				}
 				w.complete(a, res, res.Kind == fsm.Succeeded)
@@ -433,7 +437,7 @@ func TestPropertyEverythingSettlesToTombstones(t *testing.T) {
 			w.now = next // only a wait is left
 		}
 		if len(w.st.Tasks) > 0 || w.st.OutboxLen() > 0 {
-			rt.Fatalf("did not settle: %d live, %d unsent", len(w.st.Tasks), w.st.OutboxLen())
+			rt.Fatalf("did not settle: %d live, %d unsent:\n%s", len(w.st.Tasks), w.st.OutboxLen(), w.st.Format(w.now, w.cfg))
 		}
 		if len(w.st.Tombstones) != w.tasks {
 			rt.Fatalf("%d tasks, %d tombstones", w.tasks, len(w.st.Tombstones))

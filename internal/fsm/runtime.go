@@ -52,6 +52,9 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 			v.Retry = true
 		}
 		return v
+	case ActFence:
+		v.Retry = s.fenceFinished(a, r, c, rec)
+		return v
 	}
 	if c.Known != a.From {
 		return v // overtaken: the projection decides again
@@ -63,7 +66,7 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		v.Retry = true // nothing is known of the container: the call is safe to make again
 	case a.Kind == ActStop && r.Kind == Failed:
 		v.Retry = true
-	case a.Kind == ActStart && r.Kind == Vanished && !c.RolledBack:
+	case a.Kind == ActStart && r.Kind == Vanished && !c.RolledBack && (c.StartsAsked <= 1 || !fenceGuard):
 		// Gone before it ever started (no start was in flight before this one): Docker rolled
 		// back the create a killed agent was making. Nothing of it ran: it is made again, once.
 		rec(&event.CallEnded{Call: string(ActStart), Reason: "container vanished from the runtime before it started"})
@@ -76,6 +79,10 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		if r.Exited {
 			rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(r.ExitCode), Reason: oomReason(r.OOMKilled, "")})
 		}
+	case a.Kind == ActStart && r.Kind == Failed && c.StartsAsked >= 2 && fenceGuard:
+		// A second start failed, and the first may yet land: the container is fenced before
+		// it is declared STOPPED (Decide), never started a third time.
+		rec(&event.CallEnded{Call: string(ActStart), Reason: "failed: " + r.Err})
 	case a.Kind == ActStop:
 		e := &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "stopped by agentd: " + t.StopCause}
 		if r.Kind == Vanished {
@@ -125,6 +132,29 @@ func (s *State) startSettled(c *Container, r Result, rec func(event.Event)) {
 	}
 }
 
+// fenceFinished records what a fence came to: the container removed before it ever ran, and
+// then STOPPED as the fence was decided for; or running after all (the start asked earlier
+// landed): RUNNING, as a start's outcome; or gone. A container no longer CREATED, another
+// incarnation, or one with a start in flight again decides again. It says whether the fence
+// is to be tried again.
+func (s *State) fenceFinished(a Action, r Result, c *Container, rec func(event.Event)) (retry bool) {
+	if c.Known != event.StatusCreated || c.InFlight != "" || c.Removed || a.RuntimeID != c.RuntimeID {
+		return false
+	}
+	switch {
+	case r.Kind == Succeeded && (r.Running || r.Exited):
+		s.startSettled(c, r, rec)
+	case r.Kind == Succeeded:
+		rec(&event.ContainerRemoved{RuntimeID: c.RuntimeID, Fence: true})
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: a.Why, StopsTask: a.StopsTask})
+	case r.Kind == Vanished:
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "container vanished from the runtime"})
+	default:
+		return true
+	}
+	return false
+}
+
 // oomReason is the reason of a container's STOPPED: OutOfMemory when the kernel killed it for
 // its memory limit (PROTOCOL.md §4), else the reason given.
 func oomReason(oom bool, reason string) string {
@@ -166,11 +196,11 @@ const (
 	DropHeld                 // its task is cleaned: the start will never be journaled
 )
 
-// HeldExitAfter says what becomes of a held exit once r is applied (the projection holds r).
+// heldExitAfter says what becomes of a held exit once r is applied (the projection holds r).
 // It protects: an exit seen before its start was journaled is recorded as soon as the start
 // is — never lost while the container is RUNNING in the journal — and the node keeps
 // nothing of a task once it is cleaned.
-func (s *State) HeldExitAfter(r event.Record, x ContainerExited) HeldFate {
+func (s *State) heldExitAfter(r event.Record, x ContainerExited) HeldFate {
 	if r.Task != x.Task {
 		return KeepHeld
 	}
@@ -234,7 +264,8 @@ func (s *State) reconcile(in RuntimeObserved) Verdict {
 			case !ok:
 				// Neither listed nor known to be gone (the runtime hiccuped): the event
 				// stream will tell.
-			case o.Gone && c.Known == event.StatusCreated && c.InFlight == "" && !c.RolledBack:
+			case o.Gone && c.Known == event.StatusCreated && c.InFlight == "" && !c.RolledBack && (c.StartsAsked == 0 || !fenceGuard):
+				// (One whose start was asked may have run before it went: STOPPED, below.)
 				rec(&event.ContainerRolledBack{RuntimeID: c.RuntimeID, Reason: "the runtime no longer has it and it never started (a create rolled back): created again"})
 			case o.Gone:
 				if c.InFlight != "" {

@@ -3,11 +3,11 @@
 // (what the control plane wants) and the sent status (what the control plane has settled) —
 // maps every input from outside (a payload, a runtime call's outcome, an exit, a report's
 // answer, what the runtime holds after a restart) to the records that say so (Step), and
-// decides, given a "now" passed in, what should happen next (Decide) and, given what the
-// engine has out as data (InFlight), which decided call may go now and which waits for what
-// (Gate, RemovalQueue, HeldExitAfter, PlanImageCycle: gate.go, runtime.go, images.go), and
-// what a compaction may forget, given what the engine read of the journal file
-// (PlanCompaction: compact.go).
+// decides, given a "now" passed in, what should happen next (decide) and, given what is out
+// (InFlight), which decided call may go now and which waits for what (gate, the removal
+// queue, held exits, the image cycle: gate.go, runtime.go, images.go) — all of it reached
+// through one door, Node (node.go), with Apply the load path's — and what a compaction may
+// forget, given what the engine read of the journal file (PlanCompaction: compact.go).
 //
 // It promises:
 //   - Purity: no I/O, no clock, no goroutines, no logging. Replay and live operation run the
@@ -78,6 +78,7 @@ type Container struct {
 	Removed     bool                   `json:"removed,omitempty"`
 	RolledBack  bool                   `json:"rolled_back,omitempty"`      // the runtime lost it before it started once: created again, never twice
 	InFlight    ActionKind             `json:"in_flight,omitempty"`        // a call journaled as started whose outcome is not journaled yet
+	StartsAsked int                    `json:"starts_asked,omitempty"`     // while CREATED, the starts asked (call_started): one may land late, so it is fenced before STOPPED
 	Bindings    []event.NetworkBinding `json:"network_bindings,omitempty"` // host ports bound while it runs
 	Health      event.Health           `json:"health,omitempty"`           // its health check's verdict while it runs
 	ImageID     string                 `json:"image_id,omitempty"`         // the image its reference resolved to when pulled

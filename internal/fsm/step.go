@@ -139,10 +139,10 @@ type Verdict struct {
 	// stop failed): run it again after a backoff.
 	Retry bool
 	// Hold: an exit that came before its container's start was journaled: hand it in again
-	// once the start is (HeldExitAfter).
+	// once the start is (heldExitAfter).
 	Hold bool
 	// SitOut: an image removal the runtime refused with an error: the image sits out the
-	// collection cycles for ImageSitOut (PlanImageCycle).
+	// collection cycles for ImageSitOut (planImageCycle).
 	SitOut bool
 	// Strangers: containers of this agent the projection does not know, for the log; they are
 	// left alone.

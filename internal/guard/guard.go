@@ -37,10 +37,16 @@ const (
 	// TestRuntimeBugStartsAnExitedContainerAgain, simulation TestSimFindsTheRerunBug (with
 	// StartInFlight), explore TestExplorerFindsEveryPlantedBug/runtime-start-check.
 	RuntimeStartCheck Name = "runtime-start-check"
+	// LateStartFence: a CREATED container whose start was asked (call_started) is declared
+	// STOPPED without having run only after a fence — a remove that is not forced — removed
+	// it, so that a start asked earlier (by a process that died, a call whose answer was lost)
+	// cannot land after its STOPPED is reported; a second start asked is not followed by a
+	// third. Bites: explore TestExplorerFindsEveryPlantedBug/late-start-fence.
+	LateStartFence Name = "late-start-fence"
 )
 
 // All is every guard.
-var All = []Name{CleanupAfterAck, StartInFlight, ImageInUse, CallWaits, SettleRule, RuntimeStartCheck}
+var All = []Name{CleanupAfterAck, StartInFlight, ImageInUse, CallWaits, SettleRule, RuntimeStartCheck, LateStartFence}
 
 // Env names the guards a -tags plantedbugs test binary runs with switched off; any other
 // build ignores it.

@@ -77,6 +77,8 @@ type container struct {
 	intents    int    // starts asked for (call_started), each journaled before the call
 	starts     int    // start outcomes journaled (RUNNING): the runtime started it; at most 1
 	rolledBack bool   // the runtime lost its create once: one CREATED → CREATED follows
+	asked      bool   // a start of this container (this create) was asked: it may land late
+	fenced     bool   // removed before it ran (container_removed fence): it never runs
 	stopSeq    uint64 // the record that made its STOPPED change
 }
 

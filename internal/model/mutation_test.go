@@ -5,6 +5,7 @@ package model_test
 // the journals the suites write.
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/agentd/agentd/internal/event"
@@ -82,5 +83,64 @@ func TestTheModelAcceptsACleanLife(t *testing.T) {
 	}
 	if rep.Records != len(cleanLife()) || rep.Tasks != 1 {
 		t.Fatalf("read %d records and %d tasks; want %d and 1", rep.Records, rep.Tasks, len(cleanLife()))
+	}
+}
+
+// fencedLife: a start asked, found never started (ended), the container fenced — removed
+// before it ran, so the start cannot land — then STOPPED, settled, cleaned with nothing left
+// to remove.
+func fencedLife() life {
+	const a, app = "task/a", "app"
+	l := cleanLife()[:6] // up to the start asked
+	return append(slices.Clone(l),
+		entry{label: "ended", task: a, container: app, ev: &event.CallEnded{Call: "start", Reason: "the runtime shows it never started"}},
+		entry{label: "fence", task: a, container: app, ev: &event.ContainerRemoved{RuntimeID: "r1", Fence: true}},
+		entry{label: "stopped", task: a, container: app, ev: ct(event.StatusCreated, event.StatusStopped)},
+		entry{label: "task stopped", task: a, ev: tt(event.StatusNone, event.StatusStopped)},
+		entry{label: "settle stop", settles: []string{"stopped", "task stopped"}},
+		entry{label: "acked", task: a, acks: "task stopped"},
+		entry{label: "cleanup", task: a, ev: &event.CleanupStarted{}},
+		entry{label: "cleaned", task: a, ev: &event.TaskCleaned{}},
+	)
+}
+
+// The model accepts a fence only of a container that never ran, a start of it asked and none
+// in flight, and nothing of it runs after.
+func TestTheModelAcceptsAFence(t *testing.T) {
+	rep, err := model.CheckJournal(fencedLife().write(t))
+	if err != nil || rep.Err() != nil {
+		t.Fatalf("a fenced life: %v %v", err, rep.Err())
+	}
+	t.Setenv(model.TallyEnv, "") // planted journals, rejected on purpose
+	const a, app = "task/a", "app"
+	for _, tc := range []struct {
+		name string
+		life life
+		rule model.Rule
+		at   string
+	}{
+		{"a fence while the start is in flight", fencedLife().moveAfter("ended", "fence"), model.RuleStoppedWhileRunning, "fence"},
+		{"a fence of a container never asked to start", fencedLife().replace("start", entry{label: "start", ev: &event.AgentStopped{}}).
+			replace("ended", entry{label: "ended", ev: &event.AgentStopped{}}), model.RuleCleanupBeforeSettled, "fence"},
+		{"a fence of a container that ran", fencedLife().replace("ended", entry{label: "ended", task: a, container: app, ev: ct(event.StatusCreated, event.StatusRunning)}),
+			model.RuleCleanupBeforeSettled, "fence"},
+		{"a start after the fence", fencedLife().insertAfter("fence", entry{label: "start again", task: a, container: app, ev: &event.CallStarted{Call: "start"}}),
+			model.RuleStartAfterStopped, "start again"},
+		{"RUNNING after the fence", fencedLife().insertAfter("fence", entry{label: "running", task: a, container: app, ev: ct(event.StatusCreated, event.StatusRunning)}),
+			model.RuleStartAfterStopped, "running"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := model.CheckJournal(tc.life.write(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Violations) == 0 {
+				t.Fatalf("the model accepted the journal (%d records)", rep.Records)
+			}
+			got, want := rep.Violations[0], uint64(tc.life.index(tc.at)+1)
+			if got.Rule != tc.rule || got.Seq != want {
+				t.Fatalf("first violation %v; want %q at record %d\nall: %v", got, tc.rule, want, rep.Err())
+			}
+		})
 	}
 }

@@ -131,6 +131,10 @@ func cleanupStarted(m *Model, rec event.Record) {
 }
 
 func containerRemoved(m *Model, rec event.Record) {
+	if rec.Event.(*event.ContainerRemoved).Fence {
+		fence(m, rec)
+		return
+	}
 	t, c := m.containerOf(rec)
 	if c == nil || !m.settledStop(rec, t, "container removed") {
 		return
@@ -141,6 +145,26 @@ func containerRemoved(m *Model, rec event.Record) {
 	case c.known == event.StatusRunning || c.inFlight != "":
 		m.breaks(rec, RuleStoppedWhileRunning, "container removed while %s (in flight: %q)", c.known, c.inFlight)
 	}
+}
+
+// fence: a container removed before its task's STOPPED is settled — only one that never ran
+// (CREATED, no start outcome), a start of it asked and none in flight, in a task not STOPPED:
+// removed so that the start asked cannot land after its STOPPED. It never runs after.
+func fence(m *Model, rec event.Record) {
+	t, c := m.containerOf(rec)
+	switch {
+	case c == nil:
+		return
+	case t.cleaned:
+		m.breaks(rec, RuleTaskTwice, "fence of a container of a cleaned task")
+	case c.known != event.StatusCreated || c.starts > 0 || t.stopped():
+		m.breaks(rec, RuleCleanupBeforeSettled, "fenced a container that is %s (start outcomes: %d) in a task STOPPED at record %d: it may have run", c.known, c.starts, t.stopSeq)
+	case !c.asked:
+		m.breaks(rec, RuleCleanupBeforeSettled, "fenced a container no start of which was asked")
+	case c.inFlight != "":
+		m.breaks(rec, RuleStoppedWhileRunning, "fenced a container while its %s is in flight", c.inFlight)
+	}
+	c.fenced = true
 }
 
 func taskCleaned(m *Model, rec event.Record) {

@@ -25,9 +25,12 @@ func callStarted(m *Model, rec event.Record) {
 		m.breaks(rec, RuleStartAfterStopped, "%s of a container STOPPED at record %d", call, c.stopSeq)
 	case c.starts > 0:
 		m.breaks(rec, RuleStartedTwice, "%s #%d of a container that already ran", call, c.intents+1)
+	case c.fenced:
+		m.breaks(rec, RuleStartAfterStopped, "%s of a container its fence removed", call)
 	}
 	c.inFlight = call
 	c.intents++
+	c.asked = true
 }
 
 // callEnded: the call was not carried out, so the container is no longer in flight.
@@ -56,7 +59,7 @@ func containerRolledBack(m *Model, rec event.Record) {
 	case c.known != event.StatusCreated || c.rolledBack:
 		m.breaks(rec, RuleStatusOrder, "rolled back a container that is %s (rolled back before: %t)", c.known, c.rolledBack)
 	}
-	c.rolledBack = true
+	c.rolledBack, c.asked = true, false // a new container: no start of it asked
 }
 
 func containerTransitioned(m *Model, rec event.Record) {
@@ -70,6 +73,8 @@ func containerTransitioned(m *Model, rec event.Record) {
 		m.breaks(rec, RuleTaskTwice, "container %s → %s in a cleaned task", e.From, e.To)
 	case e.To == event.StatusRunning && c.starts > 0:
 		m.breaks(rec, RuleStartedTwice, "RUNNING again: start outcome #%d", c.starts+1)
+	case e.To == event.StatusRunning && c.fenced:
+		m.breaks(rec, RuleStartAfterStopped, "RUNNING after its fence removed it")
 	case e.To == event.StatusRunning && (c.known == event.StatusStopped || t.stopped()):
 		m.breaks(rec, RuleStartAfterStopped, "RUNNING after the container (record %d) or its task (record %d) was STOPPED", c.stopSeq, t.stopSeq)
 	case t.stopped():

@@ -30,3 +30,7 @@ var ErrUnavailable = errors.New("runtime unavailable")
 // outcome of the start it had lost track of (a failed commit, a restart): the container ran,
 // and has exited (inspect it for the exit code).
 var ErrAlreadyStarted = errors.New("container has already run: not started again")
+
+// ErrRunning is returned (wrapped) by RemoveUnlessRunning for a container that runs: the
+// engine refused to remove it (Docker's 409, Podman's "container state improper").
+var ErrRunning = errors.New("container is running")

@@ -61,6 +61,7 @@ var contract = []struct {
 	{"AContainerThatRanIsNeverStartedAgain", aContainerThatRanIsNeverStartedAgain},
 	{"AStopBeforeTheStartIsLost", aStopBeforeTheStartIsLost},
 	{"RemoveTakesTheContainerAndAgainSucceeds", removeTakesTheContainerAndAgainSucceeds},
+	{"ARemoveUnlessRunningFencesAStart", aRemoveUnlessRunningFencesAStart},
 	{"AnUnknownContainerIsNotFound", anUnknownContainerIsNotFound},
 	{"OtherAgentsContainersAreNeverTouched", otherAgentsContainersAreNeverTouched},
 	{"HealthChecksReachTheirVerdicts", healthChecksReachTheirVerdicts},

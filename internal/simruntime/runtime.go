@@ -266,6 +266,25 @@ func (s *Runtime) Remove(ctx context.Context, id string) error {
 	})
 }
 
+// RemoveUnlessRunning removes the container unless it runs (ErrRunning), as a remove that is
+// not forced does; gone is ErrNotFound.
+func (s *Runtime) RemoveUnlessRunning(ctx context.Context, id string) error {
+	return s.withFault(ctx, "remove", id, func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c, ok := s.state.Containers[id]
+		if !ok || c.Agent != s.agent {
+			return fmt.Errorf("remove %s: %w", id, runtime.ErrNotFound)
+		}
+		if s.stateOf(c, s.now().UTC()).Running {
+			return fmt.Errorf("remove %s: %w", id, runtime.ErrRunning)
+		}
+		s.index().del(c)
+		delete(s.state.Containers, id)
+		return s.save(fileOp{Del: id})
+	})
+}
+
 func (s *Runtime) stateOf(c *container, now time.Time) runtime.State {
 	st := runtime.State{ID: c.ID, Task: c.Task, Container: c.Container, StartedAt: c.StartedAt}
 	if at, code, ended := exitOf(c, now); ended {
