@@ -82,13 +82,9 @@ func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string)
 // ImageDiskFree is the free and total bytes of the engine's root directory (where its
 // images live), as the engine names it: the agent runs on the engine's host.
 func (e *Engine) ImageDiskFree(ctx context.Context) (free, total uint64, err error) {
-	info, err := e.cli.Info(ctx, client.InfoOptions{})
+	dir, err := e.dataRoot(ctx)
 	if err != nil {
-		return 0, 0, e.wrap("info", "of the engine", err)
-	}
-	dir := info.Info.DockerRootDir
-	if dir == "" {
-		return 0, 0, fmt.Errorf("docker engine at %s names no root directory", e.host)
+		return 0, 0, err
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
