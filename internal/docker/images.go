@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -25,7 +26,11 @@ import (
 func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string) error {
 	// Before any untag: the agent's last tag of a repository takes that repository's digest
 	// references with it, so one someone pinned after the agent's pull would go too.
-	if err := e.claims.catchUp(ctx, e.cli); err != nil {
+	ahead := time.Duration(0)
+	if kind, _ := e.knownKind(); kind != kindDocker {
+		ahead = podmanAhead // Podman's, or an engine not named yet: either way read it all
+	}
+	if err := e.claims.catchUp(ctx, e.cli, ahead); err != nil {
 		return e.wrap("remove image "+imageID, "(whether someone else pulled it since)", err)
 	}
 	why, err := e.claims.othersClaim(imageID, refs, func(ref string) (string, error) {
