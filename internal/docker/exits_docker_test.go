@@ -132,9 +132,15 @@ func bufferedDies(ctx context.Context, t *testing.T, e *Engine, cursor int64) ma
 // from its very nanosecond (another die of that nanosecond may have been logged before it and
 // pushed out) nor from before it; and no, within seconds, while nothing of the agent's is in it
 // even from a cursor ahead of the engine's clock, where Docker would wait for dies to come (the
-// test's deadline would end that wait with an error).
+// test's deadline would end that wait with an error). About Docker's buffer alone: Podman
+// keeps its events in a file, and replays up to an end only while that end is still ahead of
+// its clock, so there the answer from a second after the die depends on the test's speed (its
+// catch-up: TestDockerExitLostFromTheEventBufferIsCaughtUp).
 func TestDockerBufferReachesBackToTheLastDie(t *testing.T) {
 	e, _ := dockerEngine(t)
+	if onPodman(e) {
+		t.Skip("on Podman: about Docker's buffer of its last 256 events; Podman's answer from a cursor ahead depends on its clock")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if got, err := e.replaysFrom(ctx, time.Now().Add(time.Hour).UnixNano()); err != nil || got {
