@@ -33,8 +33,9 @@ import (
 // the events are not followed (the stream broke and is not back), nothing is removed.
 //
 // What the events cannot show: claims made while the agent was not running (the engine keeps
-// its last 256 events; a restart replays none older than the new process), and an operator's
-// pull of the same reference at the same moment as the agent's.
+// its last 256 events; a restart replays none older than the new process), an operator's
+// pull of the same reference at the same moment as the agent's, and on Podman a load (its
+// event names the archive, not the image).
 
 // imageClaims follows the engine's image events and remembers the claims of others.
 type imageClaims struct {
