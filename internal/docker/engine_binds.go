@@ -123,12 +123,8 @@ func (e *Engine) checkPeer(r *bindroot.Roots) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	info, err := e.cli.Info(ctx, client.InfoOptions{})
-	if err != nil {
-		return e.wrap("info", "of the engine (where its data root lies)", err)
-	}
-	if dir := info.Info.DockerRootDir; dir == "" {
-		return fmt.Errorf("--allow-bind-root: the Docker Engine at %s names no data root, so none can be shown to lie outside every bind root", e.host)
+	if dir, err := e.dataRoot(ctx); err != nil {
+		return fmt.Errorf("--allow-bind-root: %w, so none can be shown to lie outside every bind root", err)
 	} else if root := r.Holds(dir); root != "" {
 		return fmt.Errorf("the Docker Engine's data root %s lies under --allow-bind-root %s: a task binding it could rewrite other containers' configurations, root on the host; keep it outside every bind root", dir, root)
 	}

@@ -37,6 +37,13 @@ func dockerEngineWith(t *testing.T, pc PullConfig) (*Engine, string) {
 	t.Helper()
 	needDockerTests(t)
 	agent := fmt.Sprintf("test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	return agentEngine(t, agent, pc), agent
+}
+
+// agentEngine is a runtime of the agent id given: a second one of the same id is that agent
+// restarted.
+func agentEngine(t *testing.T, agent string, pc PullConfig) *Engine {
+	t.Helper()
 	e, err := NewEngine(context.Background(), "", agent, pc)
 	if e != nil && errors.Is(err, runtime.ErrUnavailable) {
 		err = awaitNamed(e, 2*time.Minute) // a loaded engine: named by the retries, or never
@@ -48,7 +55,7 @@ func dockerEngineWith(t *testing.T, pc PullConfig) (*Engine, string) {
 		removeAgentContainers(t, agent)
 		e.Close()
 	})
-	return e, agent
+	return e
 }
 
 // removeAgentContainers removes every container of the test's agent id and fails the test if

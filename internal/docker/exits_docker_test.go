@@ -18,9 +18,12 @@ import (
 // its die pushed out of them: the resubscription from the last cursor must still send its exit
 // (the catch-up), once, and once only the exit of a container whose die Docker does replay.
 // (While the buffer reaches back past the cursor there is no catch-up:
-// TestDockerBufferReachesBackToTheLastDie.)
+// TestDockerBufferReachesBackToTheLastDie.) The resubscription is the agent's restarted
+// process, from the cursor it journaled. On Podman, which keeps its events in a file and
+// replays nothing up to an end already past, every resubscription catches up and its replay
+// sends every die again: the same exits are sent, each once, with no churn.
 func TestDockerExitLostFromTheEventBufferIsCaughtUp(t *testing.T) {
-	e, _ := dockerEngine(t)
+	e, agent := dockerEngine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second) // a bound on a hang, not a speed: 60 containers made and removed take 80 s at load 20
 	defer cancel()
 
@@ -36,13 +39,18 @@ func TestDockerExitLostFromTheEventBufferIsCaughtUp(t *testing.T) {
 
 	lost := startSpec(t, e, "task/lost", exitSpec(3))
 	waitStopped(ctx, t, e, lost)
-	churn(ctx, t, 60) // about 360 events of another agent's throwaway containers
+	if !onPodman(e) {
+		churn(ctx, t, 60) // about 360 events of another agent's throwaway containers
+	}
 	replayed := startSpec(t, e, "task/replayed", exitSpec(4))
 	waitStopped(ctx, t, e, replayed)
-	if dies := bufferedDies(ctx, t, e, cursor); dies[lost] || !dies[replayed] {
-		t.Fatalf("Docker's buffer replays the die of lost: %v, of replayed: %v; the churn was meant to push out the first only", dies[lost], dies[replayed])
+	if !onPodman(e) {
+		if dies := bufferedDies(ctx, t, e, cursor); dies[lost] || !dies[replayed] {
+			t.Fatalf("Docker's buffer replays the die of lost: %v, of replayed: %v; the churn was meant to push out the first only", dies[lost], dies[replayed])
+		}
 	}
 
+	e = agentEngine(t, agent, PullConfig{}) // the agent restarted
 	exits, err = e.Exits(ctx, cursor)
 	if err != nil {
 		t.Fatal(err)
@@ -124,9 +132,15 @@ func bufferedDies(ctx context.Context, t *testing.T, e *Engine, cursor int64) ma
 // from its very nanosecond (another die of that nanosecond may have been logged before it and
 // pushed out) nor from before it; and no, within seconds, while nothing of the agent's is in it
 // even from a cursor ahead of the engine's clock, where Docker would wait for dies to come (the
-// test's deadline would end that wait with an error).
+// test's deadline would end that wait with an error). About Docker's buffer alone: Podman
+// keeps its events in a file, and replays up to an end only while that end is still ahead of
+// its clock, so there the answer from a second after the die depends on the test's speed (its
+// catch-up: TestDockerExitLostFromTheEventBufferIsCaughtUp).
 func TestDockerBufferReachesBackToTheLastDie(t *testing.T) {
 	e, _ := dockerEngine(t)
+	if onPodman(e) {
+		t.Skip("on Podman: about Docker's buffer of its last 256 events; Podman's answer from a cursor ahead depends on its clock")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if got, err := e.replaysFrom(ctx, time.Now().Add(time.Hour).UnixNano()); err != nil || got {

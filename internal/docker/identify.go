@@ -50,9 +50,12 @@ type identity struct {
 	problem string        // while unknown: the last attempt's failure
 	asking  bool          // a keepIdentifying loop runs
 	changed chan struct{} // closed, and replaced, at every naming and every loss
-	ctx     context.Context
-	stop    context.CancelFunc
-	loops   sync.WaitGroup // the keepIdentifying loop, waited for by stopIdentifying
+	// dataRoot is the engine's data root as this naming of it said (dataRoot): Podman's
+	// /info takes seconds, and the root changes only with the engine.
+	dataRoot string
+	ctx      context.Context
+	stop     context.CancelFunc
+	loops    sync.WaitGroup // the keepIdentifying loop, waited for by stopIdentifying
 }
 
 // startIdentifying names the engine once, now, and keeps asking in the background if it
@@ -87,7 +90,7 @@ func (e *Engine) identify(ctx context.Context) error {
 	}
 	e.ident.mu.Lock()
 	defer e.ident.mu.Unlock()
-	e.ident.kind, e.ident.problem = kind, ""
+	e.ident.kind, e.ident.problem, e.ident.dataRoot = kind, "", ""
 	e.ident.signal()
 	return nil
 }
@@ -141,7 +144,7 @@ func (e *Engine) lost(why error) {
 	e.ident.mu.Lock()
 	defer e.ident.mu.Unlock()
 	e.ident.signal()
-	e.ident.kind, e.ident.problem = kindUnknown, why.Error()
+	e.ident.kind, e.ident.problem, e.ident.dataRoot = kindUnknown, why.Error(), ""
 	e.peerChecked.Store(false)
 	if e.ident.asking || e.ident.ctx == nil || e.ident.ctx.Err() != nil {
 		return
@@ -214,4 +217,28 @@ func (e *Engine) knownKind() (engineKind, error) {
 		return kindUnknown, fmt.Errorf("docker engine at %s is not named yet, Docker or Podman (%s): %w", e.host, e.ident.problem, runtime.ErrUnavailable)
 	}
 	return e.ident.kind, nil
+}
+
+// dataRoot is the directory the engine keeps its images and containers in, as its /info
+// names it, asked once for each naming of the engine (identify) and kept until the next.
+func (e *Engine) dataRoot(ctx context.Context) (string, error) {
+	e.ident.mu.Lock()
+	dir, named := e.ident.dataRoot, e.ident.changed
+	e.ident.mu.Unlock()
+	if dir != "" {
+		return dir, nil
+	}
+	info, err := e.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return "", e.wrap("info", "of the engine (where its data root lies)", err)
+	}
+	if dir = info.Info.DockerRootDir; dir == "" {
+		return "", fmt.Errorf("docker engine at %s names no data root", e.host)
+	}
+	e.ident.mu.Lock()
+	if e.ident.kind != kindUnknown && e.ident.changed == named { // still the engine that answered
+		e.ident.dataRoot = dir
+	}
+	e.ident.mu.Unlock()
+	return dir, nil
 }

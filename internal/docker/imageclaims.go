@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,8 +33,9 @@ import (
 // the events are not followed (the stream broke and is not back), nothing is removed.
 //
 // What the events cannot show: claims made while the agent was not running (the engine keeps
-// its last 256 events; a restart replays none older than the new process), and an operator's
-// pull of the same reference at the same moment as the agent's.
+// its last 256 events; a restart replays none older than the new process), an operator's
+// pull of the same reference at the same moment as the agent's, and on Podman a load (its
+// event names the archive, not the image).
 
 // imageClaims follows the engine's image events and remembers the claims of others.
 type imageClaims struct {
@@ -128,17 +130,19 @@ func (c *imageClaims) take(ctx context.Context, res client.EventsResult) (delive
 	}
 }
 
-// catchUp reads what the engine's events hold from the last one seen until now, so that a
-// decision made now also sees a claim the stream has not delivered yet.
-func (c *imageClaims) catchUp(ctx context.Context, cli *client.Client) error {
+// catchUp reads what the engine's events hold from the last one seen until now (and ahead
+// beyond it), so that a decision made now also sees a claim the stream has not delivered yet.
+// Podman replays nothing up to an end already past when it reads it: its catch-up reads up
+// to a second ahead (podmanAhead), which Docker would wait out.
+func (c *imageClaims) catchUp(ctx context.Context, cli *client.Client, ahead time.Duration) error {
 	if c == nil {
 		return nil // othersClaim says why nothing can be told
 	}
 	c.mu.Lock()
 	since := c.lastSeen
 	c.mu.Unlock()
-	now := time.Now().UnixNano()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	now := time.Now().Add(ahead).UnixNano()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+ahead)
 	defer cancel()
 	res := cli.Events(ctx, client.EventsListOptions{Since: unixNano(since), Until: unixNano(now), Filters: claimEvents})
 	for {
@@ -154,8 +158,12 @@ func (c *imageClaims) catchUp(ctx context.Context, cli *client.Client) error {
 	}
 }
 
-// claimEvents are the engine's events that claim an image, and its deletion (which ends them).
-var claimEvents = client.Filters{}.Add("type", "image").Add("event", "pull", "tag", "load", "delete")
+// podmanAhead is how far past now the catch-up reads on Podman (catchUp).
+const podmanAhead = time.Second
+
+// claimEvents are the engine's events that claim an image, and its deletion (which ends them):
+// Podman filters its "delete" by the name "remove" (and sends it as "delete").
+var claimEvents = client.Filters{}.Add("type", "image").Add("event", "pull", "tag", "load", "delete", "remove")
 
 // unixNano is a time as the engine's events API takes it: seconds.nanoseconds.
 func unixNano(ns int64) string { return fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9) }
@@ -167,25 +175,43 @@ func (c *imageClaims) setWatching(on bool) {
 }
 
 // saw notes one image event: a pull not the agent's claims its reference, a tag or a load
-// claims the image.
+// claims the image, a deletion of the image ends its claims. The engines word them apart:
+// Docker's pull names the reference as the event's id, Podman's in its "name" (no id); Podman
+// gives ids without Docker's "sha256:", and sends a "delete" of an image at every untag too,
+// naming the tag, and at the image's removal naming its id.
 func (c *imageClaims) saw(m events.Message) {
 	at := time.Unix(0, m.TimeNano)
+	id, name := imageID(m.Actor.ID), m.Actor.Attributes["name"]
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lastSeen = max(c.lastSeen, m.TimeNano)
 	switch m.Action {
 	case events.ActionPull:
-		ref := event.CanonicalImageRef(m.Actor.ID)
-		if !c.ownAt(ref, at) {
-			c.refs[ref] = claim{action: "pulled", name: m.Actor.ID, at: at}
+		if m.Actor.ID != "" {
+			name = m.Actor.ID
 		}
-	case events.ActionDelete: // whatever claimed it, it is gone
-		delete(c.named, m.Actor.ID)
-		delete(c.fetched, m.Actor.ID)
+		ref := event.CanonicalImageRef(name)
+		if !c.ownAt(ref, at) {
+			c.refs[ref] = claim{action: "pulled", name: name, at: at}
+		}
+	case events.ActionDelete:
+		if name == "" || imageID(name) == id { // the image gone: whatever claimed it
+			delete(c.named, id)
+			delete(c.fetched, id)
+		}
 	case events.ActionTag, events.ActionLoad:
 		did := map[events.Action]string{events.ActionTag: "tagged", events.ActionLoad: "loaded"}[m.Action]
-		c.named[m.Actor.ID] = append(c.named[m.Actor.ID], claim{action: did, name: m.Actor.Attributes["name"], at: at})
+		c.named[id] = append(c.named[id], claim{action: did, name: name, at: at})
 	}
+}
+
+// imageID is an image id as the engine's inspect and list give it: Podman's events give the
+// digest's hex without its "sha256:".
+func imageID(id string) string {
+	if len(id) == 64 && strings.Trim(id, "0123456789abcdef") == "" {
+		return "sha256:" + id
+	}
+	return id
 }
 
 // ownAt says whether the agent was pulling ref at t.

@@ -15,7 +15,8 @@ import (
 // each scenario. Only another's claim made after the agent's pull keeps it, and the reason
 // names it; the agent's own pull event never does.
 func TestImageClaimsTellOthersFromTheAgent(t *testing.T) {
-	const id, ref, pin = "sha256:app", "reg.example/app:1", "reg.example/app@sha256:0123456789012345678901234567890123456789012345678901234567890123"
+	const hex = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	const id, ref, pin = "sha256:" + hex, "reg.example/app:1", "reg.example/app@sha256:0123456789012345678901234567890123456789012345678901234567890123"
 	resolve := func(r string) (string, error) {
 		if r == ref || r == pin {
 			return id, nil
@@ -27,6 +28,13 @@ func TestImageClaimsTellOthersFromTheAgent(t *testing.T) {
 	}
 	tag := func(name string) events.Message {
 		return events.Message{Action: events.ActionTag, Actor: events.Actor{ID: id, Attributes: map[string]string{"name": name}}}
+	}
+	// Podman's: a pull names the reference in "name" and has no id; ids lack "sha256:".
+	podmanPull := func(name string) events.Message {
+		return events.Message{Action: events.ActionPull, Actor: events.Actor{Attributes: map[string]string{"name": name}}}
+	}
+	podmanTag := func(name string) events.Message {
+		return events.Message{Action: events.ActionTag, Actor: events.Actor{ID: hex, Attributes: map[string]string{"name": name}}}
 	}
 	for _, tc := range []struct {
 		name   string
@@ -41,6 +49,9 @@ func TestImageClaimsTellOthersFromTheAgent(t *testing.T) {
 		{"a pull of a reference that names another image now", false, pull("reg.example/other:1"), ""},
 		{"an operator's tag of the agent's own name", false, tag("reg.example/app:1"), "tagged reg.example/app:1"},
 		{"an operator's tag of another name (the image list shows it)", false, tag("ops/keep:1"), ""},
+		{"Podman: the agent's own pull event", true, podmanPull(ref), ""},
+		{"Podman: an operator's pull by digest after the agent's", false, podmanPull(pin), "pulled " + pin},
+		{"Podman: an operator's tag of the agent's own name", false, podmanTag("reg.example/app:1"), "tagged reg.example/app:1"},
 		{"a load of the image", false, events.Message{Action: events.ActionLoad, Actor: events.Actor{ID: id, Attributes: map[string]string{"name": id}}}, "loaded"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,6 +73,32 @@ func TestImageClaimsTellOthersFromTheAgent(t *testing.T) {
 			}
 			if tc.kept == "" && why != "" || tc.kept != "" && !strings.Contains(why, tc.kept) {
 				t.Fatalf("kept for %q; want %q", why, tc.kept)
+			}
+		})
+	}
+	// A deletion ends the claims on the image: Docker's names the image by its id, as Podman's
+	// does when the image goes; Podman's at an untag names the tag, and the image stays.
+	for _, tc := range []struct {
+		name  string
+		del   events.Actor
+		ended bool
+	}{
+		{"Docker: the image deleted", events.Actor{ID: id, Attributes: map[string]string{"name": id}}, true},
+		{"Podman: the image deleted", events.Actor{ID: hex, Attributes: map[string]string{"name": hex}}, true},
+		{"Podman: a tag untagged, the image kept", events.Actor{ID: hex, Attributes: map[string]string{"name": "ops/keep:2"}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newImageClaims(time.Now().Add(-time.Minute))
+			c.watching = true
+			c.pull(ref)(id)
+			c.saw(events.Message{Action: events.ActionTag, Actor: events.Actor{ID: hex, Attributes: map[string]string{"name": ref}}, TimeNano: time.Now().Add(time.Millisecond).UnixNano()})
+			c.saw(events.Message{Action: events.ActionDelete, Actor: tc.del, TimeNano: time.Now().Add(2 * time.Millisecond).UnixNano()})
+			why, err := c.othersClaim(id, []string{ref}, resolve)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.ended != (why == "") {
+				t.Fatalf("after the delete %+v: kept for %q; want the operator's tag claim ended: %v", tc.del, why, tc.ended)
 			}
 		})
 	}

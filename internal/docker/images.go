@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -25,7 +26,11 @@ import (
 func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string) error {
 	// Before any untag: the agent's last tag of a repository takes that repository's digest
 	// references with it, so one someone pinned after the agent's pull would go too.
-	if err := e.claims.catchUp(ctx, e.cli); err != nil {
+	ahead := time.Duration(0)
+	if kind, _ := e.knownKind(); kind != kindDocker {
+		ahead = podmanAhead // Podman's, or an engine not named yet: either way read it all
+	}
+	if err := e.claims.catchUp(ctx, e.cli, ahead); err != nil {
 		return e.wrap("remove image "+imageID, "(whether someone else pulled it since)", err)
 	}
 	why, err := e.claims.othersClaim(imageID, refs, func(ref string) (string, error) {
@@ -82,13 +87,9 @@ func (e *Engine) RemoveImage(ctx context.Context, imageID string, refs []string)
 // ImageDiskFree is the free and total bytes of the engine's root directory (where its
 // images live), as the engine names it: the agent runs on the engine's host.
 func (e *Engine) ImageDiskFree(ctx context.Context) (free, total uint64, err error) {
-	info, err := e.cli.Info(ctx, client.InfoOptions{})
+	dir, err := e.dataRoot(ctx)
 	if err != nil {
-		return 0, 0, e.wrap("info", "of the engine", err)
-	}
-	dir := info.Info.DockerRootDir
-	if dir == "" {
-		return 0, 0, fmt.Errorf("docker engine at %s names no root directory", e.host)
+		return 0, 0, err
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {

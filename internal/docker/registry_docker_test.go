@@ -342,6 +342,37 @@ func TestDockerRemoveImageRefusesAnImageInUse(t *testing.T) {
 	}
 }
 
+// TestDockerAClaimNotYetStreamedIsCaughtUp: an operator's pull of the agent's image by digest,
+// made just before a removal, keeps the image though the event stream has not delivered it:
+// RemoveImage reads the engine's events up to now itself (on Podman, which replays nothing up
+// to an end already past, a second ahead). The stream is held here as if subscribed and silent.
+func TestDockerAClaimNotYetStreamedIsCaughtUp(t *testing.T) {
+	needDockerTests(t)
+	reg := registrytest.New(t)
+	ref, digest := reg.Push(t, "caught:1", registrytest.Testbox(t, "caught"))
+	pin := reg.Addr + "/caught@" + digest
+	var logs syncBuffer
+	e, agent := dockerEngineWith(t, quickPulls(&logs))
+	forgetImages(t, agent, ref, pin)
+	ctx := context.Background()
+	own, err := e.PullImage(ctx, ref, "")
+	if err != nil || !own.Pulled {
+		t.Fatalf("pull of an image the engine lacked: %+v, %v; want the agent's", own, err)
+	}
+	e.unfollowClaims() // the stream delivers nothing more; its claims stand as it left them
+	e.claims.setWatching(true)
+	if out, err := exec.Command("docker", "pull", pin).CombinedOutput(); err != nil {
+		t.Fatalf("the operator's docker pull %s: %v: %s", pin, err, out)
+	}
+	err = e.RemoveImage(ctx, own.ImageID, []string{ref})
+	if !errors.Is(err, runtime.ErrImageInUse) || !strings.Contains(err.Error(), "pulled "+pin) {
+		t.Fatalf("remove of the agent's image an operator pulled by digest since: %v; want ErrImageInUse naming the pull of %s", err, pin)
+	}
+	if exec.Command("docker", "image", "inspect", pin).Run() != nil {
+		t.Fatalf("the image the operator pulled as %s is gone", pin)
+	}
+}
+
 // TestDockerImagesAreTheAgentsOnlyByID: an image is the agent's only when its pull fetched an
 // id the engine did not hold: a tag pulled for a task that resolves to the image an operator
 // pulled by digest is not (the reference was absent, so the agent took it for its own before

@@ -94,7 +94,8 @@ func layerOf(file string, mode int64, content []byte) (v1.Layer, error) {
 }
 
 // Testbox is a runnable image of the testbox program (entrypoint /testbox), with a second
-// layer holding /marker: images with different markers have different digests.
+// layer holding /marker: images with different markers have different digests, and so have
+// two test processes' images of one marker (processMark).
 func Testbox(t testing.TB, marker string) v1.Image {
 	t.Helper()
 	bin, err := testboxBinary()
@@ -105,7 +106,7 @@ func Testbox(t testing.TB, marker string) v1.Image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark, err := layerOf("marker", 0o644, []byte(marker+"\n"))
+	mark, err := layerOf("marker", 0o644, []byte(marker+"\n"+processMark+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +126,11 @@ func Testbox(t testing.TB, marker string) v1.Image {
 	}
 	return img
 }
+
+// processMark sets this process's images apart: the engine is shared by the packages' tests,
+// which run in parallel, and by other checkouts' (an image of cmd/agentd's "pinned" was the
+// same image as internal/docker's, which that test's cleanup removed by id mid-test).
+var processMark = fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 
 // pushTransport marks the test's own pushes, which pass the registry's faults.
 type pushTransport struct{}

@@ -78,6 +78,12 @@ func (s *subject) exitAfter(ctx context.Context, cursor int64, id string) runtim
 	if err != nil {
 		s.t.Fatalf("exits: %v", err)
 	}
+	return s.exitIn(ctx, exits, id)
+}
+
+// exitIn waits for the container's exit in a subscribed exit stream.
+func (s *subject) exitIn(ctx context.Context, exits <-chan runtime.Exit, id string) runtime.Exit {
+	s.t.Helper()
 	for {
 		select {
 		case x, ok := <-exits:
