@@ -32,6 +32,16 @@ type Bounds struct {
 	// property is not expanded, and the search goes on — to find the one a planted bug
 	// shows when another finding would come first.
 	Want string
+	// property, when set, is one more safety property (a test's).
+	property func(*state) string
+}
+
+// broken is the first safety property s breaks ("": none).
+func (b Bounds) broken(s *state) string {
+	if why := s.safety(b); why != "" || b.property == nil {
+		return why
+	}
+	return b.property(s)
 }
 
 // Result is what a search found.
@@ -123,7 +133,7 @@ func (x *searcher) check(c *state, r ready, h uint64) (string, []move) {
 	if len(r.violations) > 0 {
 		return r.violations[0], nil
 	}
-	if why := c.safety(x.b); why != "" {
+	if why := x.b.broken(c); why != "" {
 		return why, nil
 	}
 	// one state in LivenessEvery, chosen by its hash: the same states whatever the order
@@ -185,7 +195,9 @@ func search(b Bounds) (Result, *seenSet) {
 	for depth := 0; ; depth++ {
 		res.Breadth = depth
 		if len(level) == 0 || depth >= b.Depth || x.stopped() {
-			res.Complete = len(level) == 0 || depth >= b.Depth
+			if res.Complete = len(level) == 0 || depth >= b.Depth; res.Complete {
+				res.Breadth = b.Depth
+			}
 			break
 		}
 		// the next level's size, guessed from how this one grew from the last

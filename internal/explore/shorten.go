@@ -80,7 +80,7 @@ func breaks(b Bounds, trace []move, class string) ([]move, bool) {
 			return nil, false
 		}
 		r := s.play(m, b)
-		if len(r.violations) > 0 && of(r.violations[0]) || of(s.safety(b)) {
+		if len(r.violations) > 0 && of(r.violations[0]) || of(b.broken(s)) {
 			return trace[:k+1], true
 		}
 	}
