@@ -182,6 +182,7 @@ func (s *state) encodeTask(buf []byte, i int, b Bounds) []byte {
 			str(string(c.Known))
 			str(string(c.Sent))
 			str(string(c.InFlight))
+			str(c.Reason)
 			str(c.RuntimeID[min(len(c.RuntimeID), len("rt-"+id)):])
 			flags(c.Removed, c.RolledBack, c.ImageID != "")
 			buf = binary.AppendUvarint(buf, uint64(len(c.Pending)))

@@ -30,7 +30,9 @@ func TestTheSearchReachesItsDepthBound(t *testing.T) {
 // here is short of the deepest state, so it would). No more: the key merges only states with
 // one future, so which of them a search happens to reach first cannot change what lies
 // beyond (a key that left out when a STOPPED task's cleanup falls due merged a state whose
-// cleanup was due with one whose was not: depth first then saw states breadth first did not).
+// cleanup was due with one whose was not: depth first then saw states breadth first did not;
+// at 2 tasks x 2 containers a key without a container's stop reason, on which whether a stop
+// makes its change again depends, merged 31 such pairs within 7 moves).
 func TestDepthFirstSeesWhatBreadthFirstSees(t *testing.T) {
 	b := Bounds{Tasks: 1, Containers: 1, Depth: 12, Faults: 1, Crashes: 1, Timeout: time.Minute}
 	breadth, bfs := search(b)
