@@ -97,7 +97,8 @@ type searcher struct {
 	b                             Bounds
 	start                         time.Time
 	seen                          *seenSet
-	entries                       []entry // the breadth-first tree; entries[0] is the root
+	fair                          *seenSet // the keys a fair run started from
+	entries                       []entry  // the breadth-first tree; entries[0] is the root
 	deepest                       atomic.Int32
 	transitions, fairRuns, pruned atomic.Int64
 	truncated                     atomic.Bool // a depth-first search stopped at its share of MaxStates
@@ -136,8 +137,8 @@ func (x *searcher) check(c *state, r ready, h uint64) (string, []move) {
 	if why := x.b.broken(c); why != "" {
 		return why, nil
 	}
-	// one state in LivenessEvery, chosen by its hash: the same states whatever the order
-	if x.b.LivenessEvery > 0 && h%uint64(x.b.LivenessEvery) == 0 {
+	// one state in LivenessEvery, chosen by its key, once: the same states whatever the order
+	if x.b.LivenessEvery > 0 && h%uint64(x.b.LivenessEvery) == 0 && x.fair.first(h) {
 		x.fairRuns.Add(1)
 		return c.eventually(x.b, x.b.FairSteps)
 	}
@@ -166,6 +167,24 @@ func (x *searcher) rebuild(id int32, from *state) (*state, error) {
 	return s, nil
 }
 
+// rebuildFrom rebuilds entry id from its parent, and the parent from its own, each ancestor
+// rebuilt once and kept in ancestors.
+func (x *searcher) rebuildFrom(id int32, ancestors map[int32]*state) (*state, error) {
+	if id == 0 {
+		return x.rebuild(0, nil)
+	}
+	p := x.entries[id].parent
+	parent, ok := ancestors[p]
+	if !ok {
+		var err error
+		if parent, err = x.rebuildFrom(p, ancestors); err != nil {
+			return nil, err
+		}
+		ancestors[p] = parent
+	}
+	return x.rebuild(id, parent)
+}
+
 // Search explores the states reachable within the bounds: breadth first, so a violation near
 // the root has its shortest trace, while the levels stay within Bounds.Frontier; then depth
 // first, to Bounds.Depth, from each state of the last level, each given an equal share of
@@ -184,7 +203,7 @@ func search(b Bounds) (Result, *seenSet) {
 	if b.FairSteps <= 0 {
 		b.FairSteps = 400
 	}
-	x := &searcher{b: b, start: time.Now(), seen: newSeenSet()}
+	x := &searcher{b: b, start: time.Now(), seen: newSeenSet(), fair: newSeenSet()}
 	root := initial(b)
 	h := root.key(b)
 	x.seen.visit(h, 0)
@@ -242,10 +261,10 @@ type child struct {
 }
 
 // expand makes the level below level (the entries at depth), in parallel and in chunks of
-// siblings so a parent is rebuilt once; the chunks' children are merged in order, so which
+// neighbours, whose ancestors are rebuilt once a chunk; the chunks' children are merged in order, so which
 // of two states with one key is kept does not depend on the workers' timing.
 func (x *searcher) expand(level []int32, depth int) []int32 {
-	const chunk = 64
+	const chunk = 256
 	chunks := (len(level) + chunk - 1) / chunk
 	outs := make([][]child, chunks)
 	var next atomic.Int64
@@ -259,21 +278,9 @@ func (x *searcher) expand(level []int32, depth int) []int32 {
 				if k >= chunks || x.stopped() {
 					return
 				}
-				pid, parent := int32(-2), (*state)(nil)
+				ancestors := map[int32]*state{} // the chunk's, rebuilt once each
 				for _, id := range level[k*chunk : min(len(level), (k+1)*chunk)] {
-					var s *state
-					var err error
-					if id == 0 {
-						s, err = x.rebuild(0, nil)
-					} else {
-						if p := x.entries[id].parent; p != pid {
-							pid = p
-							parent, err = x.rebuild(p, nil)
-						}
-						if err == nil {
-							s, err = x.rebuild(id, parent)
-						}
-					}
+					s, err := x.rebuildFrom(id, ancestors)
 					if err != nil {
 						x.report("", nil, err)
 						return
@@ -488,6 +495,12 @@ func (s *seenSet) visit(h uint64, d int) (isNew, expand bool) {
 		s.n.Add(1)
 	}
 	return !ok, true
+}
+
+// first reports whether h is new, and records it.
+func (s *seenSet) first(h uint64) bool {
+	isNew, _ := s.visit(h, 0)
+	return isNew
 }
 
 // depth is the least depth h was seen at.
