@@ -173,7 +173,7 @@ func (s *state) encodeTask(buf []byte, i int, b Bounds) []byte {
 		str(string(t.Known))
 		str(string(t.Desired))
 		str(string(t.Sent))
-		flags(t.StopCause != "", t.Rejected, t.Known == event.StatusStoppedAcked && !s.now().Before(t.CleanupDue(fsm.Config{CleanupWait: cleanupWait})))
+		flags(t.StopCause != "", t.Rejected, !t.StoppedAt.IsZero() && !s.now().Before(t.CleanupDue(fsm.Config{CleanupWait: cleanupWait})))
 		buf = binary.AppendUvarint(buf, uint64(len(t.Pending)))
 		for _, m := range t.Messages {
 			str(m[:1])
@@ -182,6 +182,7 @@ func (s *state) encodeTask(buf []byte, i int, b Bounds) []byte {
 			str(string(c.Known))
 			str(string(c.Sent))
 			str(string(c.InFlight))
+			str(c.Reason)
 			str(c.RuntimeID[min(len(c.RuntimeID), len("rt-"+id)):])
 			flags(c.Removed, c.RolledBack, c.ImageID != "")
 			buf = binary.AppendUvarint(buf, uint64(len(c.Pending)))

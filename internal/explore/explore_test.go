@@ -21,6 +21,7 @@ var (
 	flagStates = flag.Int("explore.states", 1_000_000, "distinct states at most (0: no bound)")
 	flagTime   = flag.Duration("explore.timeout", 10*time.Minute, "time at most")
 	flagLive   = flag.Int("explore.liveness-every", 64, "a fair run from one new state in this many")
+	flagFront  = flag.Int("explore.frontier", 10_000, "breadth first while a level holds at most this many states, then depth first (0: breadth first only)")
 )
 
 // Within small bounds the search is complete: every state of one task of one container,
@@ -46,11 +47,17 @@ func TestCheckModel(t *testing.T) {
 		t.Skip("run with -explore.model (make check-model)")
 	}
 	b := Bounds{Tasks: *flagTasks, Containers: *flagCtrs, Depth: *flagDepth, Faults: *flagFaults, Crashes: *flagCrash,
-		MaxStates: *flagStates, Timeout: *flagTime, LivenessEvery: *flagLive}
+		MaxStates: *flagStates, Timeout: *flagTime, LivenessEvery: *flagLive, Frontier: *flagFront}
 	r := Search(b)
-	t.Logf("bounds: %d tasks x %d containers, depth %d, %d faults, %d crashes a path\n%s", b.Tasks, b.Containers, b.Depth, b.Faults, b.Crashes, r)
+	t.Logf("bounds: %d tasks x %d containers, depth %d, %d faults, %d crashes a path, frontier %d\n%s", b.Tasks, b.Containers, b.Depth, b.Faults, b.Crashes, b.Frontier, r)
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
 	if r.Violation != "" {
 		t.Fatalf("%s\nends in:\n%s\nas an engine script:\n%s", r.Violation, r.End, Script(b, r.Trace, r.Violation))
+	}
+	if r.Depth < b.Depth && !r.Complete {
+		t.Fatalf("the search stopped at depth %d, short of its bound %d: %s", r.Depth, b.Depth, r)
 	}
 }
 
