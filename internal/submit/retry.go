@@ -38,19 +38,18 @@ func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bo
 		// four (a throttle naming turns has spread them already).
 		s.retry.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
 	case again:
-		// Throttled again right at Retry-After: the throttle names only its next token and the
-		// fleet is queued behind it (a turn is served when it comes). Spread over at least
-		// what is left of the fleet's burst as this agent knows it, not just twice the window.
-		// While the streak is younger than the fleet's burst, never wider than the burst: past
-		// it the tokens would wait for the retries. A streak outlasting it is the control plane
-		// asking for less: the window grows on, to Max (PROTOCOL.md §3: back off further).
-		burst := max(s.slot.at, s.slot.depth)
+		// Throttled again right at Retry-After: the throttle names only its next token (or
+		// nothing) and the fleet is queued behind it (a turn is served when it comes). Spread
+		// over at least what is left of the fleet's burst as this agent knows it, not just twice
+		// the window — and, in a burst, over at most that, eight first steps, or an eighth of
+		// the streak's age, whichever is most: doubling on, a streak of a dozen 429s sent its
+		// retries tens of seconds past the burst while the throttle's tokens waited for them.
+		// A streak long past the burst is the control plane asking for less: its age grows the
+		// window on, to Max (PROTOCOL.md §3: back off further).
 		w := time.Duration(windowGrow * float64(s.retry.window))
 		if !s.burst.start.IsZero() {
-			w = max(w, burst-now.Sub(s.burst.start))
-		}
-		if burst > 0 && now.Sub(s.streak.since) < burst {
-			w = min(w, max(burst, 4*s.p.Initial))
+			left := max(s.slot.at, s.slot.depth) - now.Sub(s.burst.start)
+			w = min(max(w, left), max(left, 8*s.p.Initial, now.Sub(s.streak.since)/8))
 		}
 		s.retry.window = min(w, s.p.Max)
 	}
