@@ -5,7 +5,8 @@ import "time"
 // Retry-After is a floor, never a target (DESIGN.md invariant 13): after a 429 no report goes
 // before it, and the retry is spread by jitter over a window past it. A retry throttled again
 // grows the window (the fleet came back together: a throttle naming only its next token tells
-// everyone the same time), one served at once halves it (Retry-After named this agent's turn,
+// everyone the same time) — in a burst, not far past what is left of it, where the throttle's
+// tokens would wait for the retries — one served at once halves it (Retry-After named this agent's turn,
 // or the agent is alone: a window kept wide would leave its tokens idle — `bench throttled`).
 
 // retryWindow is what the last 429s taught.
