@@ -13,6 +13,7 @@ import "time"
 type retryWindow struct {
 	window time.Duration // how far past Retry-After a retry is spread
 	turnAt time.Time     // when the last 429's Retry-After ended: the earliest the throttle would serve
+	named  bool          // the last 429 named a Retry-After (else turnAt is only when it came)
 }
 
 const (
@@ -26,7 +27,7 @@ const (
 // it names counts from the answer's arrival (where the throttle put this agent, however late
 // a busy host read it); the wait from now, so Retry-After stays a floor.
 func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bool) time.Duration {
-	s.retry.turnAt = arrived.Add(ra)
+	s.retry.turnAt, s.retry.named = arrived.Add(ra), ra > 0
 	if !s.burst.start.IsZero() {
 		// Where the queue of this burst ended when this agent joined it (the last report of a
 		// burst joins behind the others' follow-ups): what the fleet's burst takes.

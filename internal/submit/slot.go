@@ -67,13 +67,14 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration, throttled 
 			// After one 429, the earliest the throttle would serve it (its Retry-After's end), not
 			// when the retry came: the jitter after a turn is this agent's, not its place. After
 			// several, the Retry-After named no turn (the next token, or nothing) and the agents
-			// throttled with it all learnt its end, where only one was served: the place is the
-			// one this agent won, when the retry that was served went (learnt from the turn's end,
+			// throttled with it all learnt its end, where only one was served — and a 429 naming
+			// nothing says only when this agent was refused: the place is the one this agent
+			// won, when the retry that was served went (learnt from the turn's end,
 			// a fleet without turns came back 1.6–2× denser than the throttle into the same
 			// 429s). At most Max: a burst kept out longer (minutes of 429s) says the control
 			// plane was refusing everyone, not where this agent stands in the fleet.
 			won := s.retry.turnAt
-			if throttled >= wonAfter {
+			if throttled >= wonAfter || !s.retry.named {
 				won = s.send.last
 			}
 			s.slot.at = min(max(won.Sub(s.burst.start), 0), s.p.Max)
