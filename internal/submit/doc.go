@@ -23,7 +23,8 @@
 //     alone, nor one queued behind it in its task (per-task order holds).
 //  5. It is answered (answer.go). A settlement teaches the slot and a backlog's spacing; a
 //     429's Retry-After is a floor, the retry spread over a window past it that grows while the
-//     429s repeat (in a burst, not far past it) and shrinks when a retry is served (retry.go); refused credentials retry
+//     429s repeat (in a burst, not far past it) and shrinks when a retry is served, a burst's
+//     first report refused naming nothing retried over the rest of the burst (retry.go); refused credentials retry
 //     slowly; a report refused as a whole is split until the change at fault stands alone
 //     (isolate.go); nothing answered waits about the longest backoff once the agent has a
 //     place, while the poller probes the return.

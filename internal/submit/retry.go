@@ -39,6 +39,16 @@ func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bo
 		// throttled together the same short time), at least the first backoff step, at most
 		// four (a throttle naming turns has spread them already).
 		s.retry.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
+	case !again && !s.retry.named && s.burst.open:
+		// A burst's first report refused with nothing named: another agent took its token
+		// (early, or late for its own). Retried within a first step it takes the next agent's,
+		// and that one the next's: bench fleet's storm under a throttle naming nothing, a
+		// fleet a second late to its places, 57% of its requests 429. Spread over what is left
+		// of the fleet's burst as this agent knows it, it finds a token nobody holds. The window
+		// stays: a later 429 is no burst's first.
+		if left := max(s.slot.at, s.slot.depth) - now.Sub(s.burst.start); left > s.retry.window {
+			return s.spread(min(left, s.p.Max))
+		}
 	case again:
 		// Throttled again right at Retry-After: the throttle names only its next token (or
 		// nothing) and the fleet is queued behind it (a turn is served when it comes). Spread
