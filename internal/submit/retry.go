@@ -33,34 +33,34 @@ func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bo
 		// burst joins behind the others' follow-ups): what the fleet's burst takes.
 		s.slot.depth = min(max(s.slot.depth, s.retry.turnAt.Sub(s.burst.start)), s.p.Max)
 	}
-	switch {
-	case s.retry.window == 0:
+	first := s.retry.window == 0
+	if first {
 		// The first: over Retry-After itself (a throttle naming its next token tells everyone
 		// throttled together the same short time), at least the first backoff step, at most
 		// four (a throttle naming turns has spread them already).
 		s.retry.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
-	case !again && !s.retry.named && s.burst.open:
+	}
+	left := max(s.slot.at, s.slot.depth) - now.Sub(s.burst.start) // of the fleet's burst, as this agent knows it
+	switch {
+	case !again && !s.retry.named && s.burst.open && left > s.retry.window:
 		// A burst's first report refused with nothing named: another agent took its token
 		// (early, or late for its own). Retried within a first step it takes the next agent's,
 		// and that one the next's: bench fleet's storm under a throttle naming nothing, a
 		// fleet a second late to its places, 57% of its requests 429. Spread over what is left
-		// of the fleet's burst as this agent knows it, it finds a token nobody holds. The window
-		// stays: a later 429 is no burst's first.
-		if left := max(s.slot.at, s.slot.depth) - now.Sub(s.burst.start); left > s.retry.window {
-			return s.spread(min(left, s.p.Max))
-		}
-	case again:
+		// of the fleet's burst, it finds a token nobody holds. The window stays: a later 429 is
+		// no burst's first.
+		return s.spread(min(left, s.p.Max))
+	case again && !first:
 		// Throttled again right at Retry-After: the throttle names only its next token (or
 		// nothing) and the fleet is queued behind it (a turn is served when it comes). Spread
-		// over at least what is left of the fleet's burst as this agent knows it, not just twice
-		// the window — and, in a burst, over at most that, eight first steps, or an eighth of
-		// the streak's age, whichever is most: doubling on, a streak of a dozen 429s sent its
-		// retries tens of seconds past the burst while the throttle's tokens waited for them.
-		// A streak long past the burst is the control plane asking for less: its age grows the
-		// window on, to Max (PROTOCOL.md §3: back off further).
+		// over at least what is left of the fleet's burst, not just twice the window — and, in
+		// a burst, over at most that, eight first steps, or an eighth of the streak's age,
+		// whichever is most: doubling on, a streak of a dozen 429s sent its retries tens of
+		// seconds past the burst while the throttle's tokens waited for them. A streak long
+		// past the burst is the control plane asking for less: its age grows the window on, to
+		// Max (PROTOCOL.md §3: back off further).
 		w := time.Duration(windowGrow * float64(s.retry.window))
 		if !s.burst.start.IsZero() {
-			left := max(s.slot.at, s.slot.depth) - now.Sub(s.burst.start)
 			w = min(max(w, left), max(left, 8*s.p.Initial, now.Sub(s.streak.since)/8))
 		}
 		s.retry.window = min(w, s.p.Max)
