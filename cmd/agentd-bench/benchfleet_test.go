@@ -16,7 +16,8 @@ import (
 // and a refused outage, in which each process stops its own containers, against a control plane
 // whose 429s name nothing: every STOPPED settled exactly once, nothing cleaned before its ack
 // (the child asks the control plane at each removal), every journal verified by its process at
-// its clean stop — and no process left behind, nor a journal directory.
+// its clean stop — and no process left behind, nor a journal directory; and the throttle was
+// met.
 func TestFleetAsProcessesSettlesOnceAndLeavesNothing(t *testing.T) {
 	bin := benchBinary(t)
 	dir := t.TempDir()
@@ -38,9 +39,11 @@ func TestFleetAsProcessesSettlesOnceAndLeavesNothing(t *testing.T) {
 		if r.Cleanups == 0 || r.EarlyCleanups != 0 {
 			t.Errorf("%s: %d cleanups seen, %d before the ack; want some, none early", r.Scenario, r.Cleanups, r.EarlyCleanups)
 		}
-		if r.Scenario == "storm" && r.Throttled == 0 {
-			t.Errorf("%s: no request answered 429: the throttle was not met", r.Scenario)
-		}
+	}
+	// Met in the round that started the tasks, where the new agents report at once: a fleet
+	// that learnt its places may meet none in the storm.
+	if res.Throttled == 0 {
+		t.Errorf("no request answered 429 in any round: the throttle naming nothing was not met")
 	}
 	if res.JournalIssues != 0 {
 		t.Errorf("journal verify: %d findings", res.JournalIssues)

@@ -105,6 +105,7 @@ type FleetResult struct {
 	ServingPer    float64      `json:"cp_goroutines_per_agent"` // the control plane's HTTP server alone (a connection each) ÷ N
 	JournalIssues int          `json:"journal_verify_findings"` // journal verify over every agent's journal
 	Restarted     int          `json:"agents_restarted"`        // agents stopped cleanly and started again (restart scenarios)
+	Throttled     int          `json:"requests_429"`            // requests answered 429 in every round, the tasks' starts included
 }
 
 // fleetScenarios are the scenarios Fleet plays, in its default order.
@@ -434,6 +435,8 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 		f.logf("%s: %.1fs, %.2f× floor %.1fs, %d requests, %.0f%% 429", sc, row.Seconds, row.VsFloor, row.FloorSeconds, row.Requests, 100*row.ThrottledShare)
 		rows = append(rows, row)
 	}
+	_, th := f.plane.g.count(time.Time{}, time.Now())
+	res.Throttled += th
 	n, err := f.verify()
 	res.JournalIssues += n
 	return rows, err

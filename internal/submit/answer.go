@@ -49,13 +49,14 @@ func (s *Submitter) answered(now time.Time, sent []protocol.StateChange, r proto
 			if s.streak.outcome != "" {
 				o.Log = fmt.Sprintf("reports settle again after %d failed attempts (%s since %s)", s.streak.tries, s.streak.outcome, s.streak.since.Format(time.RFC3339))
 			}
-			var waited time.Duration // how long the throttle kept these changes out
+			var waited time.Duration // how long the throttle kept these changes out, after how many 429s
+			var throttled int
 			if s.streak.outcome == protocol.Throttled {
-				waited = now.Sub(s.streak.since)
+				waited, throttled = now.Sub(s.streak.since), s.streak.tries
 			}
 			s.streak.outcome, s.streak.health, s.streak.unjournaled, s.streak.tries, s.outage.placed, s.outage.stretched = "", "", 0, 0, 0, false
 			s.streak.bo.Reset()
-			s.send.next = s.settledPaced(now, waited)
+			s.send.next = s.settledPaced(now, waited, throttled)
 			s.burst.drained, s.burst.drainedAt = s.send.carried, now
 			return o
 		}

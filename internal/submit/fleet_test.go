@@ -630,7 +630,7 @@ func TestFleetModelOutageComesBackAtTheRate(t *testing.T) {
 // hosts, then started again — comes back from a 60-s hang, the containers exiting in it,
 // within twice the throttle's rate and drains within 1.5× the floor. Replaying the learnt
 // slots instead of where the throttle last served each agent, these seeds came back at 2.46,
-// 2.36 and 2.54 (the slots had grown denser than the throttle: pace.go).
+// 2.36 and 2.54 (the slots had grown denser than the throttle: slot.go).
 func TestFleetModelOf1000ComesBackFromAHangAtTheRate(t *testing.T) {
 	const n, rps, burst = 1000, 50.0, 50
 	floor := (n - burst) / rps

@@ -8,12 +8,15 @@ import (
 )
 
 // Place is what the agent has learnt of its place in the fleet: its slot, where the throttle
-// last served it, and how lately its reports met a 429. The engine keeps it across a restart,
+// last served it, how deep the fleet's bursts run, and how lately its reports met a 429. The engine keeps it across a restart,
 // so a fleet restarted together (an upgrade, a reboot wave) reports its next storm in the
 // order the throttle served it, not all at once into a wave of 429s while every agent learns
 // its place again.
 type Place struct {
 	Slot, Served time.Duration
+	// Depth is how long the fleet's bursts keep the throttle busy, as the agent saw it: where a
+	// retry finds room (retry.go). Optional in the journal: a place kept before it has none.
+	Depth time.Duration
 	// Since429 is how many bursts ago a report last met a 429 while that still counts
 	// (underThrottle: 0 to gatherBursts), -1 when it does not: the restarted agent gathers its
 	// bursts' changes into one report for the rest of that window, no longer.
@@ -32,9 +35,9 @@ const placeFresh = time.Hour
 const maxPlace = 256
 
 // String is the place as the journal's meta keeps it:
-// "slot=4.2s served=4.1s since429=0 kept=2026-12-02T21:00:00Z".
+// "slot=4.2s served=4.1s depth=9s since429=0 kept=2026-12-02T21:00:00Z".
 func (p Place) String() string {
-	return fmt.Sprintf("slot=%v served=%v since429=%d kept=%s", p.Slot, p.Served, p.Since429, p.Kept.UTC().Format(time.RFC3339Nano))
+	return fmt.Sprintf("slot=%v served=%v depth=%v since429=%d kept=%s", p.Slot, p.Served, p.Depth, p.Since429, p.Kept.UTC().Format(time.RFC3339Nano))
 }
 
 // ParsePlace reads a place String wrote; a field missing, unknown, repeated or malformed, or a
@@ -45,7 +48,7 @@ func ParsePlace(v string) (Place, error) {
 		return Place{}, fmt.Errorf("place of %d bytes: a kept place is under %d", len(v), maxPlace)
 	}
 	var p Place
-	want := "want slot=, served=, since429= and kept=, once each"
+	want := "want slot=, served=, since429= and kept=, and depth= if any, once each"
 	seen := map[string]bool{}
 	for _, f := range strings.Fields(v) {
 		k, val, _ := strings.Cut(f, "=")
@@ -55,11 +58,8 @@ func ParsePlace(v string) (Place, error) {
 		seen[k] = true
 		var err error
 		switch k {
-		case "slot", "served":
-			d := &p.Slot
-			if k == "served" {
-				d = &p.Served
-			}
+		case "slot", "served", "depth":
+			d := map[string]*time.Duration{"slot": &p.Slot, "served": &p.Served, "depth": &p.Depth}[k]
 			if *d, err = time.ParseDuration(val); err != nil || *d < 0 {
 				return Place{}, fmt.Errorf("place %q: %s=%q: want a duration of at least 0", v, k, val)
 			}
@@ -75,7 +75,7 @@ func ParsePlace(v string) (Place, error) {
 			return Place{}, fmt.Errorf("place %q: field %q unknown; %s", v, k, want)
 		}
 	}
-	if len(seen) != 4 {
+	if len(seen) != 4 && (len(seen) != 5 || !seen["depth"]) {
 		return Place{}, fmt.Errorf("place %q: %s", v, want)
 	}
 	return p, nil
@@ -83,7 +83,7 @@ func ParsePlace(v string) (Place, error) {
 
 // place is what the agent has learnt of its place in the fleet, kept now (Stop).
 func (s *Submitter) place(now time.Time) Place {
-	p := Place{Slot: s.slot.at, Served: s.slot.served, Since429: -1, Kept: now}
+	p := Place{Slot: s.slot.at, Served: s.slot.served, Depth: s.slot.depth, Since429: -1, Kept: now}
 	if s.gather.met429 > 0 && s.underThrottle() { // a new agent's window is not kept: restarted, it is new again
 		p.Since429 = s.burst.count - s.gather.met429
 	}
@@ -91,7 +91,7 @@ func (s *Submitter) place(now time.Time) Place {
 }
 
 // Learnt says whether the place says anything (a new agent's says nothing).
-func (p Place) Learnt() bool { return p.Slot > 0 || p.Served > 0 || p.Since429 >= 0 }
+func (p Place) Learnt() bool { return p.Slot > 0 || p.Served > 0 || p.Depth > 0 || p.Since429 >= 0 }
 
 // restore takes a place kept before a restart (Restart). One kept over placeFresh ago (or as
 // long ahead: the clock was set back) is stale, and one past what the agent can learn — a slot
@@ -102,13 +102,13 @@ func (s *Submitter) restore(p Place, now time.Time) error {
 	if age := now.Sub(p.Kept); age > placeFresh || age < -placeFresh {
 		return fmt.Errorf("place %s: kept %v before now, past %v: stale", p, age.Round(time.Second), placeFresh)
 	}
-	if p.Slot > s.p.Max || p.Served > s.p.Max+s.p.Max/20 {
+	if p.Slot > s.p.Max || p.Served > s.p.Max+s.p.Max/20 || p.Depth > s.p.Max {
 		return fmt.Errorf("place %s: past the longest backoff %v", p, s.p.Max)
 	}
 	if s.p.Naive {
 		return nil
 	}
-	s.slot.at, s.slot.served = p.Slot, p.Served
+	s.slot.at, s.slot.served, s.slot.depth = p.Slot, p.Served, p.Depth
 	if p.Since429 >= 0 {
 		s.gather.met429, s.burst.count = 1, 1+p.Since429
 	} else {

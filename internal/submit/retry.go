@@ -5,13 +5,15 @@ import "time"
 // Retry-After is a floor, never a target (DESIGN.md invariant 13): after a 429 no report goes
 // before it, and the retry is spread by jitter over a window past it. A retry throttled again
 // grows the window (the fleet came back together: a throttle naming only its next token tells
-// everyone the same time), one served at once halves it (Retry-After named this agent's turn,
+// everyone the same time) — in a burst, not far past what is left of it, where the throttle's
+// tokens would wait for the retries — one served at once halves it (Retry-After named this agent's turn,
 // or the agent is alone: a window kept wide would leave its tokens idle — `bench throttled`).
 
 // retryWindow is what the last 429s taught.
 type retryWindow struct {
 	window time.Duration // how far past Retry-After a retry is spread
 	turnAt time.Time     // when the last 429's Retry-After ended: the earliest the throttle would serve
+	named  bool          // the last 429 named a Retry-After (else turnAt is only when it came)
 }
 
 const (
@@ -25,32 +27,41 @@ const (
 // it names counts from the answer's arrival (where the throttle put this agent, however late
 // a busy host read it); the wait from now, so Retry-After stays a floor.
 func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bool) time.Duration {
-	s.retry.turnAt = arrived.Add(ra)
+	s.retry.turnAt, s.retry.named = arrived.Add(ra), ra > 0
 	if !s.burst.start.IsZero() {
 		// Where the queue of this burst ended when this agent joined it (the last report of a
 		// burst joins behind the others' follow-ups): what the fleet's burst takes.
 		s.slot.depth = min(max(s.slot.depth, s.retry.turnAt.Sub(s.burst.start)), s.p.Max)
 	}
-	switch {
-	case s.retry.window == 0:
+	first := s.retry.window == 0
+	if first {
 		// The first: over Retry-After itself (a throttle naming its next token tells everyone
 		// throttled together the same short time), at least the first backoff step, at most
 		// four (a throttle naming turns has spread them already).
 		s.retry.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
-	case again:
-		// Throttled again right at Retry-After: the throttle names only its next token and the
-		// fleet is queued behind it (a turn is served when it comes). Spread over at least
-		// what is left of the fleet's burst as this agent knows it, not just twice the window.
-		// While the streak is younger than the fleet's burst, never wider than the burst: past
-		// it the tokens would wait for the retries. A streak outlasting it is the control plane
-		// asking for less: the window grows on, to Max (PROTOCOL.md §3: back off further).
-		burst := max(s.slot.at, s.slot.depth)
+	}
+	left := max(s.slot.at, s.slot.depth) - now.Sub(s.burst.start) // of the fleet's burst, as this agent knows it
+	switch {
+	case !again && !s.retry.named && s.burst.open && left > s.retry.window:
+		// A burst's first report refused with nothing named: another agent took its token
+		// (early, or late for its own). Retried within a first step it takes the next agent's,
+		// and that one the next's: bench fleet's storm under a throttle naming nothing, a
+		// fleet a second late to its places, 57% of its requests 429. Spread over what is left
+		// of the fleet's burst, it finds a token nobody holds. The window stays: a later 429 is
+		// no burst's first.
+		return s.spread(min(left, s.p.Max))
+	case again && !first:
+		// Throttled again right at Retry-After: the throttle names only its next token (or
+		// nothing) and the fleet is queued behind it (a turn is served when it comes). Spread
+		// over at least what is left of the fleet's burst, not just twice the window — and, in
+		// a burst, over at most that, eight first steps, or an eighth of the streak's age,
+		// whichever is most: doubling on, a streak of a dozen 429s sent its retries tens of
+		// seconds past the burst while the throttle's tokens waited for them. A streak long
+		// past the burst is the control plane asking for less: its age grows the window on, to
+		// Max (PROTOCOL.md §3: back off further).
 		w := time.Duration(windowGrow * float64(s.retry.window))
 		if !s.burst.start.IsZero() {
-			w = max(w, burst-now.Sub(s.burst.start))
-		}
-		if burst > 0 && now.Sub(s.streak.since) < burst {
-			w = min(w, max(burst, 4*s.p.Initial))
+			w = min(max(w, left), max(left, 8*s.p.Initial, now.Sub(s.streak.since)/8))
 		}
 		s.retry.window = min(w, s.p.Max)
 	}

@@ -28,7 +28,7 @@ import (
 //	       429 [retry-after=D] [arrived=-D]  (arrived: it reached the host D before now)
 //	       refused | cut | 500 | 401 | 400 | 413
 //	poll [outage] [held] [payloads] [arrived=-D]  a poll answered (Step(Polled))
-//	restart slot=D served=D since429=N kept=-D    the place the journal kept (Step(Restart))
+//	restart slot=D served=D [depth=D] since429=N kept=-D  the place the journal kept (Step(Restart))
 //	stop                                  a clean stop (Step(Stop)): the place kept
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -93,6 +93,9 @@ func (s *script) do(t *testing.T, d *datadriven.TestData) string {
 	case "restart":
 		p := Place{Slot: s.duration(t, d, "slot"), Served: s.duration(t, d, "served"), Kept: s.now.Add(s.duration(t, d, "kept"))}
 		d.ScanArgs(t, "since429", &p.Since429)
+		if d.HasArg("depth") {
+			p.Depth = s.duration(t, d, "depth")
+		}
 		return s.step(Restart{Place: p})
 	case "stop":
 		return s.step(Stop{})
@@ -214,7 +217,7 @@ func (s *script) step(ev Event) string {
 		fmt.Fprintf(&b, "refused %v\n", p.Refused)
 	}
 	if _, ok := ev.(Stop); ok {
-		fmt.Fprintf(&b, "keep slot=%v served=%v since429=%d\n", p.Keep.Slot.Round(time.Millisecond), p.Keep.Served.Round(time.Millisecond), p.Keep.Since429)
+		fmt.Fprintf(&b, "keep slot=%v served=%v depth=%v since429=%d\n", p.Keep.Slot.Round(time.Millisecond), p.Keep.Served.Round(time.Millisecond), p.Keep.Depth.Round(time.Millisecond), p.Keep.Since429)
 	}
 	if b.Len() == 0 {
 		return "nothing\n"

@@ -39,13 +39,14 @@ const (
 	// where 5% took 14) once the control plane stops throttling or the fleet gets smaller.
 	slotProbe   = 0.98
 	spaceWaited = 0.75 // a backlog's next report keeps this share of how long the last was kept out
+	wonAfter    = 2    // 429s in a row after which the slot is where the served retry went, not the last turn's end
 )
 
-// settledPaced learns from a report that settled (waited: how long the throttle kept it out,
-// 0 when served at its first try) and says when the next report of a backlog may go: about
+// settledPaced learns from a report that settled (waited: how long the throttle kept it out, 0
+// when served at its first try; throttled: after how many 429s) and says when the next report of a backlog may go: about
 // one learnt spacing after the last was sent, so an agent with a backlog sends at the rate it
 // was served rather than at once into a 429.
-func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time {
+func (s *Submitter) settledPaced(now time.Time, waited time.Duration, throttled int) time.Time {
 	if s.p.Naive {
 		return time.Time{}
 	}
@@ -63,11 +64,20 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration) time.Time 
 	if s.burst.open && !s.burst.start.IsZero() {
 		// The burst's first report: its slot.
 		if waited > 0 {
-			// The earliest the throttle would serve it (the last Retry-After), not when the
-			// retry came: the jitter after Retry-After is this agent's, not its place.
-			// At most Max: a burst kept out longer (minutes of 429s) says the control plane was
-			// refusing everyone, not where this agent stands in the fleet.
-			s.slot.at = min(s.retry.turnAt.Sub(s.burst.start), s.p.Max)
+			// After one 429, the earliest the throttle would serve it (its Retry-After's end), not
+			// when the retry came: the jitter after a turn is this agent's, not its place. After
+			// several, the Retry-After named no turn (the next token, or nothing) and the agents
+			// throttled with it all learnt its end, where only one was served — and a 429 naming
+			// nothing says only when this agent was refused: the place is the one this agent
+			// won, when the retry that was served went (learnt from the turn's end,
+			// a fleet without turns came back 1.6–2× denser than the throttle into the same
+			// 429s). At most Max: a burst kept out longer (minutes of 429s) says the control
+			// plane was refusing everyone, not where this agent stands in the fleet.
+			won := s.retry.turnAt
+			if throttled >= wonAfter || !s.retry.named {
+				won = s.send.last
+			}
+			s.slot.at = min(max(won.Sub(s.burst.start), 0), s.p.Max)
 			s.slot.served = s.slot.at
 		} else {
 			// Served when it was sent, which was at its slot (and its spread, at most 5%)

@@ -44,11 +44,7 @@ func (s *Submitter) failed(now time.Time, sent []protocol.StateChange, r protoco
 		for i, c := range sent {
 			ids[i] = c.ID
 		}
-		errText := ""
-		if r.Err != nil {
-			errText = r.Err.Error()
-		}
-		o.Attempt = &event.ReportAttempted{IDs: ids, Outcome: string(r.Outcome), HTTPStatus: r.HTTPStatus, RetryAfter: r.RetryAfter, Error: errText, Count: s.streak.unjournaled}
+		o.Attempt = &event.ReportAttempted{IDs: ids, Outcome: string(r.Outcome), HTTPStatus: r.HTTPStatus, RetryAfter: r.RetryAfter, Error: errText(r.Err), Count: s.streak.unjournaled}
 		s.streak.unjournaled, s.streak.lastJournaled = 0, now
 	}
 }

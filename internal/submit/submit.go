@@ -23,15 +23,13 @@ type Policy struct {
 	Seed        uint64        // jitter generator seed (0: random)
 	// PollWait is the poller's long-poll wait and ReturnSpread its longest wait between polls
 	// that found the control plane unreachable (the engine's; defaults 20 s and 2 s): what a
-	// hang's return is judged by (pace.go outageWait, together).
+	// hang's return is judged by (outage.go outageWait, together).
 	PollWait     time.Duration
 	ReturnSpread time.Duration
 	// Naive is the benchmarks' baseline, what a simple client does: one change a request, a
 	// retry every second after any failure, no jitter, Retry-After ignored. Never for agents.
 	Naive bool
 }
-
-// Submitter decides when to report. Not safe for concurrent use: one engine loop owns it.
 
 // Submitter decides when to report. Not safe for concurrent use: one engine loop owns it. Its
 // state is in named parts, each in the file of its concept; p and rng are its tuning and its
