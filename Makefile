@@ -70,8 +70,8 @@ test-podman:
 ## (internal/guard: the one place guards are, and what each one's tests are). The seed's bug
 ## (cleanup-after-ack: the simulation and the engine's scripts), a container STOPPED while it runs
 ## (start-in-flight), a container run twice (start-in-flight with runtime-start-check), an image of
-## a live task removed (image-in-use), an inspect overtaking its start (call-waits: the simulation
-## and the core's property test), a record the projection refuses never journaled
+## a live task removed (image-in-use), an inspect overtaking its start (call-waits: the core's
+## property test; the simulation with the late-start fence off too, which stands behind it), a record the projection refuses never journaled
 ## (settle-rule: the agent stays up with the task quarantined, restarts, and verifies), and a
 ## container declared STOPPED while a late start may land (late-start-fence: the engine's scripts
 ## of the explorer's counterexamples).
@@ -83,7 +83,8 @@ test-sim:
 	AGENTD_PLANTED_BUGS=start-in-flight $(GO) test -count=1 -tags plantedbugs -run TestSimFindsTheStartBug -v ./internal/simulation
 	AGENTD_PLANTED_BUGS=start-in-flight,runtime-start-check $(GO) test -count=1 -tags plantedbugs -run 'TestSimFindsTheRerunBug|TestRuntimeBugStartsAnExitedContainerAgain' -v ./internal/simulation ./internal/simruntime
 	AGENTD_PLANTED_BUGS=image-in-use $(GO) test -count=1 -tags plantedbugs -run TestSimFindsTheImageBug -v ./internal/simulation
-	AGENTD_PLANTED_BUGS=call-waits $(GO) test -count=1 -tags plantedbugs -run 'TestSimFindsTheWaitsBug|TestPropertyFindsTheWaitsBug' -v ./internal/simulation ./internal/fsm
+	AGENTD_PLANTED_BUGS=call-waits $(GO) test -count=1 -tags plantedbugs -run TestPropertyFindsTheWaitsBug -v ./internal/fsm
+	AGENTD_PLANTED_BUGS=call-waits,late-start-fence $(GO) test -count=1 -tags plantedbugs -run TestSimFindsTheWaitsBug -v ./internal/simulation
 	AGENTD_PLANTED_BUGS=settle-rule $(GO) test -count=1 -tags plantedbugs -run 'TestRefusedRecordIsNeverJournaled|TestAQuarantinedTaskIsShownAndNamed' -v ./internal/engine ./internal/introspect
 	AGENTD_PLANTED_BUGS=late-start-fence $(GO) test -count=1 -tags plantedbugs -run TestScriptsFailWithoutTheGuard -v ./internal/engine
 

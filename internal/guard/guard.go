@@ -24,8 +24,9 @@ const (
 	// Bites: simulation TestSimFindsTheImageBug, explore TestExplorerFindsEveryPlantedBug/image-in-use.
 	ImageInUse Name = "image-in-use"
 	// CallWaits: an inspect never overtakes the start it settles, nor a removal the create
-	// still out (fsm Gate's waitsFor). Bites: simulation TestSimFindsTheWaitsBug, fsm
-	// TestPropertyFindsTheWaitsBug, explore TestExplorerFindsEveryPlantedBug/call-waits.
+	// still out (fsm Gate's waitsFor). Bites: fsm TestPropertyFindsTheWaitsBug, explore
+	// TestExplorerFindsEveryPlantedBug/call-waits; simulation TestSimFindsTheWaitsBug with
+	// LateStartFence off too (the fence stands behind it).
 	CallWaits Name = "call-waits"
 	// SettleRule: the core makes stopped_acked only for a task whose STOPPED change is
 	// settled; with it off the core makes a record the projection refuses, which must never
