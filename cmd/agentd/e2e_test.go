@@ -308,9 +308,9 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 	w.streamUnderKills(t, plan, kills)
 	awaitSettled(t, w.cpURL, w.api, tasks, 120*time.Second, w.agent.log)
 	noViolations(t, w.cpURL)
-	plan.checkControlPlaneView(t, w.cpURL)
+	fenced := plan.checkControlPlaneView(t, w.cpURL)
 	w.stopCleanly(t)
-	plan.checkJournal(t, w.data)
+	plan.checkJournal(t, w.data, fenced)
 }
 
 // taskKind is one kind of task in the fault workload: what its container runs and what the
@@ -463,8 +463,11 @@ func (w *faultyWorld) streamUnderKills(t *testing.T, plan faultWorkload, kills i
 // checkControlPlaneView: the invalid task reported no container; every other one reported
 // its container STOPPED with an exit code — also one whose container a killed agent was
 // creating and Docker rolled back after the next agent adopted it (it is created again) —
-// except a long runner the control plane stopped before its container ever ran.
-func (plan faultWorkload) checkControlPlaneView(t *testing.T, cpURL string) {
+// except a long runner the control plane stopped before its container ever ran, and a
+// container whose start two killed agents asked and that never ran: fenced, not started a
+// third time (its reason says so; checkJournal finds both starts and the fence). It returns
+// those fenced containers.
+func (plan faultWorkload) checkControlPlaneView(t *testing.T, cpURL string) (fenced []string) {
 	t.Helper()
 	var view struct{ Tasks []cpTask }
 	getJSON(t, cpURL+"/v1/tasks", &view)
@@ -478,10 +481,15 @@ func (plan faultWorkload) checkControlPlaneView(t *testing.T, cpURL string) {
 		}
 		app, ok := task.Containers["app"]
 		stoppedEarly := kind.stoppedByControlPlane && app.ExitCode == nil
-		if !ok || app.Status != "STOPPED" || (app.ExitCode == nil && !stoppedEarly) {
+		fence := app.ExitCode == nil && strings.HasSuffix(task.Reason, "not started: its start was asked twice and it never ran")
+		if !ok || app.Status != "STOPPED" || (app.ExitCode == nil && !stoppedEarly && !fence) {
 			t.Fatalf("task %s (%s): container not reported STOPPED with an exit code: %+v", task.ARN, kind.name, task)
 		}
+		if fence && !stoppedEarly {
+			fenced = append(fenced, task.ARN+"/app")
+		}
 	}
+	return fenced
 }
 
 // stopCleanly: SIGTERM stops the agent cleanly, exit 0, with its clean-stop line.
@@ -506,8 +514,8 @@ func (w *faultyWorld) stopCleanly(t *testing.T) {
 // checkJournal: the journal verifies and agrees with the model, and nothing ran twice: one
 // creation per container — two for one Docker rolled back before it ever started
 // (container_rolled_back between them) — and (on the simulated runtime, which numbers every
-// container it ever made) the runtime agrees.
-func (plan faultWorkload) checkJournal(t *testing.T, data string) {
+// container it ever made) the runtime agrees. Each of fenced had two starts asked and a fence.
+func (plan faultWorkload) checkJournal(t *testing.T, data string, fenced []string) {
 	t.Helper()
 	j, err := journal.Open(filepath.Join(data, journal.FileName), journal.Options{ReadOnly: true})
 	if err != nil {
@@ -520,9 +528,17 @@ func (plan faultWorkload) checkJournal(t *testing.T, data string) {
 	if err := model.Check(j); err != nil {
 		t.Fatal(err)
 	}
-	created, rolledBack := map[string]int{}, map[string]int{}
+	created, rolledBack, starts, fences := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 	err = j.Iterate(1, func(r event.Record) error {
 		switch ev := r.Event.(type) {
+		case *event.CallStarted:
+			if ev.Call == "start" {
+				starts[r.Task+"/"+r.Container]++
+			}
+		case *event.ContainerRemoved:
+			if ev.Fence {
+				fences[r.Task+"/"+r.Container]++
+			}
 		case *event.ContainerTransitioned:
 			if ev.To == event.StatusCreated {
 				created[r.Task+"/"+r.Container]++
@@ -534,6 +550,12 @@ func (plan faultWorkload) checkJournal(t *testing.T, data string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, k := range fenced {
+		if starts[k] < 2 || fences[k] != 1 {
+			t.Fatalf("%s reported as fenced after two starts; the journal has %d starts asked and %d fences", k, starts[k], fences[k])
+		}
+		t.Logf("%s: two killed agents asked its start and it never ran: fenced, not started a third time", k)
 	}
 	runners := plan.longRunners()
 	for k, n := range created {

@@ -267,30 +267,17 @@ func (x *searcher) expand(level []int32, depth int) []int32 {
 	const chunk = 256
 	chunks := (len(level) + chunk - 1) / chunk
 	outs := make([][]child, chunks)
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range x.b.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= chunks || x.stopped() {
-					return
-				}
-				ancestors := map[int32]*state{} // the chunk's, rebuilt once each
-				for _, id := range level[k*chunk : min(len(level), (k+1)*chunk)] {
-					s, err := x.rebuildFrom(id, ancestors)
-					if err != nil {
-						x.report("", nil, err)
-						return
-					}
-					outs[k] = append(outs[k], x.children(s, id, depth)...)
-				}
+	x.inParallel(chunks, func(k int) {
+		ancestors := map[int32]*state{} // the chunk's, rebuilt once each
+		for _, id := range level[k*chunk : min(len(level), (k+1)*chunk)] {
+			s, err := x.rebuildFrom(id, ancestors)
+			if err != nil {
+				x.report("", nil, err)
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			outs[k] = append(outs[k], x.children(s, id, depth)...)
+		}
+	})
 	var out []int32
 	for _, cs := range outs {
 		for _, c := range cs {
@@ -356,27 +343,31 @@ type frame struct {
 // own (shuffled, seeded by the root), so the searches from the many roots go down different
 // paths rather than each down its first moves.
 func (x *searcher) deep(roots []int32, depth int) {
+	x.inParallel(len(roots), func(k int) {
+		s, err := x.rebuild(roots[k], nil)
+		if err != nil {
+			x.report("", nil, err)
+			return
+		}
+		share := 0
+		if x.b.MaxStates > 0 {
+			share = max(1, (x.b.MaxStates-x.seen.len())/(len(roots)-k))
+		}
+		x.dive(roots[k], s, depth, share, rand.New(rand.NewPCG(uint64(k), 42)))
+	})
+}
+
+// inParallel calls do for each k in [0, n) once, on the search's workers, taking the next k
+// as a worker comes free, until the search stops.
+func (x *searcher) inParallel(n int, do func(k int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range x.b.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				k := int(next.Add(1) - 1)
-				if k >= len(roots) || x.stopped() {
-					return
-				}
-				s, err := x.rebuild(roots[k], nil)
-				if err != nil {
-					x.report("", nil, err)
-					return
-				}
-				share := 0
-				if x.b.MaxStates > 0 {
-					share = max(1, (x.b.MaxStates-x.seen.len())/(len(roots)-k))
-				}
-				x.dive(roots[k], s, depth, share, rand.New(rand.NewPCG(uint64(k), 42)))
+			for k := int(next.Add(1) - 1); k < n && !x.stopped(); k = int(next.Add(1) - 1) {
+				do(k)
 			}
 		}()
 	}
