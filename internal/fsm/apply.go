@@ -122,6 +122,9 @@ func (s *State) apply(rec event.Record) error {
 		if c.InFlight != "" {
 			return fmt.Errorf("%w: %s started while %s is in flight", ErrRunTwice, e.Call, c.InFlight)
 		}
+		if c.RuntimeID == "" && (c.Again || c.RolledBack) {
+			return fmt.Errorf("%w: %s started for a container not made again yet (its last one is gone)", ErrIllegalTransition, e.Call)
+		}
 		c.InFlight = ActionKind(e.Call)
 		c.StartsAsked++
 	case *event.CallEnded:
