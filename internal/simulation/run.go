@@ -73,6 +73,9 @@ type sim struct {
 
 	assigned  []string
 	expected  map[string]int  // task → containers a valid task runs
+	// madeAgain counts the fences that removed a container never run to make it again (each
+	// one more container the runtime makes), read from the journal up to madeAgainSeq.
+	madeAgain, madeAgainSeq uint64
 	unkeyed   map[string]bool // poison tasks whose ARN breaks the rule: skipped, never reported
 	poisoned  int
 	throttled bool
