@@ -308,9 +308,9 @@ func faultsEndToEnd(t *testing.T, image, agentID string, tasks, kills int, runAr
 	w.streamUnderKills(t, plan, kills)
 	awaitSettled(t, w.cpURL, w.api, tasks, 120*time.Second, w.agent.log)
 	noViolations(t, w.cpURL)
-	fenced := plan.checkControlPlaneView(t, w.cpURL)
+	plan.checkControlPlaneView(t, w.cpURL)
 	w.stopCleanly(t)
-	plan.checkJournal(t, w.data, fenced)
+	plan.checkJournal(t, w.data)
 }
 
 // taskKind is one kind of task in the fault workload: what its container runs and what the
@@ -462,12 +462,10 @@ func (w *faultyWorld) streamUnderKills(t *testing.T, plan faultWorkload, kills i
 
 // checkControlPlaneView: the invalid task reported no container; every other one reported
 // its container STOPPED with an exit code — also one whose container a killed agent was
-// creating and Docker rolled back after the next agent adopted it (it is created again) —
-// except a long runner the control plane stopped before its container ever ran, and a
-// container whose start two killed agents asked and that never ran: fenced, not started a
-// third time (its reason says so; checkJournal finds both starts and the fence). It returns
-// those fenced containers.
-func (plan faultWorkload) checkControlPlaneView(t *testing.T, cpURL string) (fenced []string) {
+// creating and Docker rolled back after the next agent adopted it, and one whose start two
+// killed agents asked and that never ran (each is made again: checkJournal finds how) —
+// except a long runner the control plane stopped before its container ever ran.
+func (plan faultWorkload) checkControlPlaneView(t *testing.T, cpURL string) {
 	t.Helper()
 	var view struct{ Tasks []cpTask }
 	getJSON(t, cpURL+"/v1/tasks", &view)
@@ -481,15 +479,10 @@ func (plan faultWorkload) checkControlPlaneView(t *testing.T, cpURL string) (fen
 		}
 		app, ok := task.Containers["app"]
 		stoppedEarly := kind.stoppedByControlPlane && app.ExitCode == nil
-		fence := app.ExitCode == nil && strings.HasSuffix(task.Reason, "not started: its start was asked twice and it never ran")
-		if !ok || app.Status != "STOPPED" || (app.ExitCode == nil && !stoppedEarly && !fence) {
+		if !ok || app.Status != "STOPPED" || (app.ExitCode == nil && !stoppedEarly) {
 			t.Fatalf("task %s (%s): container not reported STOPPED with an exit code: %+v", task.ARN, kind.name, task)
 		}
-		if fence && !stoppedEarly {
-			fenced = append(fenced, task.ARN+"/app")
-		}
 	}
-	return fenced
 }
 
 // stopCleanly: SIGTERM stops the agent cleanly, exit 0, with its clean-stop line.
@@ -512,10 +505,13 @@ func (w *faultyWorld) stopCleanly(t *testing.T) {
 }
 
 // checkJournal: the journal verifies and agrees with the model, and nothing ran twice: one
-// creation per container — two for one Docker rolled back before it ever started
-// (container_rolled_back between them) — and (on the simulated runtime, which numbers every
-// container it ever made) the runtime agrees. Each of fenced had two starts asked and a fence.
-func (plan faultWorkload) checkJournal(t *testing.T, data string, fenced []string) {
+// creation per container, and one more for each time Docker rolled it back before it ever
+// started (container_rolled_back, once) and each time it was fenced to be made again — each
+// such fence after two starts asked of the container it removed, and the container made again
+// run to its exit unless the control plane stopped it first. A fence that is not followed by
+// the container made again is only of a task the control plane stopped. (On the simulated
+// runtime, which numbers every container it ever made, the runtime agrees.)
+func (plan faultWorkload) checkJournal(t *testing.T, data string) {
 	t.Helper()
 	j, err := journal.Open(filepath.Join(data, journal.FileName), journal.Options{ReadOnly: true})
 	if err != nil {
@@ -528,42 +524,60 @@ func (plan faultWorkload) checkJournal(t *testing.T, data string, fenced []strin
 	if err := model.Check(j); err != nil {
 		t.Fatal(err)
 	}
-	created, rolledBack, starts, fences := map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	created, rolledBack, madeAgain, exited := map[string]int{}, map[string]int{}, map[string]int{}, map[string]bool{}
+	starts := map[string]int{} // starts asked of the container the runtime holds now
 	err = j.Iterate(1, func(r event.Record) error {
+		k := r.Task + "/" + r.Container
 		switch ev := r.Event.(type) {
 		case *event.CallStarted:
 			if ev.Call == "start" {
-				starts[r.Task+"/"+r.Container]++
+				starts[k]++
 			}
 		case *event.ContainerRemoved:
-			if ev.Fence {
-				fences[r.Task+"/"+r.Container]++
+			switch {
+			case ev.Fence && ev.Again && starts[k] < 2:
+				t.Fatalf("%s fenced to be made again after %d starts asked of it; want 2", k, starts[k])
+			case ev.Fence && ev.Again:
+				madeAgain[k]++
+				starts[k] = 0
+			case ev.Fence && !plan.kindOf(r.Task).stoppedByControlPlane:
+				t.Fatalf("%s fenced and not made again, yet its task (%s) is not one the control plane stops", k, plan.kindOf(r.Task).name)
 			}
 		case *event.ContainerTransitioned:
 			if ev.To == event.StatusCreated {
-				created[r.Task+"/"+r.Container]++
+				created[k]++
+			}
+			if ev.To == event.StatusStopped && ev.ExitCode != nil {
+				exited[k] = true
 			}
 		case *event.ContainerRolledBack:
-			rolledBack[r.Task+"/"+r.Container]++
+			rolledBack[k]++
+			starts[k] = 0
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range fenced {
-		if starts[k] < 2 || fences[k] != 1 {
-			t.Fatalf("%s reported as fenced after two starts; the journal has %d starts asked and %d fences", k, starts[k], fences[k])
+	fenced := 0
+	for k, n := range madeAgain {
+		if !exited[k] && !plan.kindOf(strings.TrimSuffix(k, "/app")).stoppedByControlPlane {
+			t.Fatalf("%s fenced and made again %d times, and never ran to its exit", k, n)
 		}
-		t.Logf("%s: two killed agents asked its start and it never ran: fenced, not started a third time", k)
+		fenced += n
+		t.Logf("%s: two killed agents asked its start and it never ran: fenced and made again (%d times); ran to its exit: %v", k, n, exited[k])
 	}
-	runners := plan.longRunners()
+	t.Logf("%d containers fenced and made again, %d fences in all", len(madeAgain), fenced)
+	runners, total := plan.longRunners(), 0
 	for k, n := range created {
-		// A long runner the control plane stopped between the rollback and the next create is
-		// not made again: it is STOPPED without having run (seen once in CI: task/e2e-16).
-		stoppedFirst := n == rolledBack[k] && plan.kindOf(strings.TrimSuffix(k, "/app")).stoppedByControlPlane
-		if (n != 1+rolledBack[k] && !stoppedFirst) || rolledBack[k] > 1 {
-			t.Fatalf("%s created %d times, rolled back by the runtime %d times", k, n, rolledBack[k])
+		total += n
+		// A long runner the control plane stopped between the rollback (or fence) and the
+		// next create is not made again: it is STOPPED without having run (seen once in CI:
+		// task/e2e-16).
+		again := rolledBack[k] + madeAgain[k]
+		stoppedFirst := n == again && plan.kindOf(strings.TrimSuffix(k, "/app")).stoppedByControlPlane
+		if (n != 1+again && !stoppedFirst) || rolledBack[k] > 1 {
+			t.Fatalf("%s created %d times, rolled back by the runtime %d times, fenced to be made again %d times", k, n, rolledBack[k], madeAgain[k])
 		}
 		if rolledBack[k] > 0 {
 			t.Logf("%s: Docker rolled back its create after a kill; created again", k)
@@ -578,8 +592,8 @@ func (plan faultWorkload) checkJournal(t *testing.T, data string, fenced []strin
 		if err != nil {
 			t.Fatal(err)
 		}
-		if made != int64(len(created)) || left != 0 {
-			t.Fatalf("the runtime created %d containers (%d left); the journal says %d, none left", made, left, len(created))
+		if made != int64(total) || left != 0 {
+			t.Fatalf("the runtime created %d containers (%d left); the journal says %d, none left", made, left, total)
 		}
 	}
 }

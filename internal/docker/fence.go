@@ -11,15 +11,17 @@ import (
 	"github.com/agentd/agentd/internal/runtime"
 )
 
-// RemoveUnlessRunning is the fence against a late start: a remove that is not forced, so the
-// engine itself decides, in one step, between a container that runs (Docker answers 409,
-// Podman "container state improper": ErrRunning) and one it deletes — after which no start
-// asked earlier can land on it. Gone is ErrNotFound. What Remove keeps of a removed container
-// (its bind volumes' descriptors) goes with it.
-func (e *Engine) RemoveUnlessRunning(ctx context.Context, id string) error {
+// RemoveUnlessStarted is the fence against a late start: one that has started (running, or
+// run and exited: its start time is set) is left, ErrRunning; else a remove that is not
+// forced, so the engine itself decides, in one step, between a container that runs (Docker
+// answers 409, Podman "container state improper": ErrRunning) and one it deletes — after
+// which no start asked earlier can land on it. Gone is ErrNotFound. What Remove keeps of a
+// removed container (its bind volumes' descriptors) goes with it. Its limit: a start that
+// lands and ends between the inspect and the remove goes unseen (docs/design.md).
+func (e *Engine) RemoveUnlessStarted(ctx context.Context, id string) error {
 	if _, st, err := e.inspect(ctx, id); err != nil {
 		return err // not ours, or gone: ErrNotFound
-	} else if st.Running {
+	} else if st.Running || st.Exited || !st.StartedAt.IsZero() {
 		return fmt.Errorf("remove %s: %w", id, runtime.ErrRunning)
 	}
 	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{RemoveVolumes: true})

@@ -75,13 +75,13 @@ func call(ctx context.Context, rt runtime.Runtime, a fsm.Action, stopTimeout tim
 		}
 		res.Saw(observed(st))
 	case fsm.ActFence:
-		if err = rt.RemoveUnlessRunning(ctx, id); errors.Is(err, runtime.ErrRunning) {
-			// A start asked earlier landed: what it runs as is the fence's outcome.
+		if err = rt.RemoveUnlessStarted(ctx, id); errors.Is(err, runtime.ErrRunning) {
+			// A start asked earlier landed: what it runs as, or ran to, is the fence's outcome.
 			var st runtime.State
 			if st, err = rt.Inspect(ctx, id); err == nil {
 				res.Saw(observed(st))
 				if !st.Running && !st.Exited {
-					err = fmt.Errorf("fence %s: refused as running, yet it shows neither running nor exited", id) // asked again
+					err = fmt.Errorf("fence %s: refused as started, yet it shows neither running nor exited", id) // asked again
 				}
 			}
 		}

@@ -13,9 +13,11 @@ import (
 )
 
 // A fence's outcome says what it found, as the core reads it: a container never started is
-// removed (ok, not running: the core records it fenced, then STOPPED); one a late start runs
-// is refused, and the outcome says it runs (the core records it RUNNING — never fenced and
-// STOPPED while it runs); one gone is vanished.
+// removed (ok, not running: the core records it fenced, then STOPPED or made again); one a
+// late start runs is refused, and the outcome says it runs (the core records it RUNNING —
+// never fenced and STOPPED while it runs); one a late start ran to its exit is refused too,
+// and the outcome says it exited, with its code (the core records it RUNNING, then STOPPED
+// with that code — never made again, which would run it twice); one gone is vanished.
 func TestAFenceSaysWhatItFound(t *testing.T) {
 	ctx := context.Background()
 	rt, err := simruntime.Open(t.TempDir(), "agent-fence", nil)
@@ -27,8 +29,11 @@ func TestAFenceSaysWhatItFound(t *testing.T) {
 	if _, err := rt.Preload(image); err != nil {
 		t.Fatal(err)
 	}
-	create := func(task string) string {
-		id, err := rt.Create(ctx, runtime.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: image, Command: []string{"run"}}})
+	create := func(task string, command ...string) string {
+		if command == nil {
+			command = []string{"run"}
+		}
+		id, err := rt.Create(ctx, runtime.CreateSpec{Task: task, Container: event.ContainerSpec{Name: "app", Image: image, Command: command}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,5 +58,15 @@ func TestAFenceSaysWhatItFound(t *testing.T) {
 	}
 	if st, err := rt.Inspect(ctx, landed); err != nil || !st.Running {
 		t.Fatalf("after a refused fence: %+v, %v; want it running", st, err)
+	}
+	ended := create("t-ended", "exit", "3")
+	if err := rt.Start(ctx, ended); err != nil {
+		t.Fatal(err)
+	}
+	if r := fence("t-ended", ended); r.Kind != fsm.Succeeded || !r.Exited || r.ExitCode != 3 {
+		t.Fatalf("fence of a container a late start ran to its exit: %+v; want ok, exited 3", r)
+	}
+	if _, err := rt.Inspect(ctx, ended); err != nil {
+		t.Fatalf("after a refused fence of an exited container: %v; want it kept", err)
 	}
 }

@@ -435,7 +435,7 @@ func (r *scriptRuntime) Create(context.Context, runtime.CreateSpec) (string, err
 func (r *scriptRuntime) Start(context.Context, string) error                 { return errScripted }
 func (r *scriptRuntime) Stop(context.Context, string, time.Duration) error   { return errScripted }
 func (r *scriptRuntime) Remove(context.Context, string) error                { return errScripted }
-func (r *scriptRuntime) RemoveUnlessRunning(context.Context, string) error   { return errScripted }
+func (r *scriptRuntime) RemoveUnlessStarted(context.Context, string) error   { return errScripted }
 func (r *scriptRuntime) Close() error                                        { return nil }
 func (r *scriptRuntime) RemoveImage(context.Context, string, []string) error { return errScripted }
 func (r *scriptRuntime) ImageDiskFree(context.Context) (uint64, uint64, error) {

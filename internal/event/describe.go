@@ -104,6 +104,9 @@ func Describe(e Event) string {
 		if e.Fence {
 			kv("fence", "true")
 		}
+		if e.Again {
+			kv("again", "true")
+		}
 	case *ContainerRolledBack:
 		kv("gone", e.RuntimeID)
 		kv("reason", e.Reason)

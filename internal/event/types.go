@@ -319,11 +319,14 @@ type CleanupStarted struct{}
 
 // ContainerRemoved records that the runtime removed a container: in its task's cleanup, or —
 // Fence — a CREATED container whose start was asked and never ran, removed by a remove that
-// is not forced so that a start asked earlier (by a process that died, a call whose answer was
-// lost) cannot land after the agent declares it STOPPED; its STOPPED follows.
+// refuses one that has started, so that a start asked earlier (by a process that died, a call
+// whose answer was lost) cannot land after: its STOPPED follows, or — Again, only while its
+// task is not stopping — it is made again as a new container (a CREATED → CREATED
+// container_transitioned with the new id follows), its starts counted afresh.
 type ContainerRemoved struct {
 	RuntimeID string `json:"runtime_id,omitempty"`
 	Fence     bool   `json:"fence,omitempty"`
+	Again     bool   `json:"again,omitempty"`
 }
 
 // TaskCleaned records the end of a task: it leaves a tombstone.

@@ -80,24 +80,80 @@ var fairOrder = []kind{mRecover, mAnswer, mExec, mOrphan, mAccept, mStop, mPaylo
 // eventually runs s forward fairly — every call done and answered, every report accepted,
 // every task stopped, time passing when nothing else does — and says what is not reached
 // within the bound: every STOPPED accepted and every accepted task cleaned ("": reached).
+// First, without the control plane's stops, every container of a task that runs on runs
+// (runsEventually).
 func (s *state) eventually(b Bounds, steps int) (string, []move) {
+	if why, path := s.runsEventually(b, steps); why != "" {
+		return why, path
+	}
+	return s.fairRun(b, steps, fairOrder, func(c *state) string { return c.settledAll(b) })
+}
+
+// runsEventually runs s forward fairly, the control plane stopping nothing, and names a
+// container that never runs ("": each runs) of a task that runs on here: delivered, its stop
+// not sent, not on its way down, none of its containers STOPPED or gone from the runtime
+// before it started (lost, or removed by a dead agent's fence: the next agent cannot tell
+// that from one that ran and went, and declares it STOPPED). A container two dead agents
+// asked to start is fenced and made again, and runs.
+func (s *state) runsEventually(b Bounds, steps int) (string, []move) {
+	var owed [][2]int
+	for i := range b.Tasks {
+		w, t := &s.w.tasks[i], s.n.n.State().Tasks[arn(i)]
+		if !w.delivered || w.stopSent || t == nil || t.Stopping() {
+			continue
+		}
+		runsOn := true
+		for j := range b.Containers {
+			c, wc := t.Container(ctrName(j)), &w.ctrs[j]
+			gone := c != nil && c.RuntimeID != "" && (!wc.exists || c.RuntimeID != runtimeID(i, j, wc.inc)) && wc.starts == 0
+			fencing := slices.ContainsFunc(s.w.orphans, func(o call) bool {
+				return o.a.Kind == fsm.ActFence && o.a.Task == arn(i) && o.a.Container == ctrName(j)
+			})
+			runsOn = runsOn && c != nil && c.Known != event.StatusStopped && wc.lost == 0 && !gone && !fencing
+		}
+		for j := range b.Containers {
+			if runsOn {
+				owed = append(owed, [2]int{i, j})
+			}
+		}
+	}
+	if len(owed) == 0 {
+		return "", nil
+	}
+	why, path := s.fairRun(b, steps, runOrder, func(c *state) string {
+		for _, o := range owed {
+			if c.w.tasks[o[0]].ctrs[o[1]].starts == 0 {
+				return fmt.Sprintf("%s/%s never runs, its task not stopped", arn(o[0]), ctrName(o[1]))
+			}
+		}
+		return ""
+	})
+	return why, path
+}
+
+// runOrder is fairOrder without the control plane's stops.
+var runOrder = slices.DeleteFunc(slices.Clone(fairOrder), func(k kind) bool { return k == mStop })
+
+// fairRun runs s forward fairly, each step the first enabled move in order, until goal says
+// "" — else what is not reached when no move is left or after steps.
+func (s *state) fairRun(b Bounds, steps int, order []kind, goal func(*state) string) (string, []move) {
 	var path []move
 	c := s.clone()
 	c.faults, c.crashes = 0, 0
 	for range steps {
-		if c.settledAll(b) == "" {
+		if goal(c) == "" {
 			return "", nil
 		}
 		ms := c.moves(b)
 		var next *move
-		for _, k := range fairOrder {
+		for _, k := range order {
 			if at := slices.IndexFunc(ms, func(m move) bool { return m.k == k }); at >= 0 {
 				next = &ms[at]
 				break
 			}
 		}
 		if next == nil {
-			if why := c.settledAll(b); why != "" {
+			if why := goal(c); why != "" {
 				return "NOT EVENTUALLY: a fair world leaves " + why, path
 			}
 			return "", nil
@@ -111,7 +167,7 @@ func (s *state) eventually(b Bounds, steps int) (string, []move) {
 			return why, path
 		}
 	}
-	return fmt.Sprintf("NOT EVENTUALLY: %d fair steps and %s", steps, c.settledAll(b)), path
+	return fmt.Sprintf("NOT EVENTUALLY: %d fair steps and %s", steps, goal(c)), path
 }
 
 var seed = maphash.MakeSeed()
@@ -166,7 +222,7 @@ func (s *state) encodeTask(buf []byte, i int, b Bounds) []byte {
 		c := &w.ctrs[j]
 		str(string(c.settled))
 		buf = append(buf, byte(c.inc), byte(c.starts), byte(c.lost), byte(c.exit))
-		flags(c.exists, c.started, c.running, c.removed, c.exitSent)
+		flags(c.exists, c.started, c.running, c.removed, c.exitSent, c.fenced)
 	}
 	st := s.n.n.State()
 	if t := st.Tasks[id]; t != nil {
@@ -184,7 +240,7 @@ func (s *state) encodeTask(buf []byte, i int, b Bounds) []byte {
 			str(string(c.InFlight))
 			str(c.Reason)
 			str(c.RuntimeID[min(len(c.RuntimeID), len("rt-"+id)):])
-			flags(c.Removed, c.RolledBack, c.ImageID != "")
+			flags(c.Removed, c.RolledBack, c.ImageID != "", c.Again)
 			buf = binary.AppendUvarint(buf, uint64(len(c.Pending)))
 			buf = append(buf, byte(c.StartsAsked))
 		}

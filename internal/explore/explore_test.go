@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/fsm"
 )
 
@@ -92,7 +93,8 @@ func TestATraceIsAnEngineScript(t *testing.T) {
 
 // The world is the runtime's: an image a container holds (a dead agent's create that landed
 // after its task was cleaned, say) is not removed, as Docker and Podman refuse it; a fence
-// removes a container unless it runs, and a start after it finds nothing.
+// removes a container unless it has started (it runs, or ran and exited), and a start after
+// it finds nothing; the agent making a fenced container again makes one not removed.
 func TestTheWorldRefusesWhatTheRuntimeRefuses(t *testing.T) {
 	var w world
 	w.nCtrs = 1
@@ -111,10 +113,19 @@ func TestTheWorldRefusesWhatTheRuntimeRefuses(t *testing.T) {
 	if r := w.execute(start, 1); r.Kind != fsm.Vanished || c.starts != 0 {
 		t.Fatalf("a start after the fence: %+v, starts %d", r, c.starts)
 	}
-	w.execute(create, 1)
+	again := create
+	again.From = event.StatusCreated
+	w.execute(again, 1)
+	if c.removed {
+		t.Fatal("a fenced container made again is still removed: the image check would miss its task")
+	}
 	start.RuntimeID, fence.RuntimeID = runtimeID(0, 0, 2), runtimeID(0, 0, 2)
 	w.execute(start, 1)
 	if r := w.execute(fence, 1); r.Kind != fsm.Succeeded || !r.Running || !c.exists {
 		t.Fatalf("a fence of a running container: %+v, exists %v", r, c.exists)
+	}
+	c.running, c.exit = false, 3
+	if r := w.execute(fence, 1); r.Kind != fsm.Succeeded || !r.Exited || r.ExitCode != 3 || !c.exists {
+		t.Fatalf("a fence of a container that ran and exited: %+v, exists %v", r, c.exists)
 	}
 }

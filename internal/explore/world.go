@@ -51,6 +51,7 @@ type ctrWorld struct {
 	inc                      int8         // incarnations made (a rolled-back create makes one more)
 	exists, started, running bool
 	removed                  bool // removed by the agent
+	fenced                   bool // … by a fence, since its last create: made again, it is no longer removed
 	starts                   int8
 	lost                     int8 // incarnations lost before they started (rolled back, vanished)
 	exitSent                 bool // its exit reached the agent (which may hold it until its start is journaled)
@@ -137,8 +138,11 @@ func (w *world) execute(a fsm.Action, tasks int) fsm.Result {
 			return fsm.Result{Kind: fsm.Failed, Err: "no such image"} // a dead agent's create, landing after its task's image went
 		}
 		if !c.exists { // create is idempotent by task and container
+			// The agent making again a container its fence removed makes one not removed; a
+			// dead agent's create landing after the cleanup leaves the task cleaned.
+			again := c.fenced && a.From == event.StatusCreated
 			c.inc++
-			*c = ctrWorld{settled: c.settled, inc: c.inc, exists: true, starts: c.starts, lost: c.lost, removed: c.removed}
+			*c = ctrWorld{settled: c.settled, inc: c.inc, exists: true, starts: c.starts, lost: c.lost, removed: c.removed && !again}
 		}
 		return fsm.Result{Kind: fsm.Succeeded, RuntimeID: runtimeID(i, j, c.inc)}
 	}
@@ -146,20 +150,20 @@ func (w *world) execute(a fsm.Action, tasks int) fsm.Result {
 		if t.settled != event.StatusStopped && c.exists {
 			w.fail("REMOVED BEFORE SETTLED: container %s/%s removed while the control plane has task %s as %s", a.Task, a.Container, a.Task, orNone(t.settled))
 		}
-		c.exists, c.running, c.removed = false, false, true
+		c.exists, c.running, c.removed, c.fenced = false, false, true, false
 		return fsm.Result{Kind: fsm.Succeeded}
 	}
 	if !c.exists {
 		return fsm.Result{Kind: fsm.Vanished, Err: "no such container"}
 	}
 	switch a.Kind {
-	case fsm.ActFence: // a remove that is not forced: refused while it runs
-		if c.running {
+	case fsm.ActFence: // refused for one that started: it runs, or ran and exited
+		if c.started {
 			r := fsm.Result{Kind: fsm.Succeeded}
 			r.Saw(c.observed(id))
 			return r
 		}
-		c.exists, c.removed = false, true
+		c.exists, c.removed, c.fenced = false, true, true
 		return fsm.Result{Kind: fsm.Succeeded}
 	case fsm.ActStart:
 		running, err := runtime.CheckStart(c.runtimeState(id))

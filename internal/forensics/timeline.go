@@ -319,6 +319,9 @@ func stepOf(r event.Record, tl *Timeline) Step {
 		if e.Fence {
 			s.Kind, s.Text = "fenced", r.Container+" removed before it ever ran (a fence): a start asked earlier can no longer land"
 		}
+		if e.Again {
+			s.Text += "; made again as a new container"
+		}
 	case *event.TaskCleaned:
 		s.Kind, s.Text = "cleaned", "cleaned: tombstone kept"
 	case *event.HealthChanged:

@@ -122,6 +122,9 @@ func (s *State) apply(rec event.Record) error {
 		if c.InFlight != "" {
 			return fmt.Errorf("%w: %s started while %s is in flight", ErrRunTwice, e.Call, c.InFlight)
 		}
+		if c.RuntimeID == "" && (c.Again || c.RolledBack) {
+			return fmt.Errorf("%w: %s started for a container not made again yet (its last one is gone)", ErrIllegalTransition, e.Call)
+		}
 		c.InFlight = ActionKind(e.Call)
 		c.StartsAsked++
 	case *event.CallEnded:
@@ -287,16 +290,17 @@ func (s *State) transitionContainer(rec event.Record, e *event.ContainerTransiti
 	if err := s.containerM.check(c.Known, e.To); err != nil {
 		return err
 	}
-	if e.From == event.StatusCreated && e.To == event.StatusCreated && (!c.RolledBack || c.RuntimeID != "" || e.RuntimeID == "") {
-		// CREATED → CREATED is a container made again, and only one the runtime rolled back.
-		return fmt.Errorf("%w: container CREATED → CREATED without a rolled-back create to make again", ErrIllegalTransition)
+	if e.From == event.StatusCreated && e.To == event.StatusCreated && (!c.RolledBack && !c.Again || c.RuntimeID != "" || e.RuntimeID == "") {
+		// CREATED → CREATED is a container made again: only one the runtime rolled back, or
+		// one a fence removed for that, and once for each.
+		return fmt.Errorf("%w: container CREATED → CREATED without a rolled-back create or a fence to make it again", ErrIllegalTransition)
 	}
 	if inFlightGuard && c.InFlight != "" && e.To != event.StatusRunning && e.From != event.StatusRunning {
 		// Only a start's outcome (RUNNING) or an exit after it settles a start in flight:
 		// anything else would declare a container stopped that may be running.
 		return fmt.Errorf("%w: container %s → %s while a %s is in flight", ErrIllegalTransition, e.From, e.To, c.InFlight)
 	}
-	c.Known, c.InFlight = e.To, ""
+	c.Known, c.InFlight, c.Again = e.To, "", false
 	if e.To != event.StatusCreated {
 		c.StartsAsked = 0 // it ran, or will never run: no start of it can land unseen any more
 	}
@@ -353,7 +357,8 @@ func (s *State) rolledBack(rec event.Record, e *event.ContainerRolledBack) error
 // fence applies a fence: only of a container that never ran — CREATED, in a task not yet
 // STOPPED — whose start was asked and none is in flight (a start in flight is settled by its
 // outcome or an inspect first); any other removal before cleanup would take a container the
-// control plane has not settled.
+// control plane has not settled. One fenced to be made again (Again), only while its task is
+// not stopping, is a new container from then: none in the runtime, no start of it asked.
 func fence(t *Task, c *Container, e *event.ContainerRemoved) error {
 	switch {
 	case c.Known != event.StatusCreated || t.Known.Rank() >= event.StatusStopped.Rank():
@@ -364,6 +369,11 @@ func fence(t *Task, c *Container, e *event.ContainerRemoved) error {
 		return fmt.Errorf("%w: fenced a container while its %s is in flight", ErrCleanupGuard, c.InFlight)
 	case e.RuntimeID == "" || e.RuntimeID != c.RuntimeID:
 		return fmt.Errorf("%w: fenced container %q, but the container is %q", ErrCleanupGuard, e.RuntimeID, c.RuntimeID)
+	case e.Again && t.Stopping():
+		return fmt.Errorf("%w: container fenced to be made again in a task that is stopping (%s)", ErrIllegalTransition, t.StopCause)
+	case e.Again:
+		c.RuntimeID, c.StartsAsked, c.Again = "", 0, true
+		return nil
 	}
 	c.Removed = true
 	return nil

@@ -24,10 +24,11 @@ const (
 	// ActRemoveImage removes an image the agent pulled and no task uses (images.go). It has
 	// no task; its Container is the image id, RuntimeID too.
 	ActRemoveImage ActionKind = "remove-image"
-	// ActFence removes a CREATED container whose start was asked unless it runs
-	// (runtime.Runtime.RemoveUnlessRunning), before it is declared STOPPED without having
-	// run: a start asked earlier — by a process that died, or a call whose answer was lost —
-	// may still land, and after the fence it cannot. Safe to repeat: it needs no intent.
+	// ActFence removes a CREATED container whose start was asked unless it has started
+	// (runtime.Runtime.RemoveUnlessStarted), before it is declared STOPPED without having
+	// run or made again: a start asked earlier — by a process that died, or a call whose
+	// answer was lost — may still land, and after the fence it cannot. Safe to repeat: it
+	// needs no intent.
 	ActFence ActionKind = "fence"
 )
 
@@ -45,9 +46,11 @@ type Action struct {
 	ImageID   string       // create: the image its pull resolved to, to create from
 	Refs      []string     // image removal: the references the agent pulled the image by, to take back
 	// Fence: the STOPPED the container is recorded with once fenced — why it does not run,
-	// and whether that stops its task.
+	// and whether that stops its task; or Again: it is made again once fenced, as a new
+	// container, when its task is not stopping by then.
 	Why       string
 	StopsTask bool
+	Again     bool
 }
 
 // ActionKey identifies an action for de-duplication while it is in flight or backing off.
@@ -208,11 +211,14 @@ func (s *State) decideTask(d *Decisions, t *Task, now time.Time, cfg Config) {
 				act(ActInspect, c)
 			case c.Known == event.StatusNone:
 				act(ActPull, c)
-			case c.Known == event.StatusPulled, c.Known == event.StatusCreated && c.RuntimeID == "" && c.RolledBack:
-				act(ActCreate, c) // a rolled-back container is made again
+			case c.Known == event.StatusPulled, c.Known == event.StatusCreated && c.RuntimeID == "" && (c.RolledBack || c.Again):
+				act(ActCreate, c) // a rolled-back or fenced container is made again
 			case c.Known == event.StatusCreated && c.StartsAsked >= 2 && fenceGuard:
-				// Asked twice and it never ran: no third start.
-				notStarted(c, "not started: its start was asked twice and it never ran", false)
+				// Asked twice and it never ran: no third start of this container. Fenced, so
+				// neither start can land any more, it is made again as a new one and started
+				// afresh: a crash loop fences it at most once for every two starts it loses.
+				act(ActFence, c)
+				d.Actions[len(d.Actions)-1].Why, d.Actions[len(d.Actions)-1].Again = "not started: its start was asked twice and it never ran", true
 			case c.Known == event.StatusCreated:
 				switch v := dependencies(t, c, now); {
 				case v.unmet != "":

@@ -282,6 +282,58 @@ func TestCheckerAllowsOnlyAFenceOfAnUnrunStart(t *testing.T) {
 	}
 }
 
+// A container is made again (CREATED → CREATED with a new id) after a fence only when the
+// fence says so (again=true), of its own id, in a task not on its way down, and once a fence:
+// its starts are counted afresh, so a third start asked is of the new container.
+func TestCheckerAllowsAContainerMadeAgainOnlyRightAfterItsFence(t *testing.T) {
+	asked := rec("t1", "app", &event.CallStarted{Call: "start"})
+	ended := rec("t1", "app", &event.CallEnded{Call: "start", Reason: "the runtime shows it never started"})
+	created := []event.Record{
+		rec("", "", &event.PayloadReceived{MessageID: "m-1"}),
+		rec("t1", "", &event.TaskAdded{Desired: event.StatusRunning, Containers: []event.ContainerSpec{{Name: "app", Image: "x", Essential: true}}}),
+		rec("t1", "app", ctr("NONE", "PULLED")), rec("t1", "", tsk("NONE", "PULLED")),
+		rec("t1", "app", &event.ContainerTransitioned{From: "PULLED", To: "CREATED", RuntimeID: "r1"}), rec("t1", "", tsk("PULLED", "CREATED")),
+		asked, ended, asked, ended, // records 7–10
+	}
+	fence := func(id string, again bool) event.Record {
+		return rec("t1", "app", &event.ContainerRemoved{RuntimeID: id, Fence: true, Again: again})
+	}
+	again := func(id string) event.Record {
+		return rec("t1", "app", &event.ContainerTransitioned{From: "CREATED", To: "CREATED", RuntimeID: id})
+	}
+	stop := rec("t1", "", &event.DesiredChanged{To: event.StatusStopped})
+	running := []event.Record{rec("t1", "app", ctr("CREATED", "RUNNING")), rec("t1", "", tsk("CREATED", "RUNNING"))}
+	for _, tc := range []struct {
+		name  string
+		tail  []event.Record
+		atSeq uint64 // 0: no violation
+	}{
+		{"fenced to be made again, made again, started and run", append([]event.Record{fence("r1", true), again("r2"), asked}, running...), 0},
+		{"fenced twice and made again twice, each after two starts", []event.Record{fence("r1", true), again("r2"), asked, ended, asked, ended, fence("r2", true), again("r3"), asked}, 0},
+		{"made again without a fence", []event.Record{again("r2")}, 11},
+		{"made again after a fence to stop it", []event.Record{fence("r1", false), again("r2")}, 12},
+		{"fenced to be made again in a task stopped", []event.Record{stop, fence("r1", true)}, 12},
+		{"made again twice after one fence", []event.Record{fence("r1", true), again("r2"), again("r3")}, 13},
+		{"a start of the container fenced, before it is made again", []event.Record{fence("r1", true), asked}, 12},
+		{"made again with no id", []event.Record{fence("r1", true), rec("t1", "app", ctr("CREATED", "CREATED"))}, 12},
+		{"fenced to be made again while its start is in flight", []event.Record{asked, fence("r1", true)}, 12},
+		{"the old container fenced again after it is made again", []event.Record{fence("r1", true), again("r2"), asked, ended, fence("r1", true)}, 15},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fsm.NewChecker(nil)
+			for _, r := range stream(append(slices.Clone(created), tc.tail...)...) {
+				c.Record(r)
+			}
+			switch {
+			case tc.atSeq == 0 && len(c.Violations) > 0:
+				t.Fatalf("a container made again after its fence refused: %v", c.Violations)
+			case tc.atSeq != 0 && (len(c.Violations) == 0 || c.Violations[0].Seq != tc.atSeq):
+				t.Fatalf("want a violation at record %d first, got %v", tc.atSeq, c.Violations)
+			}
+		})
+	}
+}
+
 // A container a start of which was asked may have run (the start landing late) before it
 // went: gone, it is recorded STOPPED, never rolled back and created again — which would run
 // the task's container a second time. (Never asked, it is rolled back: the create was lost.)

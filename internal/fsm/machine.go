@@ -14,14 +14,16 @@ import (
 // journaled transition "from → to" is checked by firing event "to" in state "from". The tables
 // say what may follow what, and are the one place the lifecycle is written: the task's steps
 // on its way up (nextUp) are read from them; which of the allowed moves the core makes next is
-// decide.go's, and apply.go narrows CREATED → CREATED to after a rollback.
+// decide.go's, and apply.go narrows CREATED → CREATED to after a rollback or a fence made to
+// make the container again.
 //
 // Task:      NONE → PULLED → CREATED → RUNNING → STOPPED → STOPPED_ACKED → CLEANING → CLEANED,
 //
 //	and STOPPED from any status before it (a failed pull, create or start).
 //
 // Container: NONE → PULLED → CREATED → RUNNING → STOPPED, and STOPPED from any status before it;
-// CREATED → CREATED once, for a container the runtime rolled back before it started.
+// CREATED → CREATED, for a container made again: once after the runtime rolled it back before
+// it started, and once after each fence that removed it to be made again.
 //
 // STOPPED_ACKED has STOPPED as its only source and CLEANING has STOPPED_ACKED as its only
 // source: that is the cleanup guard, structurally.
@@ -37,8 +39,9 @@ var (
 	}
 	containerEvents = lfsm.Events{
 		{Name: string(event.StatusPulled), Src: []string{"NONE"}, Dst: "PULLED"},
-		// CREATED → CREATED: made again after the runtime rolled its create back (apply.go
-		// allows it only after a container_rolled_back).
+		// CREATED → CREATED: made again after the runtime rolled its create back, or after a
+		// fence removed it to be (apply.go allows it only after a container_rolled_back or a
+		// container_removed again=true).
 		{Name: string(event.StatusCreated), Src: []string{"PULLED", "CREATED"}, Dst: "CREATED"},
 		{Name: string(event.StatusRunning), Src: []string{"CREATED"}, Dst: "RUNNING"},
 		{Name: string(event.StatusStopped), Src: []string{"NONE", "PULLED", "CREATED", "RUNNING"}, Dst: "STOPPED"},

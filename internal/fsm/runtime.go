@@ -53,7 +53,7 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 		}
 		return v
 	case ActFence:
-		v.Retry = s.fenceFinished(a, r, c, rec)
+		v.Retry = s.fenceFinished(a, r, t, c, rec)
 		return v
 	}
 	if c.Known != a.From {
@@ -80,8 +80,8 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 			rec(&event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: exitCode(r.ExitCode), Reason: oomReason(r.OOMKilled, "")})
 		}
 	case a.Kind == ActStart && r.Kind == Failed && c.StartsAsked >= 2 && fenceGuard:
-		// A second start failed, and the first may yet land: the container is fenced before
-		// it is declared STOPPED (Decide), never started a third time.
+		// A second start failed, and the first may yet land: the container is fenced (Decide),
+		// never started a third time — then made again while its task runs on, else STOPPED.
 		rec(&event.CallEnded{Call: string(ActStart), Reason: "failed: " + r.Err})
 	case a.Kind == ActStop:
 		e := &event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "stopped by agentd: " + t.StopCause}
@@ -106,7 +106,10 @@ func (s *State) actionFinished(in ActionFinished) Verdict {
 			ImageID: r.ImageID, ImageDigest: r.ImageDigest, ImagePulled: r.ImagePulled && r.ImageID != "", ImageRefExisted: r.ImageRefExisted && r.ImageID != ""})
 	case a.Kind == ActCreate:
 		e := &event.ContainerTransitioned{From: c.Known, To: event.StatusCreated, RuntimeID: r.RuntimeID}
-		if c.Known == event.StatusCreated {
+		switch {
+		case c.Known == event.StatusCreated && c.Again:
+			e.Reason = "created again: its fence removed the container whose start was asked twice"
+		case c.Known == event.StatusCreated:
 			e.Reason = "created again: the runtime rolled back its first create"
 		}
 		rec(e)
@@ -133,17 +136,23 @@ func (s *State) startSettled(c *Container, r Result, rec func(event.Event)) {
 }
 
 // fenceFinished records what a fence came to: the container removed before it ever ran, and
-// then STOPPED as the fence was decided for; or running after all (the start asked earlier
-// landed): RUNNING, as a start's outcome; or gone. A container no longer CREATED, another
-// incarnation, or one with a start in flight again decides again. It says whether the fence
-// is to be tried again.
-func (s *State) fenceFinished(a Action, r Result, c *Container, rec func(event.Event)) (retry bool) {
+// then made again if the fence was decided for that and its task is still not stopping, else
+// STOPPED (as decided, or for the stop that came meanwhile); or started after all (the start
+// asked earlier landed): RUNNING, and its exit if it ended, as a start's outcome; or gone. A
+// container no longer CREATED, another incarnation, or one with a start in flight again
+// decides again. It says whether the fence is to be tried again.
+func (s *State) fenceFinished(a Action, r Result, t *Task, c *Container, rec func(event.Event)) (retry bool) {
 	if c.Known != event.StatusCreated || c.InFlight != "" || c.Removed || a.RuntimeID != c.RuntimeID {
 		return false
 	}
 	switch {
 	case r.Kind == Succeeded && (r.Running || r.Exited):
 		s.startSettled(c, r, rec)
+	case r.Kind == Succeeded && a.Again && !t.Stopping():
+		rec(&event.ContainerRemoved{RuntimeID: c.RuntimeID, Fence: true, Again: true})
+	case r.Kind == Succeeded && a.Again:
+		rec(&event.ContainerRemoved{RuntimeID: c.RuntimeID, Fence: true})
+		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: "not started: " + stopReason(t)})
 	case r.Kind == Succeeded:
 		rec(&event.ContainerRemoved{RuntimeID: c.RuntimeID, Fence: true})
 		rec(&event.ContainerTransitioned{From: c.Known, To: event.StatusStopped, Reason: a.Why, StopsTask: a.StopsTask})

@@ -77,6 +77,7 @@ type Container struct {
 	RuntimeID   string                 `json:"runtime_id,omitempty"`
 	Removed     bool                   `json:"removed,omitempty"`
 	RolledBack  bool                   `json:"rolled_back,omitempty"`      // the runtime lost it before it started once: created again, never twice
+	Again       bool                   `json:"again,omitempty"`            // fenced while its task ran on: CREATED with no container until it is made again
 	InFlight    ActionKind             `json:"in_flight,omitempty"`        // a call journaled as started whose outcome is not journaled yet
 	StartsAsked int                    `json:"starts_asked,omitempty"`     // while CREATED, the starts asked (call_started): one may land late, so it is fenced before STOPPED
 	Bindings    []event.NetworkBinding `json:"network_bindings,omitempty"` // host ports bound while it runs

@@ -41,8 +41,10 @@ const (
 	// LateStartFence: a CREATED container whose start was asked (call_started) is declared
 	// STOPPED without having run only after a fence — a remove that is not forced — removed
 	// it, so that a start asked earlier (by a process that died, a call whose answer was lost)
-	// cannot land after its STOPPED is reported; a second start asked is not followed by a
-	// third. Bites: explore TestExplorerFindsEveryPlantedBug/late-start-fence.
+	// cannot land after its STOPPED is reported — or, while its task runs on, before it is made
+	// again as a new container; a second start asked of a container is not followed by a
+	// third. Bites: explore TestExplorerFindsEveryPlantedBug/late-start-fence, engine
+	// TestScriptsFailWithoutTheGuard (the explorer's late start and failed restart, made_again).
 	LateStartFence Name = "late-start-fence"
 )
 

@@ -76,10 +76,14 @@ type container struct {
 	inFlight   string // the call whose intent is journaled and whose outcome is not
 	intents    int    // starts asked for (call_started), each journaled before the call
 	starts     int    // start outcomes journaled (RUNNING): the runtime started it; at most 1
-	rolledBack bool   // the runtime lost its create once: one CREATED → CREATED follows
-	asked      bool   // a start of this container (this create) was asked: it may land late
-	fenced     bool   // removed before it ran (container_removed fence): it never runs
-	stopSeq    uint64 // the record that made its STOPPED change
+	rolledBack bool   // the runtime lost its create once
+	// again: it has no container — the runtime lost it (rolled back), or a fence removed it to
+	// make it again — until one CREATED → CREATED makes the next; no start before that.
+	again     bool
+	asked     bool   // a start of this container (this create) was asked: it may land late
+	fenced    bool   // removed before it ran (container_removed fence) and not made again: it never runs
+	essential bool   // its STOPPED stops its task
+	stopSeq   uint64 // the record that made its STOPPED change
 }
 
 type task struct {
@@ -88,6 +92,7 @@ type task struct {
 	containers map[string]*container
 	names      []string // in assignment order
 	stopSeq    uint64   // the record that made the task's STOPPED change
+	stopping   string   // why it is on its way down (desired STOPPED, an essential container STOPPED): nothing is made again
 	settled    bool     // the control plane settled that STOPPED change
 	acked      bool     // stopped_acked journaled
 	cleaning   bool

@@ -144,3 +144,70 @@ func TestTheModelAcceptsAFence(t *testing.T) {
 		})
 	}
 }
+
+// madeAgainLife: two starts asked, each found never started (ended), the container fenced to
+// be made again — its task runs on — then created again as a new container, started, run to
+// its exit, STOPPED, settled and cleaned.
+func madeAgainLife() life {
+	const a, app = "task/a", "app"
+	l := cleanLife()[:6] // up to the start asked
+	return append(slices.Clone(l),
+		entry{label: "ended", task: a, container: app, ev: &event.CallEnded{Call: "start", Reason: "the runtime shows it never started"}},
+		entry{label: "start 2", task: a, container: app, ev: &event.CallStarted{Call: "start"}},
+		entry{label: "ended 2", task: a, container: app, ev: &event.CallEnded{Call: "start", Reason: "the runtime shows it never started"}},
+		entry{label: "fence", task: a, container: app, ev: &event.ContainerRemoved{RuntimeID: "r1", Fence: true, Again: true}},
+		entry{label: "created again", task: a, container: app, ev: &event.ContainerTransitioned{From: event.StatusCreated, To: event.StatusCreated, RuntimeID: "r2"}},
+		entry{label: "start 3", task: a, container: app, ev: &event.CallStarted{Call: "start"}},
+		entry{label: "running", task: a, container: app, ev: ct(event.StatusCreated, event.StatusRunning)},
+		entry{label: "task running", task: a, ev: tt(event.StatusNone, event.StatusRunning)},
+		entry{label: "stopped", task: a, container: app, ev: &event.ContainerTransitioned{From: event.StatusRunning, To: event.StatusStopped, ExitCode: new(int)}},
+		entry{label: "task stopped", task: a, ev: tt(event.StatusRunning, event.StatusStopped)},
+		entry{label: "settle stop", settles: []string{"stopped", "task stopped"}},
+		entry{label: "acked", task: a, acks: "task stopped"},
+		entry{label: "cleanup", task: a, ev: &event.CleanupStarted{}},
+		entry{label: "removed", task: a, container: app, ev: &event.ContainerRemoved{RuntimeID: "r2"}},
+		entry{label: "cleaned", task: a, ev: &event.TaskCleaned{}},
+	)
+}
+
+// The model accepts a container made again only right after a fence that says so, of a task
+// not on its way down, once a fence; the new container runs once.
+func TestTheModelAcceptsAContainerMadeAgainOnlyAfterItsFence(t *testing.T) {
+	rep, err := model.CheckJournal(madeAgainLife().write(t))
+	if err != nil || rep.Err() != nil {
+		t.Fatalf("a life made again after its fence: %v %v", err, rep.Err())
+	}
+	t.Setenv(model.TallyEnv, "") // planted journals, rejected on purpose
+	const a, app = "task/a", "app"
+	stop := entry{label: "stop", task: a, ev: &event.DesiredChanged{To: event.StatusStopped}}
+	for _, tc := range []struct {
+		name string
+		life life
+		rule model.Rule
+		at   string
+	}{
+		{"made again without a fence", madeAgainLife().replace("fence", entry{label: "fence", ev: &event.AgentStopped{}}), model.RuleStatusOrder, "created again"},
+		{"made again after a fence that does not say so", madeAgainLife().replace("fence", entry{label: "fence", task: a, container: app,
+			ev: &event.ContainerRemoved{RuntimeID: "r1", Fence: true}}), model.RuleStatusOrder, "created again"},
+		{"fenced to be made again in a task the control plane stopped", madeAgainLife().insertAfter("ended 2", stop), model.RuleStatusOrder, "fence"},
+		{"made again twice after one fence", madeAgainLife().insertAfter("created again", entry{label: "created twice", task: a, container: app,
+			ev: &event.ContainerTransitioned{From: event.StatusCreated, To: event.StatusCreated, RuntimeID: "r3"}}), model.RuleStatusOrder, "created twice"},
+		{"a start before it is made again", madeAgainLife().moveAfter("start 3", "fence"), model.RuleStatusOrder, "start 3"},
+		{"the new container started twice", madeAgainLife().insertAfter("running", entry{label: "start 4", task: a, container: app, ev: &event.CallStarted{Call: "start"}}),
+			model.RuleStartedTwice, "start 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := model.CheckJournal(tc.life.write(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Violations) == 0 {
+				t.Fatalf("the model accepted the journal (%d records)", rep.Records)
+			}
+			got, want := rep.Violations[0], uint64(tc.life.index(tc.at)+1)
+			if got.Rule != tc.rule || got.Seq != want {
+				t.Fatalf("first violation %v; want %q at record %d\nall: %v", got, tc.rule, want, rep.Err())
+			}
+		})
+	}
+}

@@ -149,9 +149,12 @@ func containerRemoved(m *Model, rec event.Record) {
 
 // fence: a container removed before its task's STOPPED is settled — only one that never ran
 // (CREATED, no start outcome), a start of it asked and none in flight, in a task not STOPPED:
-// removed so that the start asked cannot land after its STOPPED. It never runs after.
+// removed so that the start asked cannot land after its STOPPED. It never runs after — but
+// one fenced to be made again (again=true, only in a task not on its way down) is a new
+// container once created again, its starts counted afresh.
 func fence(m *Model, rec event.Record) {
 	t, c := m.containerOf(rec)
+	again := rec.Event.(*event.ContainerRemoved).Again
 	switch {
 	case c == nil:
 		return
@@ -163,6 +166,12 @@ func fence(m *Model, rec event.Record) {
 		m.breaks(rec, RuleCleanupBeforeSettled, "fenced a container no start of which was asked")
 	case c.inFlight != "":
 		m.breaks(rec, RuleStoppedWhileRunning, "fenced a container while its %s is in flight", c.inFlight)
+	case again && t.stopping != "":
+		m.breaks(rec, RuleStatusOrder, "fenced to be made again in a task on its way down (%s)", t.stopping)
+	}
+	if again {
+		c.again, c.asked = true, false // the next container: no start of it asked
+		return
 	}
 	c.fenced = true
 }

@@ -6,7 +6,11 @@ package model
 // STOPPED only once every container is — none running, no call in flight. Statuses move
 // forward only, each from the status the model holds.
 
-import "github.com/agentd/agentd/internal/event"
+import (
+	"strconv"
+
+	"github.com/agentd/agentd/internal/event"
+)
 
 func callStarted(m *Model, rec event.Record) {
 	t, c := m.containerOf(rec)
@@ -27,6 +31,8 @@ func callStarted(m *Model, rec event.Record) {
 		m.breaks(rec, RuleStartedTwice, "%s #%d of a container that already ran", call, c.intents+1)
 	case c.fenced:
 		m.breaks(rec, RuleStartAfterStopped, "%s of a container its fence removed", call)
+	case c.again:
+		m.breaks(rec, RuleStatusOrder, "%s of a container that is not made again yet (its last one is gone)", call)
 	}
 	c.inFlight = call
 	c.intents++
@@ -59,7 +65,7 @@ func containerRolledBack(m *Model, rec event.Record) {
 	case c.known != event.StatusCreated || c.rolledBack:
 		m.breaks(rec, RuleStatusOrder, "rolled back a container that is %s (rolled back before: %t)", c.known, c.rolledBack)
 	}
-	c.rolledBack, c.asked = true, false // a new container: no start of it asked
+	c.rolledBack, c.again, c.asked = true, true, false // a new container: no start of it asked
 }
 
 func containerTransitioned(m *Model, rec event.Record) {
@@ -86,8 +92,8 @@ func containerTransitioned(m *Model, rec event.Record) {
 	case c.inFlight != "" && e.To != event.StatusRunning:
 		m.breaks(rec, RuleStatusOrder, "container %s → %s while its %s is in flight", e.From, e.To, c.inFlight)
 	case e.From == event.StatusCreated && e.To == event.StatusCreated:
-		if !c.rolledBack {
-			m.breaks(rec, RuleStatusOrder, "CREATED again without a rolled-back create")
+		if !c.again {
+			m.breaks(rec, RuleStatusOrder, "CREATED again without a rolled-back create or a fence to make it again")
 		}
 	case e.To.Rank() <= e.From.Rank() || e.To.Rank() > event.StatusStopped.Rank():
 		m.breaks(rec, RuleStatusOrder, "container %s → %s", e.From, e.To)
@@ -95,11 +101,14 @@ func containerTransitioned(m *Model, rec event.Record) {
 	if e.To == event.StatusRunning {
 		c.starts++
 	}
-	c.inFlight = ""
+	c.inFlight, c.again = "", false
 	if e.From != e.To && e.To.Reportable() {
 		m.queue(rec, subject{rec.Task, rec.Container}, e.To, false)
 		if e.To == event.StatusStopped {
 			c.stopSeq = rec.Seq
+			if (c.essential || e.StopsTask) && t.stopping == "" {
+				t.stopping = "container " + rec.Container + " STOPPED at record " + strconv.FormatUint(rec.Seq, 10)
+			}
 		}
 	}
 	c.known = e.To

@@ -4,7 +4,11 @@ package model
 // declares has its entry here (steps_test.go fails on a new type without one), so no record
 // passes the model unread. A type that changes nothing the model checks maps to none.
 
-import "github.com/agentd/agentd/internal/event"
+import (
+	"strconv"
+
+	"github.com/agentd/agentd/internal/event"
+)
 
 type step func(*Model, event.Record)
 
@@ -77,8 +81,11 @@ func taskAdded(m *Model, rec event.Record) {
 	e := rec.Event.(*event.TaskAdded)
 	t := &task{desired: e.Desired, known: event.StatusNone, containers: map[string]*container{}}
 	for _, spec := range e.Containers {
-		t.containers[spec.Name] = &container{known: event.StatusNone}
+		t.containers[spec.Name] = &container{known: event.StatusNone, essential: spec.Essential}
 		t.names = append(t.names, spec.Name)
+	}
+	if e.Desired == event.StatusStopped {
+		t.stopping = "desired STOPPED on arrival"
 	}
 	m.tasks[rec.Task] = t
 }
@@ -112,6 +119,9 @@ func desiredChanged(m *Model, rec event.Record) {
 		return
 	}
 	t.desired = to
+	if to == event.StatusStopped && t.stopping == "" {
+		t.stopping = "desired STOPPED at record " + strconv.FormatUint(rec.Seq, 10)
+	}
 }
 
 func healthChanged(m *Model, rec event.Record) {

@@ -31,6 +31,7 @@ var ErrUnavailable = errors.New("runtime unavailable")
 // and has exited (inspect it for the exit code).
 var ErrAlreadyStarted = errors.New("container has already run: not started again")
 
-// ErrRunning is returned (wrapped) by RemoveUnlessRunning for a container that runs: the
-// engine refused to remove it (Docker's 409, Podman's "container state improper").
-var ErrRunning = errors.New("container is running")
+// ErrRunning is returned (wrapped) by RemoveUnlessStarted for a container that runs (the
+// engine refused to remove it: Docker's 409, Podman's "container state improper") or has run
+// and exited: either way it started, and is not removed.
+var ErrRunning = errors.New("container is running or has run")

@@ -59,11 +59,13 @@ type Runtime interface {
 	Stop(ctx context.Context, id string, timeout time.Duration) error
 	// Remove deletes the container and its anonymous volumes; gone already is success.
 	Remove(ctx context.Context, id string) error
-	// RemoveUnlessRunning is the fence against a start asked earlier (by a process that
+	// RemoveUnlessStarted is the fence against a start asked earlier (by a process that
 	// died, or a call whose answer was lost) landing late: it deletes the container unless
-	// it runs, in one call to the engine (a remove that is not forced), so that no start can
-	// land on it after. ErrRunning: it runs (the start landed); ErrNotFound: it is gone.
-	RemoveUnlessRunning(ctx context.Context, id string) error
+	// it has started — a remove that is not forced, after an inspect that shows it never
+	// started — so that no start can land on it after, and one that ran is never taken for
+	// one that did not (the agent may make a fenced container again). ErrRunning: it runs or
+	// ran (the start landed); ErrNotFound: it is gone.
+	RemoveUnlessStarted(ctx context.Context, id string) error
 	Inspect(ctx context.Context, id string) (State, error)
 	// Find returns the container of a task by name, or ErrNotFound.
 	Find(ctx context.Context, task, container string) (State, error)

@@ -186,25 +186,25 @@ func removeTakesTheContainerAndAgainSucceeds(t *testing.T, s *subject) {
 	}
 }
 
-// The fence against a late start (RemoveUnlessRunning): a container that never ran is
+// The fence against a late start (RemoveUnlessStarted): a container that never ran is
 // removed, and a start after that cannot run it (ErrNotFound), nor can a second fence find it;
-// a running one is refused with ErrRunning and keeps running. (One that ran and exited is
-// removed too: the fence cannot tell it from one never started — the limit docs/design.md
-// states.)
-func aRemoveUnlessRunningFencesAStart(t *testing.T, s *subject) {
+// a running one is refused with ErrRunning and keeps running; one that ran and exited is
+// refused too, and kept — the agent may make a fenced container again, so one that ran must
+// never pass for one that did not.
+func aRemoveUnlessStartedFencesAStart(t *testing.T, s *subject) {
 	ctx := context.Background()
 	created := s.create(s.spec("task/fenced", "run"))
-	if err := s.rt.RemoveUnlessRunning(ctx, created); err != nil {
+	if err := s.rt.RemoveUnlessStarted(ctx, created); err != nil {
 		t.Fatalf("fence of a container never started: %v; want it removed", err)
 	}
 	if err := s.rt.Start(ctx, created); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("a start after the fence: %v; want ErrNotFound", err)
 	}
-	if err := s.rt.RemoveUnlessRunning(ctx, created); !errors.Is(err, runtime.ErrNotFound) {
+	if err := s.rt.RemoveUnlessStarted(ctx, created); !errors.Is(err, runtime.ErrNotFound) {
 		t.Fatalf("a second fence: %v; want ErrNotFound", err)
 	}
 	running := s.start(s.spec("task/landed", "run"))
-	if err := s.rt.RemoveUnlessRunning(ctx, running); !errors.Is(err, runtime.ErrRunning) {
+	if err := s.rt.RemoveUnlessStarted(ctx, running); !errors.Is(err, runtime.ErrRunning) {
 		t.Fatalf("fence of a running container: %v; want ErrRunning", err)
 	}
 	if st := s.inspect(running); !st.Running {
@@ -212,11 +212,11 @@ func aRemoveUnlessRunningFencesAStart(t *testing.T, s *subject) {
 	}
 	exited := s.start(s.spec("task/ended", "exit", "0"))
 	s.exit(exited)
-	if err := s.rt.RemoveUnlessRunning(ctx, exited); err != nil {
-		t.Fatalf("fence of an exited container: %v; want it removed", err)
+	if err := s.rt.RemoveUnlessStarted(ctx, exited); !errors.Is(err, runtime.ErrRunning) {
+		t.Fatalf("fence of an exited container: %v; want ErrRunning", err)
 	}
-	if list, err := s.rt.List(ctx); err != nil || len(list) != 1 || list[0].ID != running {
-		t.Fatalf("list after the fences: %+v, %v; want only the running %s", list, err, running)
+	if list, err := s.rt.List(ctx); err != nil || len(list) != 2 || !slices.ContainsFunc(list, func(st runtime.State) bool { return st.ID == exited && st.Exited }) {
+		t.Fatalf("list after the fences: %+v, %v; want the running %s and the exited %s", list, err, running, exited)
 	}
 }
 

@@ -61,7 +61,7 @@ var contract = []struct {
 	{"AContainerThatRanIsNeverStartedAgain", aContainerThatRanIsNeverStartedAgain},
 	{"AStopBeforeTheStartIsLost", aStopBeforeTheStartIsLost},
 	{"RemoveTakesTheContainerAndAgainSucceeds", removeTakesTheContainerAndAgainSucceeds},
-	{"ARemoveUnlessRunningFencesAStart", aRemoveUnlessRunningFencesAStart},
+	{"ARemoveUnlessStartedFencesAStart", aRemoveUnlessStartedFencesAStart},
 	{"AnUnknownContainerIsNotFound", anUnknownContainerIsNotFound},
 	{"OtherAgentsContainersAreNeverTouched", otherAgentsContainersAreNeverTouched},
 	{"HealthChecksReachTheirVerdicts", healthChecksReachTheirVerdicts},

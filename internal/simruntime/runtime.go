@@ -266,9 +266,9 @@ func (s *Runtime) Remove(ctx context.Context, id string) error {
 	})
 }
 
-// RemoveUnlessRunning removes the container unless it runs (ErrRunning), as a remove that is
-// not forced does; gone is ErrNotFound.
-func (s *Runtime) RemoveUnlessRunning(ctx context.Context, id string) error {
+// RemoveUnlessStarted removes the container unless it has started — runs, or ran and
+// exited (ErrRunning), as Docker's fence sees from its inspect; gone is ErrNotFound.
+func (s *Runtime) RemoveUnlessStarted(ctx context.Context, id string) error {
 	return s.withFault(ctx, "remove", id, func() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -276,7 +276,7 @@ func (s *Runtime) RemoveUnlessRunning(ctx context.Context, id string) error {
 		if !ok || c.Agent != s.agent {
 			return fmt.Errorf("remove %s: %w", id, runtime.ErrNotFound)
 		}
-		if s.stateOf(c, s.now().UTC()).Running {
+		if !c.StartedAt.IsZero() {
 			return fmt.Errorf("remove %s: %w", id, runtime.ErrRunning)
 		}
 		s.index().del(c)

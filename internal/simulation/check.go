@@ -64,7 +64,7 @@ func (s *sim) check() {
 	for _, arn := range tombs {
 		cleaned(arn)
 	}
-	want := 0
+	want := int(s.countMadeAgain())
 	for _, n := range s.expected {
 		want += n
 	}
@@ -144,4 +144,20 @@ func (s *sim) settle() {
 		s.fail("MODEL: %v", err)
 	}
 	s.log("settled: %d tasks cleaned, %d records", len(s.assigned), s.j.LastSeq())
+}
+
+// countMadeAgain reads the records journaled since the last call and counts the fences among
+// them that make a container again (container_removed again=true).
+func (s *sim) countMadeAgain() uint64 {
+	if s.j == nil || s.j.LastSeq() <= s.madeAgainSeq {
+		return s.madeAgain
+	}
+	_ = s.j.Iterate(s.madeAgainSeq+1, func(r event.Record) error {
+		if e, ok := r.Event.(*event.ContainerRemoved); ok && e.Again {
+			s.madeAgain++
+		}
+		s.madeAgainSeq = r.Seq
+		return nil
+	})
+	return s.madeAgain
 }

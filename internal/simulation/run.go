@@ -71,12 +71,15 @@ type sim struct {
 	// deps draws start_timeout_s (PROTOCOL.md 1.2 §4) on a stream of its own, for the same reason.
 	deps *rand.Rand
 
-	assigned  []string
-	expected  map[string]int  // task → containers a valid task runs
-	unkeyed   map[string]bool // poison tasks whose ARN breaks the rule: skipped, never reported
-	poisoned  int
-	throttled bool
-	diskFull  bool // every journal commit fails, as on a full disk
+	assigned []string
+	expected map[string]int // task → containers a valid task runs
+	// madeAgain counts the fences that removed a container never run to make it again (each
+	// one more container the runtime makes), read from the journal up to madeAgainSeq.
+	madeAgain, madeAgainSeq uint64
+	unkeyed                 map[string]bool // poison tasks whose ARN breaks the rule: skipped, never reported
+	poisoned                int
+	throttled               bool
+	diskFull                bool // every journal commit fails, as on a full disk
 	// runtimeDown: the runtime does not answer a list (reconcile) until the seed says so
 	runtimeDown bool
 	failRate    float64
