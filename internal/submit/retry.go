@@ -41,6 +41,11 @@ func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bo
 		s.retry.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
 	}
 	left := max(s.slot.at, s.slot.depth) - now.Sub(s.burst.start) // of the fleet's burst, as this agent knows it
+	if at := s.burst.start.Add(s.slot.front).Sub(now); !again && s.burst.open && s.slot.at == 0 && at > ra {
+		w := at + s.spread(s.slot.front/20)
+		s.retry.turnAt = now.Add(w)
+		return w
+	}
 	switch {
 	case !again && !s.retry.named && s.burst.open && left > s.retry.window:
 		// A burst's first report refused with nothing named: another agent took its token

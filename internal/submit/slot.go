@@ -26,6 +26,7 @@ type slot struct {
 	served time.Duration // when in its last burst the throttle served this agent's first report: what a return replays
 	depth  time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it
 	space  time.Duration // learnt spacing of a backlog's reports
+	front  time.Duration // with no slot: how far into its last burst a first report sent at once was served
 }
 
 const (
@@ -86,6 +87,9 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration, throttled 
 			// slot, which sends at once, has none to replay. (A burst whose first report
 			// failed otherwise, in an outage, teaches neither: Done ends it.)
 			s.slot.served = min(max(s.send.last.Sub(s.burst.start), 0), s.slot.at+s.slot.at/20)
+			if s.slot.at == 0 {
+				s.slot.front = min(max(s.send.last.Sub(s.burst.start), 0), s.p.Max)
+			}
 			s.slot.at = time.Duration(slotProbe * float64(s.slot.at))
 		}
 		if s.slot.at < minWindow {
