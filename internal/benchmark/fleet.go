@@ -482,14 +482,18 @@ func (f *fleet) assign(ctx context.Context) ([]string, error) {
 	}
 	var arns []string
 	added := time.Now()
+	tasks := map[string][]protocol.Task{}
 	for _, a := range f.agents {
 		for t := 0; t < f.o.Tasks; t++ {
 			arn := fmt.Sprintf("task/%s-r%d-%03d", a.id, f.round, t)
-			if err := f.cp.AddTask(a.id, protocol.Task{ARN: arn, DesiredStatus: "RUNNING", Containers: []protocol.Container{{Name: "app", Image: "app:1"}}}, nil); err != nil {
-				return nil, err
-			}
+			tasks[a.id] = append(tasks[a.id], protocol.Task{ARN: arn, DesiredStatus: "RUNNING", Containers: []protocol.Container{{Name: "app", Image: "app:1"}}})
 			arns = append(arns, arn)
 		}
+	}
+	// At one instant, as the storm's stop: the round teaches each agent its place counted
+	// from when its payloads came, and the storm replays it from when the stop came.
+	if err := f.cp.AddTasks(tasks); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	if !f.await(ctx, arns, "RUNNING", start.Add(10*time.Minute)) {

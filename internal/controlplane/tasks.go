@@ -97,6 +97,27 @@ func (s *Server) AddTask(agentID string, t protocol.Task, raw json.RawMessage) e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.addLocked(agentID, t, raw)
+}
+
+// AddTasks is AddTask for many agents' tasks (by agent) at one instant, under one lock, as
+// StopTasks stops them: called one by one, 2,000 tasks for 200 agent processes on two cores
+// took a second, each agent's burst beginning up to that much later than the first's.
+func (s *Server) AddTasks(tasks map[string][]protocol.Task) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for agentID, ts := range tasks {
+		for _, t := range ts {
+			raw, _ := json.Marshal(t)
+			if err := s.addLocked(agentID, t, raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Server) addLocked(agentID string, t protocol.Task, raw json.RawMessage) error {
 	if _, dup := s.tasks[t.ARN]; dup {
 		return fmt.Errorf("task.arn: %s exists", t.ARN)
 	}

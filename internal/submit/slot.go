@@ -26,6 +26,7 @@ type slot struct {
 	served time.Duration // when in its last burst the throttle served this agent's first report: what a return replays
 	depth  time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it
 	space  time.Duration // learnt spacing of a backlog's reports
+	front  time.Duration // with no slot: how far into its last burst its first report, sent at once, was served (retry.go)
 }
 
 const (
@@ -86,6 +87,11 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration, throttled 
 			// slot, which sends at once, has none to replay. (A burst whose first report
 			// failed otherwise, in an outage, teaches neither: Done ends it.)
 			s.slot.served = min(max(s.send.last.Sub(s.burst.start), 0), s.slot.at+s.slot.at/20)
+			if s.slot.at == 0 {
+				// Not a place, but where a refusal at the front retries (retry.go): within the
+				// gathering, as long as a fleet under the throttle holds its first reports.
+				s.slot.front = min(max(s.send.last.Sub(s.burst.start), 0), maxGather)
+			}
 			s.slot.at = time.Duration(slotProbe * float64(s.slot.at))
 		}
 		if s.slot.at < minWindow {
