@@ -138,10 +138,10 @@ func bytesField(p []byte) ([]byte, []byte, bool) {
 // DecodeRecord decodes one stored record (key = big-endian sequence number) into an event
 // record. Every failure names the sequence number and what is wrong.
 func DecodeRecord(key, value []byte) (event.Record, error) {
-	if len(key) != 8 {
-		return event.Record{}, fmt.Errorf("journal: record key %x: want 8 bytes, have %d", key, len(key))
+	seq, err := keySeq(key)
+	if err != nil {
+		return event.Record{}, err
 	}
-	seq := binary.BigEndian.Uint64(key)
 	raw, err := decodeRaw(value)
 	if err != nil {
 		return event.Record{}, fmt.Errorf("journal: record %d: %w", seq, err)
@@ -154,6 +154,16 @@ func DecodeRecord(key, value []byte) (event.Record, error) {
 		return event.Record{}, fmt.Errorf("journal: record %d: %w", seq, err)
 	}
 	return event.Record{Seq: seq, Time: raw.time, Task: raw.task, Container: raw.container, Event: ev}, nil
+}
+
+// keySeq reads a record's key, its sequence number in 8 bytes big-endian. A key of another
+// length is damage, named as such: a journal is read after incidents, and what reads it names
+// damage instead of dying of it.
+func keySeq(k []byte) (uint64, error) {
+	if len(k) != 8 {
+		return 0, fmt.Errorf("journal: record key %x: want 8 bytes, have %d", k, len(k))
+	}
+	return binary.BigEndian.Uint64(k), nil
 }
 
 func seqKey(seq uint64) []byte {

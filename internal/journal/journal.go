@@ -228,10 +228,12 @@ func (j *Journal) init() error {
 				return fmt.Errorf("damaged journal: bucket %q missing", b)
 			}
 		}
-		if k, _ := tx.Bucket(bucketRecords).Cursor().Last(); k != nil {
-			j.last = binary.BigEndian.Uint64(k)
-		}
 		var err error
+		if k, _ := tx.Bucket(bucketRecords).Cursor().Last(); k != nil {
+			if j.last, err = keySeq(k); err != nil {
+				return fmt.Errorf("damaged journal: %w", err)
+			}
+		}
 		j.holes, err = loadHoles(tx)
 		if hl := len(j.holes); hl > 0 && j.holes[hl-1].to > j.last {
 			j.last = j.holes[hl-1].to

@@ -349,6 +349,58 @@ func TestVerifyNamesEveryDefect(t *testing.T) {
 	}
 }
 
+// TestARecordKeyOfTheWrongLengthIsNamedNeverAPanic: a key that is no sequence number (damage
+// no agent writes; once seen read through a FUSE mount's stale page) is named by every reader
+// — the first key for the search by time, the range and compaction, the last for the open —
+// where reading it as 8 bytes panicked.
+func TestARecordKeyOfTheWrongLengthIsNamedNeverAPanic(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		key  []byte // 5 zero bytes sort before every record, 5 0xff bytes after, 9 bytes between two
+		read func(*journal.Journal) error
+	}{
+		{"seq at", []byte{0, 0, 0, 0, 0}, func(j *journal.Journal) error { _, err := j.SeqAt(t0.Add(time.Hour)); return err }},
+		{"range", []byte{0, 0, 0, 0, 0}, func(j *journal.Journal) error { _, _, err := j.Range(); return err }},
+		{"compact", []byte{0, 0, 0, 0, 0, 0, 0, 5, 0}, func(j *journal.Journal) error {
+			if _, err := j.SaveSnapshot(ctx, 10, []byte("{}"), event.Record{Time: t0, Event: &event.SnapshotTaken{AtSeq: 10, Bytes: 2}}); err != nil {
+				return err
+			}
+			_, err := j.Compact(ctx, 10, func(journal.Header) bool { return false }) // kept: it walks on to the key
+			return err
+		}},
+		{"open", []byte{0xff, 0xff, 0xff, 0xff, 0xff}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), journal.FileName)
+			j := open(t, path)
+			for i := 1; i <= 10; i++ {
+				if _, err := j.Append(ctx, transition("task/a", "app", event.StatusNone, event.StatusPulled, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			j.Close()
+			if err := journaltest.PutKey(path, tc.key, []byte("not a record")); err != nil {
+				t.Fatal(err)
+			}
+			j, err := journal.Open(path, journal.Options{})
+			if tc.read == nil {
+				if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("record key %x: want 8 bytes", tc.key)) {
+					t.Fatalf("open: %v; want the key named", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			if err := tc.read(j); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("record key %x: want 8 bytes", tc.key)) {
+				t.Fatalf("%s: %v; want the key named", tc.name, err)
+			}
+		})
+	}
+}
+
 // withType rewrites the type of an encoded record and fixes its checksum, leaving everything
 // else intact: a record a newer agentd might write.
 func withType(v []byte, typ byte) []byte {

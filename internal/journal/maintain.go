@@ -174,9 +174,13 @@ func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(Header) bo
 			var removed []uint64
 			k, v := c.Seek(seqKey(start))
 			for ; k != nil && examined < compactChunk; examined++ {
+				at, err := keySeq(k)
+				if err != nil {
+					return err
+				}
 				raw, err := decodeRaw(v)
 				if err != nil {
-					return fmt.Errorf("record %d: %w", binary.BigEndian.Uint64(k), err)
+					return fmt.Errorf("record %d: %w", at, err)
 				}
 				if raw.seq > upTo {
 					break
@@ -191,10 +195,13 @@ func (j *Journal) Compact(ctx context.Context, upTo uint64, drop func(Header) bo
 					k, v = c.Next()
 				}
 			}
-			if k == nil || binary.BigEndian.Uint64(k) > upTo {
-				next = upTo + 1
-			} else {
-				next = binary.BigEndian.Uint64(k)
+			next = upTo + 1
+			if k != nil {
+				at, err := keySeq(k)
+				if err != nil {
+					return err
+				}
+				next = min(at, next)
 			}
 			n, err := addHoles(tx, removed)
 			res.Records += len(removed)

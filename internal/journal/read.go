@@ -39,10 +39,11 @@ func (j *Journal) iterateTx(tx *bolt.Tx, from, to uint64, fn func(event.Record) 
 
 // checkKey is DecodeRecord's check that a record is stored under its own sequence number.
 func checkKey(k []byte, seq uint64) error {
-	if len(k) != 8 {
-		return fmt.Errorf("journal: record key %x: want 8 bytes, have %d", k, len(k))
+	at, err := keySeq(k)
+	if err != nil {
+		return err
 	}
-	if at := binary.BigEndian.Uint64(k); at != seq {
+	if at != seq {
 		return fmt.Errorf("journal: record %d: holds sequence %d", at, seq)
 	}
 	return nil
@@ -197,15 +198,26 @@ func (j *Journal) SeqAt(t time.Time) (uint64, error) {
 		if first == nil {
 			return nil
 		}
-		lo, hi := binary.BigEndian.Uint64(first), binary.BigEndian.Uint64(last)
+		lo, err := keySeq(first)
+		if err != nil {
+			return err
+		}
+		hi, err := keySeq(last)
+		if err != nil {
+			return err
+		}
 		timeOf := func(seq uint64) (uint64, time.Time, error) {
 			k, v := c.Seek(seqKey(seq))
 			if k == nil {
 				return 0, time.Time{}, nil
 			}
+			at, err := keySeq(k)
+			if err != nil {
+				return 0, time.Time{}, err
+			}
 			raw, err := decodeRaw(v)
 			if err != nil {
-				return 0, time.Time{}, fmt.Errorf("journal: record %d: %w", binary.BigEndian.Uint64(k), err)
+				return 0, time.Time{}, fmt.Errorf("journal: record %d: %w", at, err)
 			}
 			return raw.seq, raw.time, nil
 		}
@@ -234,13 +246,16 @@ func (j *Journal) SeqAt(t time.Time) (uint64, error) {
 func (j *Journal) Range() (first, last uint64, err error) {
 	err = j.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketRecords).Cursor()
+		var err error
 		if k, _ := c.First(); k != nil {
-			first = binary.BigEndian.Uint64(k)
+			if first, err = keySeq(k); err != nil {
+				return err
+			}
 		}
 		if k, _ := c.Last(); k != nil {
-			last = binary.BigEndian.Uint64(k)
+			last, err = keySeq(k)
 		}
-		return nil
+		return err
 	})
 	return first, last, err
 }

@@ -20,7 +20,13 @@ var records = []byte("records")
 // a flipped byte, a truncated record, a record under the wrong number. The file must not be
 // open (a Journal holds its lock; the open gives up after a second and says so).
 func PutRecord(path string, seq uint64, value []byte) error {
-	return update(path, func(b *bolt.Bucket) error { return b.Put(key(seq), value) })
+	return PutKey(path, key(seq), value)
+}
+
+// PutKey stores value under k in the records bucket, a key of any length: damage no sequence
+// number can make.
+func PutKey(path string, k, value []byte) error {
+	return update(path, func(b *bolt.Bucket) error { return b.Put(k, value) })
 }
 
 // DeleteRecord removes record seq of the journal file at path without recording a
