@@ -99,7 +99,7 @@ func (c *imageClaims) follow(ctx context.Context, cli *client.Client) {
 		since := c.lastSeen
 		c.mu.Unlock()
 		sctx, cancel := context.WithCancel(ctx)
-		res := cli.Events(sctx, client.EventsListOptions{Since: unixNano(since), Filters: claimEvents})
+		res := cli.Events(sctx, client.EventsListOptions{Since: stamp(since), Filters: claimEvents})
 		c.setWatching(true)
 		delivered := c.take(sctx, res)
 		c.setWatching(false)
@@ -144,7 +144,7 @@ func (c *imageClaims) catchUp(ctx context.Context, cli *client.Client, ahead tim
 	now := time.Now().Add(ahead).UnixNano()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+ahead)
 	defer cancel()
-	res := cli.Events(ctx, client.EventsListOptions{Since: unixNano(since), Until: unixNano(now), Filters: claimEvents})
+	res := cli.Events(ctx, client.EventsListOptions{Since: stamp(since), Until: stamp(now), Filters: claimEvents})
 	for {
 		select {
 		case err := <-res.Err:
@@ -164,9 +164,6 @@ const podmanAhead = time.Second
 // claimEvents are the engine's events that claim an image, and its deletion (which ends them):
 // Podman filters its "delete" by the name "remove" (and sends it as "delete").
 var claimEvents = client.Filters{}.Add("type", "image").Add("event", "pull", "tag", "load", "delete", "remove")
-
-// unixNano is a time as the engine's events API takes it: seconds.nanoseconds.
-func unixNano(ns int64) string { return fmt.Sprintf("%d.%09d", ns/1e9, ns%1e9) }
 
 func (c *imageClaims) setWatching(on bool) {
 	c.mu.Lock()

@@ -64,7 +64,8 @@ type Runtime interface {
 	// it has started — a remove that is not forced, after an inspect that shows it never
 	// started — so that no start can land on it after, and one that ran is never taken for
 	// one that did not (the agent may make a fenced container again). ErrRunning: it runs or
-	// ran (the start landed); ErrNotFound: it is gone.
+	// ran (the start landed); ErrNotFound: it is gone — also one a start ran between that
+	// inspect and the remove (the engine's events tell), which must not be made again.
 	RemoveUnlessStarted(ctx context.Context, id string) error
 	Inspect(ctx context.Context, id string) (State, error)
 	// Find returns the container of a task by name, or ErrNotFound.
