@@ -1,11 +1,17 @@
 package docker
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/agentd/agentd/internal/event"
 	"github.com/agentd/agentd/internal/runtime"
@@ -99,4 +105,53 @@ func show(p *int) string {
 		return "none"
 	}
 	return fmt.Sprint(*p)
+}
+
+// A forced remove that meets the container exiting at that moment is asked again; any other
+// failure is returned at once and gone already is success. The answers go through the real
+// client over HTTP, so each is classed as the client classes Docker's and Podman's.
+func TestAForcedRemoveOutlastsAContainerExitingUnderIt(t *testing.T) {
+	const id = "0123456789ab"
+	notRunning := fmt.Sprintf("Could not kill running container %s, cannot remove - Container %s is not running", id, id)
+	for _, c := range []struct {
+		why     string
+		answers []int // status codes, in order; 204 ends the calls
+		message string
+		calls   int
+		fails   bool
+	}{
+		{"Docker's kill found it exited (a 500)", []int{500, 204}, notRunning, 2, false},
+		{"Podman's container state improper", []int{500, 500, 204}, "container state improper", 3, false},
+		{"another removal under way (a 409)", []int{409, 204}, "removal already in progress", 2, false},
+		{"gone already", []int{404}, "No such container", 1, false},
+		{"any other failure", []int{500}, "driver failed", 1, true},
+		{"exiting for longer than the bound", []int{500, 500, 500, 500, 500, 500, 500}, notRunning, removeTries, true},
+	} {
+		t.Run(c.why, func(t *testing.T) {
+			calls := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodDelete || !strings.HasSuffix(r.URL.Path, "/containers/"+id) {
+					http.Error(w, `{"message":"unexpected call"}`, http.StatusNotImplemented)
+					return
+				}
+				code := c.answers[min(calls, len(c.answers)-1)]
+				calls++
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(code)
+				if code != http.StatusNoContent {
+					_ = json.NewEncoder(w).Encode(map[string]string{"message": c.message})
+				}
+			}))
+			defer srv.Close()
+			cli, err := client.New(client.WithHost("tcp://"+strings.TrimPrefix(srv.URL, "http://")), client.WithAPIVersion("1.41"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			err = (&Engine{cli: cli}).forceRemove(context.Background(), id)
+			if (err != nil) != c.fails || calls != c.calls {
+				t.Fatalf("forceRemove: %v after %d calls; want failed %v after %d", err, calls, c.fails, c.calls)
+			}
+		})
+	}
 }

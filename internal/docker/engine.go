@@ -361,10 +361,12 @@ func (e *Engine) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// forceRemove removes the container, running or not; gone already is success. Podman's forced
-// remove of a container exiting at that moment fails ("container state improper"), as can
-// Docker's while another removal of it is under way (a 409): both are asked again, a bounded
-// number of times, a little later each time.
+// forceRemove removes the container, running or not; gone already is success. A forced remove
+// of a container exiting at that moment fails: on Podman "container state improper", on Docker
+// a 500 "Could not kill running container …, cannot remove - Container … is not running" (its
+// kill found the container gone between its check and the kill). Docker's also fails while
+// another removal of it is under way (a 409). Each is asked again, a bounded number of times, a
+// little later each time; any other failure is returned at once.
 func (e *Engine) forceRemove(ctx context.Context, id string) error {
 	var err error
 	for try := 0; ; try++ {
@@ -372,7 +374,7 @@ func (e *Engine) forceRemove(ctx context.Context, id string) error {
 		if cerrdefs.IsNotFound(err) {
 			return nil
 		}
-		if err == nil || try == removeTries-1 || !(cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "container state improper")) {
+		if err == nil || try == removeTries-1 || !removeRaced(err) {
 			return err
 		}
 		select {
@@ -381,6 +383,13 @@ func (e *Engine) forceRemove(ctx context.Context, id string) error {
 		case <-time.After(time.Duration(try+1) * 100 * time.Millisecond):
 		}
 	}
+}
+
+// removeRaced is whether a forced remove failed only because the container was exiting or being
+// removed at that moment (forceRemove).
+func removeRaced(err error) bool {
+	return cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "container state improper") ||
+		strings.Contains(err.Error(), "cannot remove - Container") && strings.HasSuffix(err.Error(), "is not running")
 }
 
 // removeTries bounds forceRemove: its waits add up to 1.5 s, far beyond the race it outlasts.
