@@ -25,7 +25,8 @@
 //     429's Retry-After is a floor, the retry spread over a window past it that grows while the
 //     429s repeat (in a burst, not far past it) and shrinks when a retry is served, a burst's
 //     first report refused naming nothing retried over the rest of the burst, one with no slot
-//     at its front, where the throttle served it at once last time (retry.go); refused
+//     at its front, where the throttle served it at once last time, unless the Retry-After names
+//     a turn (a first step or more: the throttle keeps it) (retry.go); refused
 //     credentials retry slowly; a report refused as a whole is split until the change at fault
 //     stands alone (isolate.go); nothing answered waits about the longest backoff once the
 //     agent has a place, while the poller probes the return.
