@@ -54,12 +54,8 @@ func (s *Submitter) spreadQuiet(now time.Time) (ready, began, onHost bool) {
 	s.burst.count++
 	s.slot.depth = max(s.slot.at, time.Duration(slotShrink*float64(s.slot.depth)))
 	s.burst.place = s.slot.at
-	if s.burst.place == 0 && !onHost && s.underThrottle() {
-		// No slot: where the throttle served it at once after the fleet's payloads (slot.go).
-		// Not for a burst this host began (its containers exiting in an outage): a front counts
-		// from a moment the whole fleet shared, which that burst has not (held so through a
-		// hanging outage, a fleet of 1,000 drained in 2.1–2.3× the floor, 1.2× sent at once).
-		s.burst.place = s.slot.front
+	if s.burst.place == 0 && s.underThrottle() {
+		s.burst.place = s.slot.front // no slot: where the throttle served it at once (slot.go)
 	}
 	if s.burst.place == 0 || s.p.Naive {
 		s.burst.place = 0
