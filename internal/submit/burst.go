@@ -55,7 +55,12 @@ func (s *Submitter) spreadQuiet(now time.Time) (ready, began, onHost bool) {
 	s.slot.depth = max(s.slot.at, time.Duration(slotShrink*float64(s.slot.depth)))
 	s.burst.place = s.slot.at
 	if s.burst.place == 0 && s.underThrottle() {
-		s.burst.place = s.slot.front // no slot: where the throttle served it at once (slot.go)
+		// No slot: its front, where the throttle served it at once (slot.go) — at most a
+		// gathering's wait for an agent that never met a 429 (a lone agent's latency).
+		s.burst.place = s.slot.front
+		if s.gather.met429 <= 0 {
+			s.burst.place = min(s.burst.place, maxGather)
+		}
 	}
 	if s.burst.place == 0 || s.p.Naive {
 		s.burst.place = 0

@@ -23,11 +23,9 @@ import "time"
 // (gather.go) its burst's first report goes there: a fleet's first start on a busy host has
 // its agents ready over seconds, the throttle serves at once as many as its rate allows, and
 // a storm, its hosts quick, would bring them all at once (bench fleet --processes: 61 of 200
-// agents, half of them refused at the storm's front; capped at 1.5 s for agents that never
-// met a 429, still 27% of a storm's requests). The price, a lone agent's latency: an agent
-// whose control plane does not throttle holds a burst's first report up to its front (at most
-// maxFront) in its first 10 bursts. A backlog's later reports go about one learnt spacing
-// apart, at the rate it was served.
+// agents, half of them refused at the storm's front). An agent that never met a 429 waits at
+// most a gathering's 1.5 s for it (a lone agent's latency). A backlog's later reports go about
+// one learnt spacing apart, at the rate it was served.
 
 // slot is the agent's place in the fleet, as the throttle taught it.
 type slot struct {
