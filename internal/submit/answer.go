@@ -56,7 +56,7 @@ func (s *Submitter) answered(now time.Time, sent []protocol.StateChange, r proto
 			}
 			s.streak.outcome, s.streak.health, s.streak.unjournaled, s.streak.tries, s.outage.placed, s.outage.stretched = "", "", 0, 0, 0, false
 			s.streak.bo.Reset()
-			s.send.next = s.settledPaced(now, arrivedAt(now, r.ReceivedAt), waited, throttled)
+			s.send.next = s.settledPaced(now, waited, throttled)
 			s.burst.drained, s.burst.drainedAt = s.send.carried, now
 			return o
 		}

@@ -10,13 +10,12 @@ import "time"
 
 // burst is the current burst of changes.
 type burst struct {
-	open       bool          // its first report is not settled yet: it teaches the slot
-	start      time.Time     // when it began
-	count      int           // bursts begun (gather.go)
-	drained    bool          // the last report carried every pending change and settled
-	drainedAt  time.Time     // when it settled
-	assignedAt time.Time     // when a poll last brought payloads (their arrival)
-	place      time.Duration // where its first report was held to: the slot, or the front (slot.go); 0: sent when ready
+	open       bool      // its first report is not settled yet: it teaches the slot
+	start      time.Time // when it began
+	count      int       // bursts begun (gather.go)
+	drained    bool      // the last report carried every pending change and settled
+	drainedAt  time.Time // when it settled
+	assignedAt time.Time // when a poll last brought payloads (their arrival)
 }
 
 const (
@@ -53,20 +52,10 @@ func (s *Submitter) spreadQuiet(now time.Time) (ready, began, onHost bool) {
 	s.burst.open, s.burst.start, s.outage.burstPlaced = true, start, false
 	s.burst.count++
 	s.slot.depth = max(s.slot.at, time.Duration(slotShrink*float64(s.slot.depth)))
-	s.burst.place = s.slot.at
-	if s.burst.place == 0 && s.underThrottle() {
-		// No slot: its front, where the throttle served it at once (slot.go) — at most a
-		// gathering's wait for an agent that never met a 429 (a lone agent's latency).
-		s.burst.place = s.slot.front
-		if s.gather.met429 <= 0 {
-			s.burst.place = min(s.burst.place, maxGather)
-		}
-	}
-	if s.burst.place == 0 || s.p.Naive {
-		s.burst.place = 0
+	if s.slot.at == 0 || s.p.Naive {
 		return true, true, onHost
 	}
-	s.send.next = start.Add(s.burst.place + s.spread(s.burst.place/20))
+	s.send.next = start.Add(s.slot.at + s.spread(s.slot.at/20))
 	return !now.Before(s.send.next), true, onHost
 }
 

@@ -13,10 +13,8 @@
 //  2. The burst's first report waits for the agent's slot (slot.go): where in its last
 //     throttled burst the throttle served it — its turn's end after one 429, where its served
 //     retry went after several. A fleet handed one stop comes back in the order
-//     the throttle served it, at its rate, with no agent knowing the fleet's size. An agent
-//     with no slot that the throttle served at once goes where it was served, its front, while
-//     under the throttle. A burst the host began and that waits has the poller poll afresh
-//     (Plan.Repoll, outage.go).
+//     the throttle served it, at its rate, with no agent knowing the fleet's size. A burst the
+//     host began and that waits has the poller poll afresh (Plan.Repoll, outage.go).
 //  3. It gathers (gather.go): while the agent meets the throttle, the first report waits (at
 //     most 1.5 s) for the changes the runtime is still making (Report.Coming), so a burst
 //     spends one of the fleet's tokens, not two.
@@ -25,9 +23,10 @@
 //     alone, nor one queued behind it in its task (per-task order holds).
 //  5. It is answered (answer.go). A settlement teaches the slot and a backlog's spacing; a
 //     429's Retry-After is a floor, the retry spread over a window past it that grows while the
-//     429s repeat (in a burst, not far past it) and shrinks when a retry is served; a burst's
-//     first report refused naming no turn (nothing, or a token bucket's next token: less than
-//     a first step) is retried over the rest of the burst (retry.go); refused
+//     429s repeat (in a burst, not far past it) and shrinks when a retry is served, a burst's
+//     first report refused naming nothing retried over the rest of the burst, one with no slot
+//     at its front, where the throttle served it at once last time, unless the Retry-After names
+//     a turn (a first step or more: the throttle keeps it) (retry.go); refused
 //     credentials retry slowly; a report refused as a whole is split until the change at fault
 //     stands alone (isolate.go); nothing answered waits about the longest backoff once the
 //     agent has a place, while the poller probes the return.

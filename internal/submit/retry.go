@@ -13,7 +13,7 @@ import "time"
 type retryWindow struct {
 	window time.Duration // how far past Retry-After a retry is spread
 	turnAt time.Time     // when the last 429's Retry-After ended: the earliest the throttle would serve
-	turn   bool          // the last 429's Retry-After named a turn, a first step or more: not a token bucket's next token (which, at the rates a fleet is throttled to, comes sooner) nor nothing (turnAt is then only when it came)
+	named  bool          // the last 429 named a Retry-After (else turnAt is only when it came)
 }
 
 const (
@@ -27,7 +27,7 @@ const (
 // it names counts from the answer's arrival (where the throttle put this agent, however late
 // a busy host read it); the wait from now, so Retry-After stays a floor.
 func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bool) time.Duration {
-	s.retry.turnAt, s.retry.turn = arrived.Add(ra), ra >= s.p.Initial
+	s.retry.turnAt, s.retry.named = arrived.Add(ra), ra > 0
 	if !s.burst.start.IsZero() {
 		// Where the queue of this burst ended when this agent joined it (the last report of a
 		// burst joins behind the others' follow-ups): what the fleet's burst takes.
@@ -41,17 +41,31 @@ func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bo
 		s.retry.window = min(max(ra, s.p.Initial), 4*s.p.Initial)
 	}
 	left := max(s.slot.at, s.slot.depth) - now.Sub(s.burst.start) // of the fleet's burst, as this agent knows it
+	front := s.burst.start.Add(s.slot.front).Sub(now)
 	switch {
-	case !again && !s.retry.turn && s.burst.open && left > s.retry.window:
-		// A burst's first report refused with no turn named (nothing, or the next token):
-		// another agent took its token (early, or late for its own). Retried within a first
-		// step it takes the next agent's, and that one the next's: bench fleet's storm under a
-		// throttle naming nothing, a fleet a second late to its places, 57% of its requests
-		// 429; under one naming its next token, agents as processes replaying their fronts,
-		// two 429s for each agent refused at the front. Spread over what is left of the fleet's
-		// burst, it finds a token nobody holds. The window stays: a later 429 is no burst's
-		// first.
-		return ra + s.spread(min(left, s.p.Max))
+	case !again && s.burst.open && s.slot.at == 0 && front > ra && ra < s.p.Initial:
+		// A burst's first report with no slot refused: the throttle served it at once last
+		// time, front into that burst, its host ready while the fleet's were not; now every
+		// agent with no slot came at once, more than the bucket holds (bench fleet's agents as
+		// processes: 40–60 of 200 at a bucket of 20). Retried within a first step they take
+		// the tokens of the agents placed next, and those the next ones', to the storm's end
+		// (46–57% of its requests 429). It goes where it was served, as it would have come
+		// with its host's delay, and learns that as its slot. Not past a Retry-After of a first
+		// step or more: that names a turn kept for this agent (a token bucket's next token, at
+		// the rates a fleet is throttled to, comes sooner), and the throttle holds it; gone
+		// past it to the front, the agents of a turn-naming throttle learn fronts that bunch
+		// (bench fleet --processes under turn: 6 of 8 storms past 25% 429 so, 1 of 8 gated).
+		w := front + s.spread(s.slot.front/20)
+		s.retry.turnAt = now.Add(w)
+		return w
+	case !again && !s.retry.named && s.burst.open && left > s.retry.window:
+		// A burst's first report refused with nothing named: another agent took its token
+		// (early, or late for its own). Retried within a first step it takes the next agent's,
+		// and that one the next's: bench fleet's storm under a throttle naming nothing, a
+		// fleet a second late to its places, 57% of its requests 429. Spread over what is left
+		// of the fleet's burst, it finds a token nobody holds. The window stays: a later 429 is
+		// no burst's first.
+		return s.spread(min(left, s.p.Max))
 	case again && !first:
 		// Throttled again right at Retry-After: the throttle names only its next token (or
 		// nothing) and the fleet is queued behind it (a turn is served when it comes). Spread

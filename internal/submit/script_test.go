@@ -24,7 +24,7 @@ import (
 //	tick D | until D                      time passes by D / to t+D
 //	next                                  time passes to the last plan's At
 //	report [coming]                       offer a report (Step(Report)); coming: changes still being made
-//	answer settled [reject=ID,..] [arrived=-D]  the answer to the report in flight, arriving now
+//	answer settled [reject=ID,..]         the answer to the report in flight, arriving now
 //	       429 [retry-after=D] [arrived=-D]  (arrived: it reached the host D before now)
 //	       refused | cut | 500 | 401 | 400 | 413
 //	poll [outage] [held] [payloads] [arrived=-D]  a poll answered (Step(Polled))
@@ -128,9 +128,6 @@ func (s *script) answer(t *testing.T, d *datadriven.TestData) string {
 			if !rejected[c.ID] {
 				r.Accepted = append(r.Accepted, c.ID)
 			}
-		}
-		if d.HasArg("arrived") {
-			r.ReceivedAt = s.now.Add(s.duration(t, d, "arrived"))
 		}
 	case "429":
 		r = protocol.ReportResult{Outcome: protocol.Throttled, HTTPStatus: 429, Err: errors.New("HTTP 429")}

@@ -18,14 +18,7 @@ import "time"
 // second). A storm sorts that out in its own queue; a return from an outage would replay it as
 // a herd. So the agent also keeps served, when in its last burst the throttle did serve the
 // first report, and a return replays that (outage.go): the throttle's own schedule, at its
-// rate. An agent with no slot, which the throttle served at once, has a front: how far into
-// its last burst that was, as the answer's arrival says. While it is under the throttle
-// (gather.go) its burst's first report goes there: a fleet's first start on a busy host has
-// its agents ready over seconds, the throttle serves at once as many as its rate allows, and
-// a storm, its hosts quick, would bring them all at once (bench fleet --processes: 61 of 200
-// agents, half of them refused at the storm's front). An agent that never met a 429 waits at
-// most a gathering's 1.5 s for it (a lone agent's latency). A backlog's later reports go about
-// one learnt spacing apart, at the rate it was served.
+// rate. A backlog's later reports go about one learnt spacing apart, at the rate it was served.
 
 // slot is the agent's place in the fleet, as the throttle taught it.
 type slot struct {
@@ -33,7 +26,7 @@ type slot struct {
 	served time.Duration // when in its last burst the throttle served this agent's first report: what a return replays
 	depth  time.Duration // how long the fleet's last bursts kept the throttle busy, as this agent saw it
 	space  time.Duration // learnt spacing of a backlog's reports
-	front  time.Duration // with no slot: how far into its last burst its first report was served at once, where the next goes under the throttle (burst.go)
+	front  time.Duration // with no slot: how far into its last burst its first report, sent at once, was served (retry.go)
 }
 
 const (
@@ -48,19 +41,13 @@ const (
 	slotProbe   = 0.98
 	spaceWaited = 0.75 // a backlog's next report keeps this share of how long the last was kept out
 	wonAfter    = 2    // 429s in a row after which the slot is where the served retry went, not the last turn's end
-	// maxFront bounds a front. A fleet's first start on a busy host has its agents' first
-	// reports ready over seconds, and the throttle serves at once the first of them it has
-	// tokens for (bench fleet, 200 agents as processes: 61 agents over 0.5–3.8 s); a first
-	// report that waited longer waited for its host (an image's pull), not the throttle.
-	maxFront = 5 * time.Second
 )
 
-// settledPaced learns from a report that settled (arrived: when its answer reached the host;
-// waited: how long the throttle kept it out, 0 when served at its first try; throttled: after
-// how many 429s) and says when the next report of a backlog may go: about
+// settledPaced learns from a report that settled (waited: how long the throttle kept it out, 0
+// when served at its first try; throttled: after how many 429s) and says when the next report of a backlog may go: about
 // one learnt spacing after the last was sent, so an agent with a backlog sends at the rate it
 // was served rather than at once into a 429.
-func (s *Submitter) settledPaced(now, arrived time.Time, waited time.Duration, throttled int) time.Time {
+func (s *Submitter) settledPaced(now time.Time, waited time.Duration, throttled int) time.Time {
 	if s.p.Naive {
 		return time.Time{}
 	}
@@ -78,17 +65,17 @@ func (s *Submitter) settledPaced(now, arrived time.Time, waited time.Duration, t
 	if s.burst.open && !s.burst.start.IsZero() {
 		// The burst's first report: its slot.
 		if waited > 0 {
-			// After one 429 naming a turn, the earliest the throttle would serve it (the turn's
-			// end), not when the retry came: the jitter after a turn is this agent's, not its
-			// place. After several, or one naming no turn (the next token, or nothing), the
-			// agents throttled with it all learnt its end, where only one was served — and a 429
-			// naming nothing says only when this agent was refused: the place is the one this
-			// agent won, when the answer serving it arrived (learnt from the turn's end, a
-			// fleet without turns came back 1.6–2× denser than the throttle into the same 429s;
-			// agents as processes, refused once under next-token, took 23–33 429s in a storm). At most Max: a burst kept out longer (minutes of 429s) says the control
+			// After one 429, the earliest the throttle would serve it (its Retry-After's end), not
+			// when the retry came: the jitter after a turn is this agent's, not its place. After
+			// several, the Retry-After named no turn (the next token, or nothing) and the agents
+			// throttled with it all learnt its end, where only one was served — and a 429 naming
+			// nothing says only when this agent was refused: the place is the one this agent
+			// won, when the retry that was served went (learnt from the turn's end,
+			// a fleet without turns came back 1.6–2× denser than the throttle into the same
+			// 429s). At most Max: a burst kept out longer (minutes of 429s) says the control
 			// plane was refusing everyone, not where this agent stands in the fleet.
 			won := s.retry.turnAt
-			if throttled >= wonAfter || !s.retry.turn {
+			if throttled >= wonAfter || !s.retry.named {
 				won = s.send.last
 			}
 			s.slot.at = min(max(won.Sub(s.burst.start), 0), s.p.Max)
@@ -101,19 +88,9 @@ func (s *Submitter) settledPaced(now, arrived time.Time, waited time.Duration, t
 			// failed otherwise, in an outage, teaches neither: Done ends it.)
 			s.slot.served = min(max(s.send.last.Sub(s.burst.start), 0), s.slot.at+s.slot.at/20)
 			if s.slot.at == 0 {
-				// Where the throttle served it with no slot, as its answer's arrival says (a busy
-				// host's send lags its decision by up to 2 s in a fleet's first start, and the
-				// storm's by less: learnt from the decision, agents as processes came a second
-				// early to their fronts, 14–33 of them refused there): the burst's first report goes
-				// there while the agent is under the throttle (a probe when held to it, as a
-				// slot's), and a refusal at the front retries there (retry.go).
-				s.slot.front = min(max(arrived.Sub(s.burst.start), 0), maxFront)
-				if s.burst.place > 0 {
-					s.slot.front = time.Duration(slotProbe * float64(s.burst.place))
-				}
-				if s.slot.front < minWindow {
-					s.slot.front = 0
-				}
+				// Not a place, but where a refusal at the front retries (retry.go): within the
+				// gathering, as long as a fleet under the throttle holds its first reports.
+				s.slot.front = min(max(s.send.last.Sub(s.burst.start), 0), maxGather)
 			}
 			s.slot.at = time.Duration(slotProbe * float64(s.slot.at))
 		}
