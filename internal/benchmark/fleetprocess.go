@@ -206,6 +206,9 @@ func RunFleetAgent(ctx context.Context, o FleetAgentOptions, out io.Writer) erro
 	if o.AgentID == "" || o.Dir == "" {
 		return errors.New("--agent-id and --dir are needed")
 	}
+	if err := yieldToControlPlane(); err != nil {
+		return fmt.Errorf("agent %s: lower its CPU priority: %w", o.AgentID, err)
+	}
 	var mu sync.Mutex
 	say := func(line string) {
 		mu.Lock()
