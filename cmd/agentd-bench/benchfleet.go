@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +26,7 @@ type benchFleetCmd struct {
 	Processes  bool          `help:"Run each agent as a process of its own (this binary, fleet-agent), so a busy host's scheduling delays are part of the measure (the in-process fleet is the default, for speed)."`
 	JournalDir string        `help:"Directory for the agents' journals (a tmpfs for large fleets; default: the system's temp dir)."`
 	JSON       bool          `name:"json" help:"Print one JSON object."`
+	Trace      string        `help:"Write to this file one line per request the control plane saw (which agent, its answer) and per moment of each scenario, to find why a row missed (internal/benchmark/fleettrace.go)."`
 }
 
 func (b *benchFleetCmd) options() benchmark.FleetOptions {
@@ -57,7 +59,18 @@ func (b *benchFleetCmd) Run(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintln(os.Stderr, "machine:", m)
-	res, err := benchmark.Fleet(ctx, b.options())
+	o := b.options()
+	if b.Trace != "" {
+		f, err := os.Create(b.Trace)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer f.Close()
+		w := bufio.NewWriter(f)
+		defer w.Flush()
+		o.Trace = w
+	}
+	res, err := benchmark.Fleet(ctx, o)
 	if err != nil {
 		return err
 	}

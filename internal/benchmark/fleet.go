@@ -57,6 +57,9 @@ type FleetOptions struct {
 	// journals: the baseline).
 	Scenarios []string
 	Log       io.Writer // progress (nil: none)
+	// Trace, when set, gets one line per request the control plane saw and per scenario's
+	// moment (fleettrace.go): what each agent did and when, to find why a row missed.
+	Trace io.Writer
 }
 
 // FleetRow is one scenario under one policy.
@@ -213,7 +216,7 @@ func startFleet(ctx context.Context, o FleetOptions, policy, mode string) (*flee
 	runtime.ReadMemStats(&ms)
 	f.baseMem, f.baseGor = ms.HeapAlloc, runtime.NumGoroutine()
 	f.cp = controlplane.New("", controlplane.Faults{ThrottleRPS: o.RPS, ThrottleBurst: o.Burst, RetryAfter: mode})
-	f.plane = &plane{g: &gate{h: f.cp.Handler()}, addr: "127.0.0.1:0"}
+	f.plane = &plane{g: &gate{h: f.cp.Handler(), trace: newFleetTrace(o.Trace, policy, mode)}, addr: "127.0.0.1:0"}
 	if err := f.plane.up(); err != nil {
 		return nil, err
 	}
@@ -414,6 +417,7 @@ func (f *fleet) run(ctx context.Context, res *FleetResult) ([]FleetRow, error) {
 			}
 			res.Restarted += len(f.agents)
 		}
+		f.plane.g.trace.mark("scenario " + sc)
 		paces := f.paces(ctx)
 		f.logf("%s: learnt slots per second from the burst's start (the throttle serves %.0f a second, %d at once): %s", sc, f.o.RPS, f.o.Burst, perSecondOf(paces))
 		var row FleetRow
@@ -578,6 +582,7 @@ func (f *fleet) storm(ctx context.Context, arns []string, latency time.Duration)
 	early, removed := f.early.Load(), f.removed.Load()
 	stats := f.cp.Stats()
 	start := time.Now()
+	f.plane.g.trace.mark("stop")
 	if err := f.cp.StopTasks(arns); err != nil {
 		return row, err
 	}
@@ -633,6 +638,7 @@ func (f *fleet) outage(ctx context.Context, arns []string, mode string) (FleetRo
 	early, removed := f.early.Load(), f.removed.Load()
 	if mode == "refused" {
 		f.plane.down()
+		f.plane.g.trace.mark("down")
 	} else {
 		f.plane.g.hang()
 	}
@@ -642,6 +648,7 @@ func (f *fleet) outage(ctx context.Context, arns []string, mode string) (FleetRo
 	if err := f.exitContainers(ctx); err != nil { // the hosts' containers exit while nothing answers
 		return row, err
 	}
+	f.plane.g.trace.mark("exited")
 	if !sleepCtx(ctx, f.o.Outage-f.o.Outage/2) {
 		return row, ctx.Err()
 	}
@@ -651,6 +658,7 @@ func (f *fleet) outage(ctx context.Context, arns []string, mode string) (FleetRo
 		if err := f.plane.up(); err != nil {
 			return row, err
 		}
+		f.plane.g.trace.mark("up")
 	} else {
 		f.plane.g.release()
 	}
@@ -757,6 +765,8 @@ type gate struct {
 	h       http.Handler
 	latency atomic.Int64
 
+	trace *fleetTrace // nil: none
+
 	mu      sync.Mutex
 	hanging chan struct{} // non-nil while hanging: closed at the return
 	hits    []hit
@@ -786,10 +796,12 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hang := g.hanging
 	g.mu.Unlock()
 	if hang != nil {
+		held := time.Now()
 		select {
 		case <-hang:
 		case <-r.Context().Done():
 		}
+		g.trace.held(r, held)
 		panic(http.ErrAbortHandler) // held through the outage, cut at the return
 	}
 	at := time.Now()
@@ -799,11 +811,18 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/state-changes") {
-		g.h.ServeHTTP(w, r)
+		if g.trace == nil {
+			g.h.ServeHTTP(w, r)
+			return
+		}
+		sw := &statusWriter{ResponseWriter: w}
+		g.h.ServeHTTP(sw, r)
+		g.trace.answered(r, sw)
 		return
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	g.h.ServeHTTP(sw, r)
+	g.trace.answered(r, sw)
 	g.mu.Lock()
 	g.hits = append(g.hits, hit{at: at, throttled: sw.code == http.StatusTooManyRequests, agent: r.URL.Path})
 	g.last = time.Now()
@@ -836,6 +855,7 @@ func (g *gate) hang() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.hanging = make(chan struct{})
+	g.trace.mark("hang")
 }
 
 func (g *gate) release() {
@@ -844,6 +864,7 @@ func (g *gate) release() {
 	if g.hanging != nil {
 		close(g.hanging)
 		g.hanging = nil
+		g.trace.mark("release")
 	}
 }
 

@@ -1,6 +1,7 @@
 package benchmark
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,13 +36,16 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 	results := make([]FleetResult, len(modes))
 	errs := make([]error, len(modes))
 	var wg sync.WaitGroup
+	var trace bytes.Buffer // the first fleet's (FleetOptions.Trace)
 	for i, mode := range modes {
 		dir := t.TempDir()
-		wg.Go(func() {
-			results[i], errs[i] = Fleet(ctx, FleetOptions{Agents: 20, Tasks: 3, RPS: 10, Burst: 5, Outage: 2 * time.Second,
-				JournalDir: dir, Policies: []string{"agentd"}, Scenarios: []string{"outage-refused", "outage-hanging"},
-				RetryAfter: []string{mode}})
-		})
+		o := FleetOptions{Agents: 20, Tasks: 3, RPS: 10, Burst: 5, Outage: 2 * time.Second,
+			JournalDir: dir, Policies: []string{"agentd"}, Scenarios: []string{"outage-refused", "outage-hanging"},
+			RetryAfter: []string{mode}}
+		if i == 0 {
+			o.Trace = &trace
+		}
+		wg.Go(func() { results[i], errs[i] = Fleet(ctx, o) })
 	}
 	wg.Wait()
 	for i, mode := range modes {
@@ -49,6 +53,7 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 			t.Fatalf("Retry-After %s: %v", mode, errs[i])
 		}
 	}
+	checkTrace(t, trace.String(), "agentd "+modes[0])
 	res := results[0]
 	for _, r := range results[1:] {
 		res.Rows = append(res.Rows, r.Rows...)
@@ -266,5 +271,39 @@ func TestHostBestIsTheIdealWhenEveryHostIsReady(t *testing.T) {
 	}
 	if ip50, ip99 := idealAgents(200, 20, 20, 20); math.Abs(ip50-4.05) > 1e-9 || math.Abs(ip99-8.9) > 1e-9 {
 		t.Errorf("the ideal schedule: p50 %.3f p99 %.3f; want 4.05 and 8.9, as the host's best with every host ready", ip50, ip99)
+	}
+}
+
+// checkTrace says the fleet's trace holds what its outages did, in order: each scenario's
+// marks, reports answered 200 and 429 (with the Retry-After a turn names), polls, and the
+// requests a hanging control plane held and cut at its return, each naming its agent.
+func checkTrace(t *testing.T, trace, fleet string) {
+	t.Helper()
+	var order []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(trace), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || strings.Join(f[1:3], " ") != fleet {
+			t.Fatalf("trace line %q: want <unix ms> %s <what> ...", line, fleet)
+		}
+		switch what := f[3]; {
+		case what == "mark":
+			order = append(order, strings.Join(f[4:], " "))
+		case what == "report" && len(f) == 7 && f[5] == "429":
+			seen["report 429 naming a turn"] = true
+		case what == "report" && f[5] == "200", what == "poll" && f[5] == "200":
+			seen[what+" 200"] = true
+		case what == "held" && strings.HasPrefix(f[5], "agent-"):
+			seen["held "+f[4]] = true
+		}
+	}
+	want := "scenario outage-refused, down, exited, up, scenario outage-hanging, hang, exited, release"
+	if got := strings.Join(order, ", "); got != want {
+		t.Errorf("trace marks: %s; want %s", got, want)
+	}
+	for _, w := range []string{"report 200", "report 429 naming a turn", "poll 200", "held poll"} {
+		if !seen[w] {
+			t.Errorf("trace: no %s", w)
+		}
 	}
 }
