@@ -16,7 +16,7 @@ import (
 //
 //	<unix ms> <policy> <retry-after> report <agent> <status> [<Retry-After>]
 //	<unix ms> <policy> <retry-after> poll <agent> <status>
-//	<unix ms> <policy> <retry-after> held <report|poll> <agent> <unix ms it arrived>  (cut at a hang's return)
+//	<unix ms> <policy> <retry-after> held <report|poll> <agent> <unix ms it arrived>  (held by a hang, until its return or the agent's giving up)
 //	<unix ms> <policy> <retry-after> mark <scenario NAME|stop|down|up|hang|release|exited>
 //
 // A mark's time is the bench's (the stop sent, the outage begun or ended, the containers
@@ -50,11 +50,15 @@ func (t *fleetTrace) mark(what string) { t.line("mark %s", what) }
 // answered traces a request the control plane answered with sw's status.
 func (t *fleetTrace) answered(r *http.Request, sw *statusWriter) {
 	kind, agent := requestOf(r)
+	code := sw.code
+	if code == 0 {
+		code = http.StatusOK // a body written with no header named
+	}
 	if ra := sw.Header().Get("Retry-After"); ra != "" {
-		t.line("%s %s %d %s", kind, agent, sw.code, ra)
+		t.line("%s %s %d %s", kind, agent, code, ra)
 		return
 	}
-	t.line("%s %s %d", kind, agent, sw.code)
+	t.line("%s %s %d", kind, agent, code)
 }
 
 // held traces a request held by a hanging control plane, cut now.
