@@ -11,6 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The library learns the host's byte order on its first request, in a package variable it
+// writes unguarded: two first lookups at once (two connections to the agent's API) raced on
+// it (make test-race, introspect's IPv6 loopback test). Learnt here, before any can.
+func init() { nl.NativeEndian() }
+
 // diag asks the kernel for the one socket with these addresses: an inet_diag_req_v2 without
 // NLM_F_DUMP, which the kernel answers by a lookup in its hash (inet_diag_find_one_icsk), not
 // by a walk of every socket. netlink's own SocketGet (v1.3.1) sends the same request as a
