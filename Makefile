@@ -184,7 +184,7 @@ image:
 
 ## test-race: the packages with goroutines, under the race detector.
 test-race:
-	$(GO) test -race -count=1 -short ./internal/journal ./internal/engine ./internal/introspect ./internal/backend ./internal/controlplane ./internal/benchmark ./internal/otlpship
+	$(GO) test -race -count=1 -short ./internal/journal ./internal/engine ./internal/introspect ./internal/sockowner ./internal/backend ./internal/controlplane ./internal/benchmark ./internal/otlpship
 
 test-short:
 	$(GO) test -count=1 -short ./...
