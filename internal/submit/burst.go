@@ -51,6 +51,11 @@ func (s *Submitter) spreadQuiet(now time.Time) (ready, began, onHost bool) {
 	}
 	s.burst.open, s.burst.start, s.outage.burstPlaced = true, start, false
 	s.burst.count++
+	if s.gather.met429 == 0 && !s.underThrottle() {
+		// A new agent's first place (slot.go) that no 429 proved in its first bursts: its
+		// control plane does not throttle it, and its reports go at once.
+		s.slot.at, s.slot.served = 0, 0
+	}
 	s.slot.depth = max(s.slot.at, time.Duration(slotShrink*float64(s.slot.depth)))
 	if s.slot.at == 0 || s.p.Naive {
 		return true, true, onHost

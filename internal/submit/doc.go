@@ -12,9 +12,11 @@
 //     its ReceivedAt), or from now when the host's own containers began it.
 //  2. The burst's first report waits for the agent's slot (slot.go): where in its last
 //     throttled burst the throttle served it — its turn's end after one 429, where its served
-//     retry went after several. A fleet handed one stop comes back in the order
-//     the throttle served it, at its rate, with no agent knowing the fleet's size. A burst the
-//     host began and that waits has the poller poll afresh (Plan.Repoll, outage.go).
+//     retry went after several; a new agent's, where the throttle served its first burst,
+//     until a 429 proves it or its first bursts pass without one. A fleet handed one stop
+//     comes back in the order the throttle served it, at its rate, with no agent knowing the
+//     fleet's size. A burst the host began and that waits has the poller poll afresh
+//     (Plan.Repoll, outage.go).
 //  3. It gathers (gather.go): while the agent meets the throttle, the first report waits (at
 //     most 1.5 s) for the changes the runtime is still making (Report.Coming), so a burst
 //     spends one of the fleet's tokens, not two.

@@ -53,7 +53,7 @@ func (s *Submitter) gathers(now time.Time, n int, coming bool) bool {
 // eleventh burst on (a lone agent's latency) — its eleventh since it started, as it keeps no
 // place to say it met none — and until then holds a burst's first report at most maxGather,
 // only while a call that makes changes is out on the host (any task's: a task stopped on
-// arrival waits out another's pull).
+// arrival waits out another's pull), and for the place its first burst taught (slot.go).
 func (s *Submitter) underThrottle() bool {
 	return s.burst.count-s.gather.met429 <= gatherBursts
 }

@@ -84,6 +84,11 @@ func ParsePlace(v string) (Place, error) {
 // place is what the agent has learnt of its place in the fleet, kept now (Stop).
 func (s *Submitter) place(now time.Time) Place {
 	p := Place{Slot: s.slot.at, Served: s.slot.served, Depth: s.slot.depth, Since429: -1, Kept: now}
+	if s.gather.met429 == 0 {
+		// A new agent's first place, no 429 to prove it (slot.go): restarted, it is new again
+		// and learns it again, not held by it for good (a restored place is no new agent's).
+		return Place{Since429: -1, Kept: now}
+	}
 	if s.gather.met429 > 0 && s.underThrottle() { // a new agent's window is not kept: restarted, it is new again
 		p.Since429 = s.burst.count - s.gather.met429
 	}

@@ -19,6 +19,17 @@ import "time"
 // a herd. So the agent also keeps served, when in its last burst the throttle did serve the
 // first report, and a return replays that (outage.go): the throttle's own schedule, at its
 // rate. A backlog's later reports go about one learnt spacing apart, at the rate it was served.
+//
+// A new agent's first burst is the exception to "a place is where the throttle kept an agent
+// out". A fleet's first start is where it meets the throttle, every agent new and none placed,
+// and the throttle serves at once each agent whose changes come while it has a token, between
+// the turns of those it keeps out: where it served them is their place in its schedule, host's
+// delay or not. Kept, the fleet's next storm comes back in the throttle's order; dropped, every
+// agent served at once came to the storm's front together (bench fleet --processes under
+// next-token, a start spread over seconds by 200 agents on 2 cores: 29–44% of the storm's
+// requests 429; 0–9% with the places kept). A lone agent pays for it as it pays the gathering:
+// its first burst's delay (at most maxFirstPlace) on the first reports of its next bursts,
+// until a 429 proves the place or its first gatherBursts bursts pass without one (burst.go).
 
 // slot is the agent's place in the fleet, as the throttle taught it.
 type slot struct {
@@ -40,7 +51,10 @@ const (
 	// where 5% took 14) once the control plane stops throttling or the fleet gets smaller.
 	slotProbe   = 0.98
 	spaceWaited = 0.75 // a backlog's next report keeps this share of how long the last was kept out
-	wonAfter    = 2    // 429s in a row after which the slot is where the served retry went, not the last turn's end
+	// maxFirstPlace bounds the place a new agent's first burst teaches: a first report later
+	// than that waited on its host (an image pull), not on the throttle.
+	maxFirstPlace = 10 * time.Second
+	wonAfter      = 2 // 429s in a row after which the slot is where the served retry went, not the last turn's end
 )
 
 // settledPaced learns from a report that settled (waited: how long the throttle kept it out, 0
@@ -84,15 +98,24 @@ func (s *Submitter) settledPaced(now time.Time, waited time.Duration, throttled 
 			// Served when it was sent, which was at its slot (and its spread, at most 5%)
 			// unless the agent had its first change ready only later: the host's delay (a
 			// container slow to stop) is not a place in the fleet, and an agent with no
-			// slot, which sends at once, has none to replay. (A burst whose first report
-			// failed otherwise, in an outage, teaches neither: Done ends it.)
-			s.slot.served = min(max(s.send.last.Sub(s.burst.start), 0), s.slot.at+s.slot.at/20)
-			if s.slot.at == 0 {
+			// slot, which sends at once, has none to replay — but a new agent's first burst,
+			// where the fleet meets the throttle, teaches its place (above). (A burst whose
+			// first report failed otherwise, in an outage, teaches neither: Done ends it.)
+			sent := max(s.send.last.Sub(s.burst.start), 0)
+			s.slot.served = min(sent, s.slot.at+s.slot.at/20)
+			switch {
+			case s.slot.at == 0 && s.gather.met429 == 0 && s.underThrottle():
+				// A new agent (no 429 yet, in its first bursts): its place is where the
+				// throttle served it.
+				s.slot.at = min(sent, maxFirstPlace, s.p.Max)
+				s.slot.served = s.slot.at
+			case s.slot.at == 0:
 				// Not a place, but where a refusal at the front retries (retry.go): within the
 				// gathering, as long as a fleet under the throttle holds its first reports.
-				s.slot.front = min(max(s.send.last.Sub(s.burst.start), 0), maxGather)
+				s.slot.front = min(sent, maxGather)
+			default:
+				s.slot.at = time.Duration(slotProbe * float64(s.slot.at))
 			}
-			s.slot.at = time.Duration(slotProbe * float64(s.slot.at))
 		}
 		if s.slot.at < minWindow {
 			s.slot.at = 0
