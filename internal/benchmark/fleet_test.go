@@ -100,6 +100,7 @@ func TestFleetThroughThrottledOutageSettlesOnceAndCleansAfterAck(t *testing.T) {
 // settles once, nothing is cleaned before its ack, every journal verifies. What is compared is
 // each agent's own place, not how many 429s the storm met (a loaded host's timing): with the
 // place dropped at the restart (engine.restorePlace a no-op) every slot after it is 0.
+// (A bucket of one serves a few agents at once: their places, unproved, go; at most a quarter.)
 func TestAFleetRestartedTogetherKeepsItsPlaces(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -126,7 +127,18 @@ func TestAFleetRestartedTogetherKeepsItsPlaces(t *testing.T) {
 	if err := f.restart(ctx, false); err != nil {
 		t.Fatal(err)
 	}
-	if after := slotsOf(ctx, f); !slices.Equal(after, before) {
+	// A place only a new agent's first burst taught, served at once, is not kept (no 429 proved
+	// it: restarted, the agent is new again); every other comes back as it was.
+	after, lost := slotsOf(ctx, f), 0
+	for i := range after {
+		if after[i] != before[i] {
+			lost++
+			if after[i] != 0 {
+				lost = len(after)
+			}
+		}
+	}
+	if lost > len(after)/4 {
 		t.Fatalf("slots (s) by agent after the restart %v; before it %v: the places the throttle taught were lost", after, before)
 	}
 	r, err := f.storm(ctx, arns, 0)
