@@ -711,7 +711,7 @@ func TestFleetModelStormMeetsTheTargetsUnderTurns(t *testing.T) {
 // so it served most agents at once, each where its changes were ready; they keep that as their
 // places, and the storm comes back in that order. Had they kept none, all came at the storm's
 // front at once, and their retries took one another's tokens: 89% of the storm's requests 429
-// in this model, 29–44% in bench fleet --processes under next-token (0–9% with the places).
+// in this model, 29–44% in bench fleet --processes under next-token (0–15% with the places).
 func TestFleetModelFirstStartOnBusyHostsTeachesPlaces(t *testing.T) {
 	const n, rps, burst = 200, 20.0, 20
 	for _, seed := range []uint64{1, 2, 3} {

@@ -27,7 +27,7 @@ import "time"
 // delay or not. Kept, the fleet's next storm comes back in the throttle's order; dropped, every
 // agent served at once came to the storm's front together (bench fleet --processes under
 // next-token, a start spread over seconds by 200 agents on 2 cores: 29–44% of the storm's
-// requests 429; 0–9% with the places kept). A lone agent pays for it as it pays the gathering:
+// requests 429; 0–15% with the places kept). A lone agent pays for it as it pays the gathering:
 // its first burst's delay (at most maxFirstPlace) on the first reports of its next bursts,
 // until a 429 proves the place or its first gatherBursts bursts pass without one (burst.go).
 
