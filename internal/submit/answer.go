@@ -54,7 +54,7 @@ func (s *Submitter) answered(now time.Time, sent []protocol.StateChange, r proto
 			if s.streak.outcome == protocol.Throttled {
 				waited, throttled = now.Sub(s.streak.since), s.streak.tries
 			}
-			s.streak.outcome, s.streak.health, s.streak.unjournaled, s.streak.tries, s.outage.placed, s.outage.stretched = "", "", 0, 0, 0, false
+			s.streak.outcome, s.streak.health, s.streak.unjournaled, s.streak.tries, s.outage.placed = "", "", 0, 0, 0
 			s.streak.bo.Reset()
 			s.send.next = s.settledPaced(now, waited, throttled)
 			s.burst.drained, s.burst.drainedAt = s.send.carried, now

@@ -31,11 +31,21 @@ type outageReturn struct {
 	answeredAt  time.Time // when a poll was last answered
 	placed      int       // failed reports placed at the slot since the last answer (outageWait)
 	hungAt      time.Time // when a request held by a hanging control plane was last cut (together)
-	stretched   bool      // the last was placed at its slot stretched: held in a hang shorter than a long poll (outageWait)
 	repolledAt  time.Time // the start of the last burst that asked to poll afresh
-	retryPlaced bool      // the failed report's retry was placed from a return already (pollAnswered)
+	retryPlaced placement // how the failed report's retry was placed (pollAnswered, outageWait)
 	burstPlaced bool      // the burst waiting for its slot was placed from a return already (pollAnswered)
 }
+
+// placement is how a failed report's retry was placed: from a return a poll saw (final: a
+// later answer says nothing new), or at its own failure, the return guessed (a report held and
+// cut at a hang's return, or only at its own deadline in a hang still on).
+type placement int
+
+const (
+	notPlaced      placement = iota
+	placedAtCut              // at its failure (outageWait)
+	placedByReturn           // from a poll answered after an outage (pollAnswered)
+)
 
 const (
 	// hung is how long a report must have been held before it failed to count as held by a
@@ -76,30 +86,32 @@ const (
 // throttled, or among the first) reports now. (Counting from an estimate of the return —
 // halfway since the last failed poll — drains sooner but brings the herd back: 2.8× in the
 // model.)
-func (s *Submitter) pollAnswered(now time.Time, outage bool) {
-	stretched := s.outage.stretched
-	s.outage.answeredAt, s.outage.placed, s.outage.stretched = now, 0, false
+func (s *Submitter) pollAnswered(now time.Time, outage, held bool) {
+	cut := s.outage.hungAt // when the report placed at its cut was cut, if it was held
+	if held {
+		s.outage.hungAt = now // a hang ended: the fleet held in it learns of it at once
+	}
+	s.outage.answeredAt, s.outage.placed = now, 0
 	if s.p.Naive || s.send.inflight {
 		return
 	}
 	switch {
-	case s.streak.outcome == protocol.Network && stretched:
-		// The failed report was placed from the return already, its slot stretched
-		// (outageWait): the poll answered after it says nothing new, and re-placing the report
-		// at its plain slot would undo the stretch. (Undoing it when this agent's own long
-		// poll was held too — its sample of the fleet's — suits a fleet whose long polls
-		// began together, and doubles the herd of one whose polls are spread: 2.5–2.75 in
-		// the model.)
+	case s.streak.outcome == protocol.Network && (s.outage.retryPlaced == placedByReturn ||
+		s.outage.retryPlaced == placedAtCut && (!outage || now.Sub(cut) <= answerFresh)):
+		// Placed from this return already: a later answer says nothing new. Placed again from
+		// it, a slot longer than held polls' cuts (every few seconds) would be pushed on for
+		// ever, a stretch undone (2.5–2.75 herd in the model), and a report placed at its cut
+		// would wait its slot twice when the long poll begun at the return is answered just
+		// before it is due (bench fleet, 1,000 agents, a hang's return: one agent at 40 s, the
+		// floor 19 s). A poll that found the control plane away, answered long after a report
+		// placed at its cut, says that cut was the report's own deadline in the hang, not the
+		// return: it is placed again, from this one.
 		s.streak.bo.Reset()
-		return
-	case s.streak.outcome == protocol.Network && s.outage.retryPlaced:
-		// Placed from a return already: a later one (held polls cut every few seconds) would
-		// push a slot longer than their interval on for ever.
-		s.streak.bo.Reset()
+		s.outage.retryPlaced = placedByReturn
 		return
 	case s.streak.outcome == protocol.Network:
 		s.streak.bo.Reset()
-		s.outage.retryPlaced = true
+		s.outage.retryPlaced = placedByReturn
 	case outage && s.burst.open && s.streak.outcome == "" && now.Before(s.send.next) && !s.outage.burstPlaced:
 		// Once a burst: a control plane (or a proxy) cutting every held poll returns every few
 		// seconds, and a slot longer than that, counted again from each return, never came.
@@ -131,12 +143,9 @@ func (s *Submitter) together(now time.Time) time.Duration {
 // and brought the fleet back at R·ln(depth/t) in the first seconds (a herd of 3–4× the rate:
 // the early places retry every second).
 func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Duration {
-	// A stretch is this failure's own: one left by an earlier failure would have the poll
-	// answered at the return leave this report at its longest backoff (pollAnswered).
-	s.outage.stretched = false
 	back := s.outage.answeredAt.After(s.send.last) || now.Sub(s.send.last) >= hung || (!s.outage.answeredAt.IsZero() && now.Sub(s.outage.answeredAt) < answerFresh)
 	if back && s.outage.placed < maxPlaced {
-		s.outage.placed++
+		s.outage.placed, s.outage.retryPlaced = s.outage.placed+1, placedAtCut
 		// The control plane answered a poll while this report was on its way or just before
 		// it (a report failing within milliseconds of the return of a hanging outage, its
 		// connection cut, is not an outage: the long wait left it a tail of 15–45 s), or held
@@ -165,7 +174,6 @@ func (s *Submitter) outageWait(now time.Time, backoff time.Duration) time.Durati
 		}
 		if held >= hung && held < s.p.PollWait && !s.outage.repolledAt.Equal(s.burst.start) {
 			slot = time.Duration(min(2, float64(s.p.PollWait)/float64(held)) * float64(slot))
-			s.outage.stretched = true
 		}
 		return max(slot+s.spread(slot/20)+s.together(now), s.p.Initial)
 	}

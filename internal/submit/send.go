@@ -45,7 +45,7 @@ func (s *Submitter) offered(now time.Time, r Report) Plan {
 	if len(out) == 0 {
 		return p
 	}
-	s.send.inflight, s.outage.retryPlaced = true, false
+	s.send.inflight, s.outage.retryPlaced = true, notPlaced
 	s.send.last = now
 	s.send.carried = len(out) == len(candidates)
 	s.send.stats.Requests++

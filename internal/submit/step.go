@@ -95,10 +95,7 @@ func (s *Submitter) Step(now time.Time, ev Event) Plan {
 	case Answer:
 		p = s.answered(now, ev.Sent, ev.Result)
 	case Polled:
-		if ev.Held {
-			s.outage.hungAt = now // a hang ended: the fleet held in it learns of it at once
-		}
-		s.pollAnswered(now, ev.Outage)
+		s.pollAnswered(now, ev.Outage, ev.Held)
 		if ev.Payloads {
 			// What follows is the fleet's burst, begun for every agent when the control plane
 			// sent it: counted from its arrival, not from when the engine got to it.
