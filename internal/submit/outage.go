@@ -87,7 +87,7 @@ const (
 // halfway since the last failed poll — drains sooner but brings the herd back: 2.8× in the
 // model.)
 func (s *Submitter) pollAnswered(now time.Time, outage, held bool) {
-	cut := s.outage.hungAt // when the report placed at its cut was cut, if it was held
+	cut := s.outage.hungAt // the last cut of a held request: this report's (outageWait) or a poll's
 	if held {
 		s.outage.hungAt = now // a hang ended: the fleet held in it learns of it at once
 	}
