@@ -20,9 +20,6 @@ const (
 	windowGrow   = 2.0 // a retry throttled again
 	windowShrink = 0.5 // a retry served at once
 	minWindow    = 5 * time.Millisecond
-	// maxCrowdSpread bounds the spread of a place taken in a burst whose end the agent has not
-	// seen: twice the gathering, in which the crowd at a storm's front forms.
-	maxCrowdSpread = 2 * maxGather
 )
 
 // throttled is the wait after a 429 with Retry-After ra, answered at arrived: at least ra,
@@ -61,29 +58,14 @@ func (s *Submitter) throttled(now, arrived time.Time, ra time.Duration, again bo
 		w := front + s.spread(s.slot.front/20)
 		s.retry.turnAt = now.Add(w)
 		return w
-	case !again && !s.retry.named && s.burst.open:
+	case !again && !s.retry.named && s.burst.open && left > s.retry.window:
 		// A burst's first report refused with nothing named: another agent took its token
 		// (early, or late for its own). Retried within a first step it takes the next agent's,
 		// and that one the next's: bench fleet's storm under a throttle naming nothing, a
 		// fleet a second late to its places, 57% of its requests 429. Spread over what is left
-		// of the fleet's burst, it finds a token nobody holds. An agent with a place that has
-		// not seen the burst's end (its depth no further than where it stands: a fleet's first
-		// storm after its first start, whose places are where the throttle served each agent at
-		// once) takes what is left to be as long as the burst has run, and spreads over that and
-		// as much again: retried within a first step, the crowd at a storm's front (every agent
-		// placed before its stops were made) took token after token through it (bench fleet at
-		// 1,000 agents: 124 placed in the first second, 36% of the storm's requests 429; spread
-		// so, 0–3% in 9 runs, 25–107 placed there; the fleet model 17–22%, 7–10%). An agent with no place is in its fleet's first
-		// burst, whose retries make the places: spread far, they would leave its front empty.
-		// At most maxCrowdSpread: deep in a burst its end may be near, and a retry seconds past
-		// it is what the storm's settle waits for (one straggler at 28 s, the floor 19 s).
-		// The window stays: a later 429 is no burst's first.
-		if left <= s.retry.window && s.slot.at > 0 {
-			left = min(2*now.Sub(s.burst.start), maxCrowdSpread)
-		}
-		if left > s.retry.window {
-			return s.spread(min(left, s.p.Max))
-		}
+		// of the fleet's burst, it finds a token nobody holds. The window stays: a later 429 is
+		// no burst's first.
+		return s.spread(min(left, s.p.Max))
 	case again && !first:
 		// Throttled again right at Retry-After: the throttle names only its next token (or
 		// nothing) and the fleet is queued behind it (a turn is served when it comes). Spread
