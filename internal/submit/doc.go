@@ -26,12 +26,13 @@
 //  5. It is answered (answer.go). A settlement teaches the slot and a backlog's spacing; a
 //     429's Retry-After is a floor, the retry spread over a window past it that grows while the
 //     429s repeat (in a burst, not far past it) and shrinks when a retry is served, a burst's
-//     first report refused naming nothing retried over the rest of the burst, one with no slot
-//     at its front, where the throttle served it at once last time, unless the Retry-After names
-//     a turn (a first step or more: the throttle keeps it) (retry.go); refused
-//     credentials retry slowly; a report refused as a whole is split until the change at fault
-//     stands alone (isolate.go); nothing answered waits about the longest backoff once the
-//     agent has a place, while the poller probes the return.
+//     first report refused naming nothing retried over the rest of the burst (unseen, in its
+//     first 4.5 s: as long again as it has run, at most 3 s), one with no slot at its front,
+//     where the throttle served it at once last time, unless the Retry-After names a turn (a
+//     first step or more: the throttle keeps it) (retry.go); refused credentials retry slowly;
+//     a report refused as a whole is split until the change at fault stands alone
+//     (isolate.go); nothing answered waits about the longest backoff once the agent has a
+//     place, while the poller probes the return.
 //  6. Failures in a row are one streak (streak.go): one log line, few journal records, one
 //     backoff that starts afresh when the kind changes, and the reporter's health.
 //  7. A return (outage.go): the first answered poll after an outage places each report at
