@@ -19,7 +19,10 @@
 //     (Plan.Repoll, outage.go).
 //  3. It gathers (gather.go): while the agent meets the throttle, the first report waits (at
 //     most 1.5 s) for the changes the runtime is still making (Report.Coming), so a burst
-//     spends one of the fleet's tokens, not two.
+//     spends one of the fleet's tokens, not two. Ready more than 50 ms past its slot (the host
+//     made the burst late: a storm's stops), it goes behind the fleet's burst as the agent
+//     last saw it, not at once into the crowd of agents placed before the host was ready
+//     (burst.go).
 //  4. It is chosen (send.go, isolate.go): one report in flight at a time, the oldest changes
 //     first, at most 100 and 1 MiB, never a change held because the control plane refused it
 //     alone, nor one queued behind it in its task (per-task order holds).

@@ -40,6 +40,10 @@ func (s *Submitter) offered(now time.Time, r Report) Plan {
 	if s.gathers(now, len(candidates), r.Coming) {
 		return p
 	}
+	if at := s.behindLate(now); !at.IsZero() {
+		s.send.next = at
+		return p
+	}
 	out, wake := s.choose(now, candidates, len(candidates) < s.want())
 	s.send.wake = wake
 	if len(out) == 0 {
