@@ -11,8 +11,9 @@ import (
 )
 
 // A place reads back exactly as the journal's meta keeps it, and is restored only while it is
-// fresh and within what an agent can learn (a slot up to the longest backoff, a served time up
-// to that and its 5% spread): a stale or impossible place is refused and leaves nothing behind.
+// fresh and within what an agent can learn (a slot and a depth up to the longest backoff, a
+// served time up to that and its 5% spread): a stale or impossible place is refused and leaves
+// nothing behind (a depth holds a late report back that long, burst.go).
 func TestAPlaceReadsBackAsKept(t *testing.T) {
 	const longest = 30 * time.Second
 	kept := time.Date(2026, 12, 2, 21, 0, 0, 0, time.UTC)
@@ -20,6 +21,7 @@ func TestAPlaceReadsBackAsKept(t *testing.T) {
 		p := Place{
 			Slot:     time.Duration(rapid.Int64Range(0, int64(time.Minute)).Draw(t, "slot")),
 			Served:   time.Duration(rapid.Int64Range(0, int64(time.Minute)).Draw(t, "served")),
+			Depth:    time.Duration(rapid.Int64Range(0, int64(time.Minute)).Draw(t, "depth")),
 			Since429: rapid.IntRange(-1, gatherBursts).Draw(t, "since429"),
 			Kept:     kept.Add(time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(t, "ns"))),
 		}
@@ -30,7 +32,7 @@ func TestAPlaceReadsBackAsKept(t *testing.T) {
 		age := time.Duration(rapid.Int64Range(-int64(2*time.Hour), int64(2*time.Hour)).Draw(t, "age"))
 		s := New(Policy{Max: longest})
 		err = s.Step(p.Kept.Add(age), Restart{Place: p}).Refused
-		refuse := p.Slot > longest || p.Served > longest+longest/20 || age > time.Hour || age < -time.Hour
+		refuse := p.Slot > longest || p.Served > longest+longest/20 || p.Depth > longest || age > time.Hour || age < -time.Hour
 		if refuse != (err != nil) {
 			t.Fatalf("Restore(%v) %v after it was kept, longest backoff %v: %v", p, age, longest, err)
 		}
